@@ -74,6 +74,8 @@ pub const TRCSYNCPR_4K: u32 = 12;
 /// TRCVICTLR: start/stop logic starts in the started state.
 pub const TRCVICTLR_SSSTATUS: u32 = 1 << 9;
 
+// CoreSight exists on arm64 only; the layout is that of LP64.
+#[cfg(target_pointer_width = "64")]
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<Etmv4Config>() == 816);
@@ -82,7 +84,9 @@ const _: () = {
     assert!(offset_of!(Etmv4Config, ss_ctrl) == 272 && offset_of!(Etmv4Config, ss_pe_cmp) == 336);
     assert!(offset_of!(Etmv4Config, addr_val) == 376 && offset_of!(Etmv4Config, addr_acc) == 504);
     assert!(offset_of!(Etmv4Config, addr_type) == 632 && offset_of!(Etmv4Config, ctxid_pid) == 656);
-    assert!(offset_of!(Etmv4Config, ctxid_mask0) == 720 && offset_of!(Etmv4Config, vmid_val) == 736);
+    assert!(
+        offset_of!(Etmv4Config, ctxid_mask0) == 720 && offset_of!(Etmv4Config, vmid_val) == 736
+    );
     assert!(offset_of!(Etmv4Config, vmid_mask1) == 804 && offset_of!(Etmv4Config, ext_inp) == 808);
     assert!(offset_of!(Etmv4Config, s_ex_level) == 812);
 };

@@ -681,8 +681,15 @@ mod tests {
         assert_eq!(PmcClass::from_raw(0x01), None, "K7 was retired");
         assert_eq!(PmcClass::from_raw(0x0A), None, "XSCALE was retired");
         assert_eq!(PmcClass::try_from(0x1A), Ok(PmcClass::Perf));
-        assert_eq!(PmcCputype::from_name("INTEL_SAPPHIRE_RAPIDS"), Some(PmcCputype::IntelSapphireRapids));
-        assert_eq!(PmcCputype::from_raw(0x100), None, "XScale CPUs were retired");
+        assert_eq!(
+            PmcCputype::from_name("INTEL_SAPPHIRE_RAPIDS"),
+            Some(PmcCputype::IntelSapphireRapids)
+        );
+        assert_eq!(
+            PmcCputype::from_raw(0x100),
+            None,
+            "XScale CPUs were retired"
+        );
     }
 
     #[test]
@@ -697,11 +704,35 @@ mod tests {
     #[test]
     fn lp64_layouts() {
         // Independent of the header check: the numbers the reference gives.
-        assert_eq!(size_of::<PmcOpPmcallocate>(), if cfg!(target_pointer_width = "64") { 72 } else { 68 });
-        assert_eq!(offset_of!(PmcOpPmcallocate, pm_md), if cfg!(target_pointer_width = "64") { 40 } else { 36 });
-        assert_eq!(size_of::<PmcInfo>(), if cfg!(target_pointer_width = "64") { 104 } else { 100 });
+        assert_eq!(
+            size_of::<PmcOpPmcallocate>(),
+            if cfg!(target_pointer_width = "64") {
+                72
+            } else {
+                68
+            }
+        );
+        assert_eq!(
+            offset_of!(PmcOpPmcallocate, pm_md),
+            if cfg!(target_pointer_width = "64") {
+                40
+            } else {
+                36
+            }
+        );
+        assert_eq!(
+            size_of::<PmcInfo>(),
+            if cfg!(target_pointer_width = "64") {
+                104
+            } else {
+                100
+            }
+        );
         assert_eq!(size_of::<PmcOpGetcpuinfo>(), 144);
-        assert_eq!(offset_of!(PmcOpGetpmcinfo, pm_pmcs), align_of::<PmcInfo>().max(4));
+        assert_eq!(
+            offset_of!(PmcOpGetpmcinfo, pm_pmcs),
+            align_of::<PmcInfo>().max(4)
+        );
         assert_eq!(size_of::<PmcOpGetdyneventinfo>(), 8 + 0x1000 * 68);
         assert_eq!(size_of::<PmcOpGetdriverstats>(), 32);
     }
@@ -713,7 +744,14 @@ mod tests {
         bytes[4..8].copy_from_slice(&0x1234u32.to_ne_bytes());
         bytes[8..16].copy_from_slice(&42u64.to_ne_bytes());
         let rw = PmcOpPmcrw::read_from(&bytes).unwrap();
-        assert_eq!(rw, PmcOpPmcrw { pm_flags: 0x20, pm_pmcid: 0x1234, pm_value: 42 });
+        assert_eq!(
+            rw,
+            PmcOpPmcrw {
+                pm_flags: 0x20,
+                pm_pmcid: 0x1234,
+                pm_value: 42
+            }
+        );
         assert!(PmcOpPmcrw::read_from(&bytes[..15]).is_none());
         assert_eq!(PmcOpPmcallocate::zeroed().pm_count, 0);
     }

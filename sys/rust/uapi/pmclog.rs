@@ -89,10 +89,18 @@ pub struct Timespec {
     pub tv_nsec: isize,
 }
 
+// Records with a body are packed in C; the three header-only ones are not,
+// so they keep the 8-byte alignment of `pl_tsc`.
 macro_rules! pmclog_struct {
     ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        pmclog_struct!(@repr (C, packed) $(#[$m])* $name { $($(#[$fm])* $field: $ty),* });
+    };
+    (@unpacked $(#[$m:meta])* $name:ident {}) => {
+        pmclog_struct!(@repr (C) $(#[$m])* $name {});
+    };
+    (@repr $repr:tt $(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)? }) => {
         $(#[$m])*
-        #[repr(C, packed)]
+        #[repr $repr]
         #[derive(Debug, Clone, Copy)]
         pub struct $name {
             /// Magic, type and length.
@@ -106,7 +114,7 @@ macro_rules! pmclog_struct {
     };
 }
 
-pmclog_struct!(
+pmclog_struct!(@unpacked
     /// `struct pmclog_header`.
     PmclogHeader {}
 );
@@ -125,11 +133,11 @@ pmclog_struct!(
         pl_pc: [usize; PMC_CALLCHAIN_DEPTH_MAX],
     }
 );
-pmclog_struct!(
+pmclog_struct!(@unpacked
     /// `struct pmclog_closelog`.
     PmclogCloselog {}
 );
-pmclog_struct!(
+pmclog_struct!(@unpacked
     /// `struct pmclog_dropnotify`.
     PmclogDropnotify {}
 );
@@ -431,23 +439,93 @@ impl core::fmt::Debug for PcList<'_> {
 pub enum PmclogBody<'a> {
     Closelog,
     Dropnotify,
-    Initialize { version: u32, cpu: u32, tsc_freq: u64, ts: Timespec, cpuid: &'a [u8] },
-    Pmcallocate { pmcid: u32, event: u32, flags: u32, rate: u64 },
-    Pmcattach { pmcid: u32, pid: u32, pathname: &'a [u8] },
-    Pmcdetach { pmcid: u32, pid: u32 },
-    Proccsw { value: u64, pmcid: u32, pid: u32, tid: u32 },
-    Procexec { pid: u32, pmcid: u32, base: usize, dyn_base: usize, pathname: &'a [u8] },
-    Procexit { pmcid: u32, pid: u32, value: u64 },
-    Procfork { oldpid: u32, newpid: u32 },
-    Sysexit { pid: u32 },
-    Userdata { userdata: u32 },
-    MapIn { pid: u32, start: usize, pathname: &'a [u8] },
-    MapOut { pid: u32, start: usize, end: usize },
-    Callchain { pid: u32, tid: u32, pmcid: u32, cpuflags: u32, pcs: PcList<'a> },
-    Pmcallocatedyn { pmcid: u32, event: u32, flags: u32, evname: &'a [u8] },
-    ThrCreate { tid: u32, pid: u32, flags: u32, tdname: &'a [u8] },
-    ThrExit { tid: u32 },
-    ProcCreate { pid: u32, flags: u32, pcomm: &'a [u8] },
+    Initialize {
+        version: u32,
+        cpu: u32,
+        tsc_freq: u64,
+        ts: Timespec,
+        cpuid: &'a [u8],
+    },
+    Pmcallocate {
+        pmcid: u32,
+        event: u32,
+        flags: u32,
+        rate: u64,
+    },
+    Pmcattach {
+        pmcid: u32,
+        pid: u32,
+        pathname: &'a [u8],
+    },
+    Pmcdetach {
+        pmcid: u32,
+        pid: u32,
+    },
+    Proccsw {
+        value: u64,
+        pmcid: u32,
+        pid: u32,
+        tid: u32,
+    },
+    Procexec {
+        pid: u32,
+        pmcid: u32,
+        base: usize,
+        dyn_base: usize,
+        pathname: &'a [u8],
+    },
+    Procexit {
+        pmcid: u32,
+        pid: u32,
+        value: u64,
+    },
+    Procfork {
+        oldpid: u32,
+        newpid: u32,
+    },
+    Sysexit {
+        pid: u32,
+    },
+    Userdata {
+        userdata: u32,
+    },
+    MapIn {
+        pid: u32,
+        start: usize,
+        pathname: &'a [u8],
+    },
+    MapOut {
+        pid: u32,
+        start: usize,
+        end: usize,
+    },
+    Callchain {
+        pid: u32,
+        tid: u32,
+        pmcid: u32,
+        cpuflags: u32,
+        pcs: PcList<'a>,
+    },
+    Pmcallocatedyn {
+        pmcid: u32,
+        event: u32,
+        flags: u32,
+        evname: &'a [u8],
+    },
+    ThrCreate {
+        tid: u32,
+        pid: u32,
+        flags: u32,
+        tdname: &'a [u8],
+    },
+    ThrExit {
+        tid: u32,
+    },
+    ProcCreate {
+        pid: u32,
+        flags: u32,
+        pcomm: &'a [u8],
+    },
 }
 
 /// One log record.
@@ -498,7 +576,9 @@ impl core::fmt::Display for PmclogDecodeError {
             Self::Truncated { needed } => write!(f, "record truncated: {needed} bytes needed"),
             Self::BadMagic { header } => write!(f, "bad record magic in header {header:#010x}"),
             Self::BadLength { kind, len } => write!(f, "bad length {len} for record type {kind}"),
-            Self::UnterminatedString { kind } => write!(f, "unterminated path in record type {kind}"),
+            Self::UnterminatedString { kind } => {
+                write!(f, "unterminated path in record type {kind}")
+            }
             Self::UnknownType { kind } => write!(f, "unknown record type {kind}"),
         }
     }
@@ -586,18 +666,26 @@ impl PmclogRecord<'_> {
     /// Padding and unused string bytes are zero.
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, PmclogEncodeError> {
         use PmclogBody as B;
-        let path_ok = |p: &[u8]| if p.len() < PATH_MAX { Ok(()) } else { Err(PmclogEncodeError::PathTooLong) };
-        match self.body {
-            B::Pmcattach { pathname, .. } | B::Procexec { pathname, .. } | B::MapIn { pathname, .. } => {
-                path_ok(pathname)?
+        let path_ok = |p: &[u8]| {
+            if p.len() < PATH_MAX {
+                Ok(())
+            } else {
+                Err(PmclogEncodeError::PathTooLong)
             }
+        };
+        match self.body {
+            B::Pmcattach { pathname, .. }
+            | B::Procexec { pathname, .. }
+            | B::MapIn { pathname, .. } => path_ok(pathname)?,
             B::Callchain { pcs, .. } if pcs.len() > PMC_CALLCHAIN_DEPTH_MAX => {
                 return Err(PmclogEncodeError::CallchainTooDeep);
             }
             _ => {}
         }
         let len = self.encoded_len();
-        let out = out.get_mut(..len).ok_or(PmclogEncodeError::BufferTooSmall { needed: len })?;
+        let out = out
+            .get_mut(..len)
+            .ok_or(PmclogEncodeError::BufferTooSmall { needed: len })?;
         out.fill(0);
         let mut w = Writer { out, pos: 0 };
         w.u32(pmclog_to_header(self.kind(), len as u32));
@@ -605,7 +693,13 @@ impl PmclogRecord<'_> {
         w.u64(self.tsc);
         match self.body {
             B::Closelog | B::Dropnotify => {}
-            B::Initialize { version, cpu, tsc_freq, ts, cpuid } => {
+            B::Initialize {
+                version,
+                cpu,
+                tsc_freq,
+                ts,
+                cpuid,
+            } => {
                 w.u32(version);
                 w.u32(cpu);
                 w.u64(tsc_freq);
@@ -613,14 +707,23 @@ impl PmclogRecord<'_> {
                 w.addr(ts.tv_nsec as usize);
                 w.fixed_str(cpuid, PMC_CPUID_LEN);
             }
-            B::Pmcallocate { pmcid, event, flags, rate } => {
+            B::Pmcallocate {
+                pmcid,
+                event,
+                flags,
+                rate,
+            } => {
                 w.u32(pmcid);
                 w.u32(event);
                 w.u32(flags);
                 w.u32(0);
                 w.u64(rate);
             }
-            B::Pmcattach { pmcid, pid, pathname } => {
+            B::Pmcattach {
+                pmcid,
+                pid,
+                pathname,
+            } => {
                 w.u32(pmcid);
                 w.u32(pid);
                 w.bytes(pathname);
@@ -629,13 +732,24 @@ impl PmclogRecord<'_> {
                 w.u32(pmcid);
                 w.u32(pid);
             }
-            B::Proccsw { value, pmcid, pid, tid } => {
+            B::Proccsw {
+                value,
+                pmcid,
+                pid,
+                tid,
+            } => {
                 w.u64(value);
                 w.u32(pmcid);
                 w.u32(pid);
                 w.u32(tid);
             }
-            B::Procexec { pid, pmcid, base, dyn_base, pathname } => {
+            B::Procexec {
+                pid,
+                pmcid,
+                base,
+                dyn_base,
+                pathname,
+            } => {
                 w.u32(pid);
                 w.u32(pmcid);
                 w.addr(base);
@@ -653,7 +767,11 @@ impl PmclogRecord<'_> {
             }
             B::Sysexit { pid } => w.u32(pid),
             B::Userdata { userdata } => w.u32(userdata),
-            B::MapIn { pid, start, pathname } => {
+            B::MapIn {
+                pid,
+                start,
+                pathname,
+            } => {
                 w.u32(pid);
                 w.u32(0);
                 w.addr(start);
@@ -665,7 +783,13 @@ impl PmclogRecord<'_> {
                 w.addr(start);
                 w.addr(end);
             }
-            B::Callchain { pid, tid, pmcid, cpuflags, pcs } => {
+            B::Callchain {
+                pid,
+                tid,
+                pmcid,
+                cpuflags,
+                pcs,
+            } => {
                 w.u32(pid);
                 w.u32(tid);
                 w.u32(pmcid);
@@ -674,14 +798,24 @@ impl PmclogRecord<'_> {
                     w.addr(pc);
                 }
             }
-            B::Pmcallocatedyn { pmcid, event, flags, evname } => {
+            B::Pmcallocatedyn {
+                pmcid,
+                event,
+                flags,
+                evname,
+            } => {
                 w.u32(pmcid);
                 w.u32(event);
                 w.u32(flags);
                 w.u32(0);
                 w.fixed_str(evname, PMC_NAME_MAX);
             }
-            B::ThrCreate { tid, pid, flags, tdname } => {
+            B::ThrCreate {
+                tid,
+                pid,
+                flags,
+                tdname,
+            } => {
                 w.u32(tid);
                 w.u32(pid);
                 w.u32(flags);
@@ -764,7 +898,9 @@ impl<'a> Reader<'a> {
 /// against the record type's size rules; returns (header word, length).
 pub fn check_header(buf: &[u8]) -> Result<(u32, usize), PmclogDecodeError> {
     let Some(word) = buf.get(..4) else {
-        return Err(PmclogDecodeError::Truncated { needed: PMCLOG_HEADER_SIZE });
+        return Err(PmclogDecodeError::Truncated {
+            needed: PMCLOG_HEADER_SIZE,
+        });
     };
     let header = u32::from_ne_bytes([word[0], word[1], word[2], word[3]]);
     if !pmclog_header_check_magic(header) {
@@ -772,7 +908,10 @@ pub fn check_header(buf: &[u8]) -> Result<(u32, usize), PmclogDecodeError> {
     }
     let raw_kind = pmclog_header_to_type(header);
     let len = pmclog_header_to_length(header) as usize;
-    let bad = PmclogDecodeError::BadLength { kind: raw_kind, len: len as u32 };
+    let bad = PmclogDecodeError::BadLength {
+        kind: raw_kind,
+        len: len as u32,
+    };
     if len == 0 || len % 4 != 0 || len < PMCLOG_HEADER_SIZE {
         return Err(bad);
     }
@@ -782,7 +921,11 @@ pub fn check_header(buf: &[u8]) -> Result<(u32, usize), PmclogDecodeError> {
     let fixed = |size: usize| if len == size { Ok(()) } else { Err(bad) };
     // A path record holds at least its NUL and at most PATH_MAX bytes.
     let path = |prefix: usize| {
-        if len >= prefix + 4 && len <= round4(prefix + PATH_MAX) { Ok(()) } else { Err(bad) }
+        if len >= prefix + 4 && len <= round4(prefix + PATH_MAX) {
+            Ok(())
+        } else {
+            Err(bad)
+        }
     };
     match kind {
         PmclogType::Closelog => fixed(size_of::<PmclogCloselog>()),
@@ -800,7 +943,8 @@ pub fn check_header(buf: &[u8]) -> Result<(u32, usize), PmclogDecodeError> {
         PmclogType::MapIn => path(MAP_IN_PATH),
         PmclogType::MapOut => fixed(size_of::<PmclogMapOut>()),
         PmclogType::Callchain => {
-            if len >= CALLCHAIN_PCS && (len - CALLCHAIN_PCS) % ADDR == 0 && len <= PMCLOG_MAX_RECORD {
+            if len >= CALLCHAIN_PCS && (len - CALLCHAIN_PCS) % ADDR == 0 && len <= PMCLOG_MAX_RECORD
+            {
                 Ok(())
             } else {
                 Err(bad)
@@ -819,7 +963,9 @@ pub fn check_header(buf: &[u8]) -> Result<(u32, usize), PmclogDecodeError> {
 /// [`PmclogDecodeError::Truncated`] so a streaming reader can wait for more.
 pub fn decode(buf: &[u8]) -> Result<(PmclogRecord<'_>, usize), PmclogDecodeError> {
     let (header, len) = check_header(buf)?;
-    let rec = buf.get(..len).ok_or(PmclogDecodeError::Truncated { needed: len })?;
+    let rec = buf
+        .get(..len)
+        .ok_or(PmclogDecodeError::Truncated { needed: len })?;
     let mut r = Reader { rec, pos: 4 };
     let _spare = r.u32();
     let tsc = r.u64();
@@ -831,18 +977,36 @@ pub fn decode(buf: &[u8]) -> Result<(PmclogRecord<'_>, usize), PmclogDecodeError
             version: r.u32(),
             cpu: r.u32(),
             tsc_freq: r.u64(),
-            ts: Timespec { tv_sec: r.addr() as isize, tv_nsec: r.addr() as isize },
+            ts: Timespec {
+                tv_sec: r.addr() as isize,
+                tv_nsec: r.addr() as isize,
+            },
             cpuid: c_str(r.take(PMC_CPUID_LEN)),
         },
         Some(PmclogType::Pmcallocate) => {
             let (pmcid, event, flags, _pad) = (r.u32(), r.u32(), r.u32(), r.u32());
-            B::Pmcallocate { pmcid, event, flags, rate: r.u64() }
+            B::Pmcallocate {
+                pmcid,
+                event,
+                flags,
+                rate: r.u64(),
+            }
         }
-        Some(PmclogType::Pmcattach) => {
-            B::Pmcattach { pmcid: r.u32(), pid: r.u32(), pathname: r.path(PmclogType::Pmcattach.raw())? }
-        }
-        Some(PmclogType::Pmcdetach) => B::Pmcdetach { pmcid: r.u32(), pid: r.u32() },
-        Some(PmclogType::Proccsw) => B::Proccsw { value: r.u64(), pmcid: r.u32(), pid: r.u32(), tid: r.u32() },
+        Some(PmclogType::Pmcattach) => B::Pmcattach {
+            pmcid: r.u32(),
+            pid: r.u32(),
+            pathname: r.path(PmclogType::Pmcattach.raw())?,
+        },
+        Some(PmclogType::Pmcdetach) => B::Pmcdetach {
+            pmcid: r.u32(),
+            pid: r.u32(),
+        },
+        Some(PmclogType::Proccsw) => B::Proccsw {
+            value: r.u64(),
+            pmcid: r.u32(),
+            pid: r.u32(),
+            tid: r.u32(),
+        },
         Some(PmclogType::Procexec) => B::Procexec {
             pid: r.u32(),
             pmcid: r.u32(),
@@ -850,19 +1014,34 @@ pub fn decode(buf: &[u8]) -> Result<(PmclogRecord<'_>, usize), PmclogDecodeError
             dyn_base: r.addr(),
             pathname: r.path(PmclogType::Procexec.raw())?,
         },
-        Some(PmclogType::Procexit) => B::Procexit { pmcid: r.u32(), pid: r.u32(), value: r.u64() },
-        Some(PmclogType::Procfork) => B::Procfork { oldpid: r.u32(), newpid: r.u32() },
+        Some(PmclogType::Procexit) => B::Procexit {
+            pmcid: r.u32(),
+            pid: r.u32(),
+            value: r.u64(),
+        },
+        Some(PmclogType::Procfork) => B::Procfork {
+            oldpid: r.u32(),
+            newpid: r.u32(),
+        },
         Some(PmclogType::Sysexit) => B::Sysexit { pid: r.u32() },
         Some(PmclogType::Userdata) => B::Userdata { userdata: r.u32() },
         Some(PmclogType::MapIn) => {
             let pid = r.u32();
             let _pad = r.u32();
-            B::MapIn { pid, start: r.addr(), pathname: r.path(PmclogType::MapIn.raw())? }
+            B::MapIn {
+                pid,
+                start: r.addr(),
+                pathname: r.path(PmclogType::MapIn.raw())?,
+            }
         }
         Some(PmclogType::MapOut) => {
             let pid = r.u32();
             let _pad = r.u32();
-            B::MapOut { pid, start: r.addr(), end: r.addr() }
+            B::MapOut {
+                pid,
+                start: r.addr(),
+                end: r.addr(),
+            }
         }
         Some(PmclogType::Callchain) => B::Callchain {
             pid: r.u32(),
@@ -873,25 +1052,43 @@ pub fn decode(buf: &[u8]) -> Result<(PmclogRecord<'_>, usize), PmclogDecodeError
         },
         Some(PmclogType::Pmcallocatedyn) => {
             let (pmcid, event, flags, _pad) = (r.u32(), r.u32(), r.u32(), r.u32());
-            B::Pmcallocatedyn { pmcid, event, flags, evname: c_str(r.take(PMC_NAME_MAX)) }
+            B::Pmcallocatedyn {
+                pmcid,
+                event,
+                flags,
+                evname: c_str(r.take(PMC_NAME_MAX)),
+            }
         }
         Some(PmclogType::ThrCreate) => {
             let (tid, pid, flags, _pad) = (r.u32(), r.u32(), r.u32(), r.u32());
-            B::ThrCreate { tid, pid, flags, tdname: c_str(r.take(MAXCOMLEN + 1)) }
+            B::ThrCreate {
+                tid,
+                pid,
+                flags,
+                tdname: c_str(r.take(MAXCOMLEN + 1)),
+            }
         }
         Some(PmclogType::ThrExit) => B::ThrExit { tid: r.u32() },
-        Some(PmclogType::ProcCreate) => {
-            B::ProcCreate { pid: r.u32(), flags: r.u32(), pcomm: c_str(r.take(MAXCOMLEN + 1)) }
-        }
+        Some(PmclogType::ProcCreate) => B::ProcCreate {
+            pid: r.u32(),
+            flags: r.u32(),
+            pcomm: c_str(r.take(MAXCOMLEN + 1)),
+        },
         // check_header accepted only known types.
-        None => return Err(PmclogDecodeError::UnknownType { kind: pmclog_header_to_type(header) }),
+        None => {
+            return Err(PmclogDecodeError::UnknownType {
+                kind: pmclog_header_to_type(header),
+            });
+        }
     };
     Ok((PmclogRecord { tsc, body }, len))
 }
 
 /// Iterates over the records of a complete log in memory; stops at the
 /// first error, which it yields.
-pub fn records(mut buf: &[u8]) -> impl Iterator<Item = Result<PmclogRecord<'_>, PmclogDecodeError>> {
+pub fn records(
+    mut buf: &[u8],
+) -> impl Iterator<Item = Result<PmclogRecord<'_>, PmclogDecodeError>> {
     let mut failed = false;
     core::iter::from_fn(move || {
         if failed || buf.is_empty() {
