@@ -45,3 +45,41 @@ macro_rules! impl_plain {
     };
 }
 pub(crate) use impl_plain;
+
+/// A [`Plain`] type without padding bytes, so its bytes are always
+/// initialised and may be copied out to user space as they are.
+///
+/// # Safety
+/// Implement only for types whose size is the sum of their fields' sizes;
+/// [`impl_as_bytes`] checks that at compile time from a list of the field
+/// types.
+pub unsafe trait AsBytes: Plain {
+    /// The value's bytes in memory.
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: the trait contract says every byte of Self belongs to a
+        // field, and Plain fields are integers or arrays of them, so all
+        // size_of::<Self>() bytes are initialised.
+        unsafe {
+            core::slice::from_raw_parts((self as *const Self).cast::<u8>(), size_of::<Self>())
+        }
+    }
+}
+
+/// Implements [`AsBytes`] for a type, given the types of all its fields,
+/// after checking at compile time that they fill it without padding.
+macro_rules! impl_as_bytes {
+    ($($t:ty => [$($f:ty),* $(,)?]),+ $(,)?) => {
+        $(
+            const _: () = assert!(
+                core::mem::size_of::<$t>() == 0 $(+ core::mem::size_of::<$f>())*,
+                "type has padding"
+            );
+            // SAFETY: the assertion above shows the fields fill the type.
+            unsafe impl $crate::plain::AsBytes for $t {}
+        )+
+    };
+}
+pub(crate) use impl_as_bytes;
+
+impl_plain!(u8, u16, u32, u64, i32, i64, usize);
+impl_as_bytes!(u8 => [u8], u16 => [u16], u32 => [u32], u64 => [u64], i32 => [i32], i64 => [i64], usize => [usize]);

@@ -456,9 +456,20 @@ pub struct PmcInfo {
     pub pm_event: u32,
     /// Current `PMC_F_*`.
     pub pm_flags: u32,
+    /// The padding C leaves before `pm_reloadcount` where `u64` is 8-byte
+    /// aligned, made explicit so the struct can be copied out as bytes.
+    pub pm_pad: [u8; PMC_INFO_PAD],
     /// Reload count of a sampling PMC.
     pub pm_reloadcount: PmcValue,
 }
+
+/// Bytes of padding in [`PmcInfo`]: 4 where `u64` is 8-byte aligned
+/// (amd64, arm64), none on i386.
+pub const PMC_INFO_PAD: usize = if core::mem::align_of::<u64>() == 8 {
+    4
+} else {
+    0
+};
 
 /// `struct pmc_op_getpmcinfo`: PMC_OP_GETPMCINFO; `npmc` [`PmcInfo`]
 /// entries follow the header in the caller's buffer.
@@ -610,6 +621,23 @@ impl_plain!(
     PmcDynEventDescr,
     PmcOpGetdyneventinfo,
     PmcOpCaps,
+);
+
+crate::plain::impl_as_bytes!(
+    PmcOpPmcadmin => [i32, u32, i32, u32],
+    PmcOpPmcattach => [u32, i32],
+    PmcOpPmcrw => [u32, u32, u64],
+    PmcInfo => [[u8; PMC_NAME_MAX], u32, i32, u32, i32, u32, u32, u32, [u8; PMC_INFO_PAD], u64],
+    PmcClassinfo => [u32, u32, u32, u32],
+    PmcOpGetcpuinfo => [u32, u32, u32, u32, [PmcClassinfo; PMC_CLASS_MAX]],
+    PmcOpConfigurelog => [i32, i32],
+    PmcOpGetdriverstats => [u32, u32, u32, u32, u32, u32, u32, u32],
+    PmcOpSimple => [u32],
+    PmcOpWritelog => [u32],
+    PmcOpGetmsr => [u32, u32],
+    PmcDynEventDescr => [[u8; PMC_NAME_MAX], u32],
+    PmcOpGetdyneventinfo => [u32, u32, [PmcDynEventDescr; PMC_EV_DYN_COUNT as usize]],
+    PmcOpCaps => [u32, u32],
 );
 
 impl core::fmt::Debug for PmcOpPmcallocate {

@@ -39,7 +39,7 @@ pub mod pmckern;
 pub mod pmclog;
 pub mod pt;
 
-pub use plain::Plain;
+pub use plain::{AsBytes, Plain};
 
 /// `PATH_MAX` of `sys/syslimits.h`; also `MAXPATHLEN`.
 pub const PATH_MAX: usize = 1024;

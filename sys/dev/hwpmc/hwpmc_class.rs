@@ -1,0 +1,88 @@
+//! The class interface (`struct pmc_classdep` of sys/pmc.h): what every
+//! family of counters implements. The SOFT and TSC classes here, and the
+//! Intel, AMD and ARM backends later, plug into the machine-independent
+//! core through it.
+//!
+//! Row indices given to a class are relative to the class (`adjri`); the
+//! core maps its global rows onto them. Calls that touch hardware run on
+//! the CPU they name (the core binds there first), and those marked as
+//! such may run with spin locks held or in interrupt context: they must not
+//! sleep or allocate.
+
+use kpi::KResult;
+use kpi::errno::ENOSYS;
+use kpi::malloc::KArc;
+use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcMode, PmcOpPmcallocate};
+
+use crate::Pmc;
+
+/// What the core asks a class to allocate: the request after the core's
+/// own checks.
+#[derive(Debug, Clone, Copy)]
+pub struct AllocRequest<'a> {
+    /// The mode.
+    pub mode: PmcMode,
+    /// Capabilities, including INTERRUPT for sampling modes.
+    pub caps: PmcCaps,
+    /// The raw request (event, class, machine-dependent configuration).
+    pub raw: &'a PmcOpPmcallocate,
+}
+
+/// Statistics a class updates from its interrupt path.
+pub trait IntrStats {
+    /// An interrupt was handled.
+    fn processed(&self);
+    /// An interrupt concerned no running PMC.
+    fn ignored(&self);
+}
+
+/// One family of counters (`struct pmc_classdep`).
+pub trait PmcClassDep: Send + Sync {
+    /// `pcd_class`.
+    fn class(&self) -> PmcClass;
+    /// `pcd_caps`: what the class can do.
+    fn caps(&self) -> PmcCaps;
+    /// `pcd_width`: counter width in bits.
+    fn width(&self) -> u32;
+    /// `pcd_num`: rows per CPU.
+    fn num(&self) -> u32;
+    /// Whether several PMCs may be configured on one row of one CPU
+    /// (`PMC_PHW_FLAG_IS_SHAREABLE`).
+    fn shareable(&self) -> bool {
+        false
+    }
+    /// `pcd_describe`: the row's name.
+    fn row_name(&self, ri: u32) -> [u8; PMC_NAME_MAX];
+    /// `pcd_pcpu_init` (may allocate).
+    fn pcpu_init(&self, cpu: u32) -> KResult<()>;
+    /// `pcd_pcpu_fini`.
+    fn pcpu_fini(&self, cpu: u32);
+    /// `pcd_allocate_pmc`: accept or refuse row `ri` for the request.
+    fn allocate_pmc(&self, cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
+    /// `pcd_config_pmc`: load (`Some`) or unload (`None`) a PMC on a row.
+    /// No sleeping.
+    fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
+    /// `pcd_read_pmc`. No sleeping.
+    fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64>;
+    /// `pcd_write_pmc`. No sleeping.
+    fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()>;
+    /// `pcd_start_pmc`. No sleeping.
+    fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+    /// `pcd_stop_pmc`. No sleeping.
+    fn stop_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+    /// `pcd_release_pmc`.
+    fn release_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+    /// `pcd_get_caps`: capabilities of one row (GETCAPS).
+    fn get_caps(&self, _ri: u32) -> PmcCaps {
+        self.caps()
+    }
+    /// `pcd_get_msr`: the RDPMC index of a row; ENOSYS without RDPMC.
+    fn get_msr(&self, _ri: u32) -> KResult<u32> {
+        Err(ENOSYS)
+    }
+    /// A software event fired on `cpu` (PMC_FN_SOFT_SAMPLING), in
+    /// interrupt context. Returns whether a PMC of this class used it.
+    fn soft_event(&self, _cpu: u32, _ev: u32, _stats: &dyn IntrStats) -> bool {
+        false
+    }
+}

@@ -1,0 +1,567 @@
+//! hwpmc(4): the machine-independent core of the PMC driver (FreeBSD's
+//! hwpmc_mod.c), written against `kpi`.
+//!
+//! The driver serves one system call taking an operation and a user
+//! pointer, tracks owners (processes that allocated PMCs) and targets
+//! (processes PMCs are attached to), keeps per-row dispositions, and moves
+//! process-virtual counters on and off the hardware at context switches.
+//!
+//! Locking, outermost first (the simulator's witness checks the order):
+//! - `pmc-sx` ([`Sx`]) serialises the system call and the fork, exit and
+//!   exec handlers; it guards owners, PMC targets and row dispositions;
+//! - `pmc-processhash` (spin) guards the target descriptors, which the
+//!   context-switch hooks use;
+//! - `pmc-pcpu` (spin, one per CPU) guards what each CPU's rows hold;
+//! - the classes' own per-CPU spin locks;
+//! - `pmc-pool` (spin, one per PMC) guards a PMC's state and values.
+//!
+//! Memory is allocated only with `pmc-sx` held and no spin lock: anything a
+//! spin-locked section inserts is allocated before it.
+
+#![no_std]
+
+extern crate alloc;
+
+pub mod hwpmc_class;
+pub mod hwpmc_soft;
+pub mod hwpmc_tsc;
+mod ops;
+mod procs;
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use core::fmt::Write as _;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use kpi::errno::{EINVAL, ENOSYS, EPROGMISMATCH};
+use kpi::hooks::{Hook, KernelEvent};
+use kpi::malloc::{KArc, KBox, KVec, Wait};
+use kpi::proc::Pid;
+use kpi::sync::{SpinMutex, Sx};
+use kpi::sysctl::IntKnob;
+use kpi::{Errno, KResult};
+use uapi::pmc::*;
+
+use crate::hwpmc_class::{IntrStats, PmcClassDep};
+use crate::procs::{PidHash, PmcProcess};
+
+/// A PMC: what was allocated (immutable) and its run-time values.
+#[derive(Debug)]
+pub struct Pmc {
+    /// The id returned to the owner.
+    pub id: PmcId,
+    /// Event code.
+    pub event: u32,
+    /// Mode.
+    pub mode: PmcMode,
+    /// Class.
+    pub class: PmcClass,
+    /// Capabilities granted (INTERRUPT added for sampling modes).
+    pub caps: PmcCaps,
+    /// Global row index.
+    pub ri: u32,
+    /// CPU of a system-mode PMC; `PMC_CPU_ANY` for a process-mode one.
+    pub cpu: u32,
+    /// The owner process.
+    pub owner: Pid,
+    /// Machine-dependent configuration from the allocation request.
+    pub md: PmcMdOpPmcallocate,
+    vals: SpinMutex<PmcVals>,
+}
+
+/// The values of a PMC that change while it runs (`pmc-pool`).
+#[derive(Debug, Clone, Copy)]
+pub struct PmcVals {
+    /// `pm_state`.
+    pub state: PmcState,
+    /// `pm_flags`, with the driver's internal bits.
+    pub flags: PmcFlags,
+    /// `pm_gv.pm_savedvalue`: a process-counting PMC's total.
+    pub savedvalue: u64,
+    /// `pm_sc.pm_reloadcount` of a sampling PMC.
+    pub reloadcount: u64,
+    /// `pm_sc.pm_initial` of a system counting PMC.
+    pub initial: u64,
+    /// CPUs the PMC is configured on now (`pm_runcount`).
+    pub runcount: u32,
+}
+
+impl Pmc {
+    /// The current state.
+    pub fn state(&self) -> PmcState {
+        self.vals.lock().state
+    }
+    /// A copy of the run-time values.
+    pub fn vals(&self) -> PmcVals {
+        *self.vals.lock()
+    }
+    fn update<R>(&self, f: impl FnOnce(&mut PmcVals) -> R) -> R {
+        f(&mut self.vals.lock())
+    }
+}
+
+/// The driver's statistics (`kern.hwpmc.stats`).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Interrupts that concerned no PMC.
+    pub intr_ignored: AtomicU64,
+    /// Interrupts handled.
+    pub intr_processed: AtomicU64,
+    /// Samples dropped on a full ring.
+    pub intr_bufferfull: AtomicU64,
+    /// System calls.
+    pub syscalls: AtomicU64,
+    /// System calls that failed.
+    pub syscall_errors: AtomicU64,
+    /// Log buffer requests.
+    pub buffer_requests: AtomicU64,
+    /// Log buffer requests that failed.
+    pub buffer_requests_failed: AtomicU64,
+    /// Sample processing passes.
+    pub log_sweeps: AtomicU64,
+}
+
+impl IntrStats for Stats {
+    fn processed(&self) {
+        self.intr_processed.fetch_add(1, Ordering::Relaxed);
+    }
+    fn ignored(&self) {
+        self.intr_ignored.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The loader tunables, after validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunables {
+    /// `kern.hwpmc.hashsize`.
+    pub hashsize: u32,
+    /// `kern.hwpmc.nsamples`.
+    pub nsamples: u32,
+    /// `kern.hwpmc.callchaindepth`.
+    pub callchaindepth: u32,
+    /// `kern.hwpmc.mtxpoolsize`.
+    pub mtxpoolsize: u32,
+    /// `kern.hwpmc.logbuffersize` (KiB).
+    pub logbuffersize: u32,
+    /// `kern.hwpmc.nbuffers_pcpu`.
+    pub nbuffers_pcpu: u32,
+}
+
+/// Default `kern.hwpmc.mincount`.
+pub const PMC_MINCOUNT: i64 = 1000;
+/// Most KiB of log buffer per CPU.
+const LOG_MEM_PCPU_MAX_KB: i64 = 32 * 1024;
+/// Largest log buffer, KiB.
+const LOG_BUFFER_SIZE_MAX_KB: i64 = 16 * 1024;
+
+fn tunable(name: &str, default: u32) -> i64 {
+    kpi::sysctl::tunable_int(name).unwrap_or(default as i64)
+}
+
+fn say(args: core::fmt::Arguments<'_>) {
+    let mut line = String::new();
+    let _ = line.write_fmt(args);
+    kpi::printf(&line);
+}
+
+impl Tunables {
+    /// Reads the tunables from the kernel environment, printing the
+    /// driver's diagnostics and falling back to the defaults for bad
+    /// values.
+    pub fn fetch() -> Tunables {
+        let mut hashsize = tunable("kern.hwpmc.hashsize", PMC_HASH_SIZE);
+        if hashsize <= 0 {
+            say(format_args!(
+                "hwpmc: tunable hashsize={hashsize} must be greater than zero."
+            ));
+            hashsize = PMC_HASH_SIZE as i64;
+        }
+        let mut nsamples = tunable("kern.hwpmc.nsamples", PMC_NSAMPLES);
+        if nsamples <= 0 || nsamples > 65535 {
+            say(format_args!(
+                "hwpmc: tunable nsamples={nsamples} out of range."
+            ));
+            nsamples = PMC_NSAMPLES as i64;
+        }
+        let mut callchaindepth = tunable("kern.hwpmc.callchaindepth", PMC_CALLCHAIN_DEPTH);
+        if callchaindepth <= 0 || callchaindepth > PMC_CALLCHAIN_DEPTH_MAX as i64 {
+            say(format_args!(
+                "hwpmc: tunable callchaindepth={callchaindepth} out of range - using {PMC_CALLCHAIN_DEPTH_MAX}."
+            ));
+            callchaindepth = PMC_CALLCHAIN_DEPTH_MAX as i64;
+        }
+        let mut mtxpoolsize = tunable("kern.hwpmc.mtxpoolsize", PMC_MTXPOOL_SIZE);
+        if mtxpoolsize <= 0 {
+            mtxpoolsize = PMC_MTXPOOL_SIZE as i64;
+        }
+        let mut logbuffersize = tunable("kern.hwpmc.logbuffersize", PMC_LOG_BUFFER_SIZE);
+        if logbuffersize <= 0 || logbuffersize > LOG_BUFFER_SIZE_MAX_KB {
+            say(format_args!(
+                "hwpmc: logbuffersize={logbuffersize} must be greater than zero and less than or equal to {LOG_BUFFER_SIZE_MAX_KB}, resetting to {PMC_LOG_BUFFER_SIZE}."
+            ));
+            logbuffersize = PMC_LOG_BUFFER_SIZE as i64;
+        }
+        let mut nbuffers = tunable("kern.hwpmc.nbuffers_pcpu", PMC_NLOGBUFFERS_PCPU);
+        if nbuffers <= 0 {
+            say(format_args!(
+                "hwpmc: nbuffers_pcpu={nbuffers} must be greater than zero, resetting to {PMC_NLOGBUFFERS_PCPU}."
+            ));
+            nbuffers = PMC_NLOGBUFFERS_PCPU as i64;
+        }
+        if nbuffers * logbuffersize > LOG_MEM_PCPU_MAX_KB {
+            say(format_args!(
+                "hwpmc: nbuffers_pcpu={nbuffers} * logbuffersize={logbuffersize} exceeds {}MB per CPU limit, resetting to defaults ({PMC_NLOGBUFFERS_PCPU} * {PMC_LOG_BUFFER_SIZE}).",
+                LOG_MEM_PCPU_MAX_KB / 1024
+            ));
+            nbuffers = PMC_NLOGBUFFERS_PCPU as i64;
+            logbuffersize = PMC_LOG_BUFFER_SIZE as i64;
+        }
+        Tunables {
+            hashsize: hashsize as u32,
+            nsamples: nsamples as u32,
+            callchaindepth: callchaindepth as u32,
+            mtxpoolsize: mtxpoolsize as u32,
+            logbuffersize: logbuffersize as u32,
+            nbuffers_pcpu: nbuffers as u32,
+        }
+    }
+}
+
+/// A class and the first global row it owns.
+struct ClassSlot {
+    dep: KBox<dyn PmcClassDep>,
+    first_ri: u32,
+}
+
+/// What one row of one CPU holds (`struct pmc_hw`).
+#[derive(Debug, Default)]
+struct PhwRow {
+    /// `PMC_PHW_FLAG_IS_ENABLED` (PMCADMIN).
+    enabled: bool,
+    /// The PMC configured on the row.
+    pmc: Option<KArc<Pmc>>,
+    /// `PMC_PCPU_SAVED`: the value loaded at switch-in.
+    saved: u64,
+}
+
+/// An owner's PMC and the processes it is attached to.
+struct OwnedPmc {
+    pmc: KArc<Pmc>,
+    targets: KVec<Pid>,
+    /// The owner read the row's RDPMC index (PMCGETMSR).
+    msr_taken: bool,
+}
+
+/// `struct pmc_owner`.
+struct Owner {
+    pid: Pid,
+    pmcs: KVec<OwnedPmc>,
+    /// `PMC_PO_OWNS_LOGFILE`.
+    owns_log: bool,
+    /// Running system-sampling PMCs (`po_sscount`).
+    sscount: u32,
+}
+
+/// What `pmc-sx` guards.
+struct Core {
+    owners: KVec<KBox<Owner>>,
+    /// `pmc_pmcdisp`: 0 free, > 0 process PMCs, < 0 system PMCs or
+    /// administratively disabled.
+    rowdisp: KVec<i32>,
+}
+
+/// The driver.
+pub struct Hwpmc {
+    tun: Tunables,
+    cputype: PmcCputype,
+    classes: KVec<ClassSlot>,
+    npmc: u32,
+    ncpu: u32,
+    core: Sx<Core>,
+    procs: SpinMutex<PidHash<PmcProcess>>,
+    pcpu: KVec<SpinMutex<KVec<PhwRow>>>,
+    stats: Stats,
+    unloading: AtomicBool,
+    mincount: IntKnob,
+    _knobs: KVec<IntKnob>,
+}
+
+impl core::fmt::Debug for Hwpmc {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Hwpmc")
+            .field("npmc", &self.npmc)
+            .field("ncpu", &self.ncpu)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The loaded module: the driver and its registrations with the kernel.
+/// Dropping it without [`Module::unload`] leaves the registrations.
+#[derive(Debug)]
+pub struct Module {
+    driver: KArc<Hwpmc>,
+    syscall: u32,
+    _events: kpi::hooks::EventTag,
+}
+
+/// `%b` bit names of the capabilities in the load banner.
+const CAP_BITS: [&str; 12] = [
+    "INT", "USR", "SYS", "EDG", "THR", "REA", "WRI", "INV", "QUA", "PRC", "TAG", "CSC",
+];
+
+/// The capabilities as the kernel's `%b` prints them: hex, then the names
+/// of the set bits.
+fn caps_text(caps: PmcCaps) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "0x{:x}", caps.bits());
+    let mut sep = '<';
+    for (i, name) in CAP_BITS.iter().enumerate() {
+        if caps.bits() & (1 << i) != 0 {
+            s.push(sep);
+            s.push_str(name);
+            sep = ',';
+        }
+    }
+    if sep == ',' {
+        s.push('>');
+    }
+    s
+}
+
+impl Module {
+    /// Module load (`pmc_initialize`): checks the kernel, validates the
+    /// tunables, sets up the classes and per-CPU state, registers the
+    /// system call, the hooks and the event handlers, and prints the
+    /// banner.
+    pub fn load() -> KResult<Module> {
+        let kernel = kpi::kern_pmc::pmc_kernel_version();
+        if kernel != PMC_VERSION {
+            if kernel == 0 {
+                kpi::printf("hwpmc: this kernel has not been compiled with 'options HWPMC_HOOKS'.");
+            } else {
+                say(format_args!(
+                    "hwpmc: kernel version (0x{kernel:x}) does not match module version (0x{PMC_VERSION:x})."
+                ));
+            }
+            return Err(EPROGMISMATCH);
+        }
+        let tun = Tunables::fetch();
+        let ncpu = kpi::cpu::ncpu_ids();
+        let mut classes: KVec<ClassSlot> = KVec::with_capacity(2, Wait::WaitOk)?;
+        let soft = KBox::try_new_unsize(hwpmc_soft::SoftClass::new(ncpu)?, Wait::WaitOk, |b| {
+            b as alloc::boxed::Box<dyn PmcClassDep>
+        })?;
+        let tsc = KBox::try_new_unsize(hwpmc_tsc::TscClass, Wait::WaitOk, |b| {
+            b as alloc::boxed::Box<dyn PmcClassDep>
+        })?;
+        let mut npmc = 0;
+        for dep in [soft, tsc] {
+            let num = dep.num();
+            let _ = classes.push_within_capacity(ClassSlot {
+                dep,
+                first_ri: npmc,
+            });
+            npmc += num;
+        }
+        let pcpu = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| {
+            SpinMutex::new("pmc-pcpu", KVec::new())
+        })?;
+        for cpu in 0..ncpu {
+            if !kpi::cpu::exists(cpu) {
+                continue;
+            }
+            let mut rows: KVec<PhwRow> = KVec::with_capacity(npmc as usize, Wait::WaitOk)?;
+            for _ in 0..npmc {
+                let _ = rows.push_within_capacity(PhwRow {
+                    enabled: true,
+                    pmc: None,
+                    saved: 0,
+                });
+            }
+            *pcpu[cpu as usize].lock() = rows;
+            for slot in classes.iter() {
+                slot.dep.pcpu_init(cpu)?;
+            }
+        }
+        let rowdisp = KVec::from_fn(npmc as usize, Wait::WaitOk, |_| 0i32)?;
+        let owners = KVec::new();
+        let procs = PidHash::new(tun.hashsize, Wait::WaitOk)?;
+        let mut knobs = KVec::with_capacity(8, Wait::WaitOk)?;
+        for (name, value) in [
+            ("kern.hwpmc.hashsize", tun.hashsize as i64),
+            ("kern.hwpmc.nsamples", tun.nsamples as i64),
+            ("kern.hwpmc.callchaindepth", tun.callchaindepth as i64),
+            ("kern.hwpmc.mtxpoolsize", tun.mtxpoolsize as i64),
+            ("kern.hwpmc.logbuffersize", tun.logbuffersize as i64),
+            ("kern.hwpmc.nbuffers_pcpu", tun.nbuffers_pcpu as i64),
+        ] {
+            let _ = knobs.push_within_capacity(IntKnob::new(name, value));
+        }
+        let mincount = IntKnob::new(
+            "kern.hwpmc.mincount",
+            kpi::sysctl::tunable_int("kern.hwpmc.mincount").unwrap_or(PMC_MINCOUNT),
+        );
+        let driver = KArc::try_new(
+            Hwpmc {
+                tun,
+                cputype: PmcCputype::Generic,
+                classes,
+                npmc,
+                ncpu,
+                core: Sx::new("pmc-sx", Core { owners, rowdisp }),
+                procs: SpinMutex::new("pmc-processhash", procs),
+                pcpu,
+                stats: Stats::default(),
+                unloading: AtomicBool::new(false),
+                mincount,
+                _knobs: knobs,
+            },
+            Wait::WaitOk,
+        )?;
+
+        let d = driver.clone();
+        let syscall = kpi::syscall_register(Arc::new(move |args: &[u64]| d.syscall(args)));
+        let d = driver.clone();
+        kpi::hooks::set_pmc_hook(Some(Arc::new(move |h: &Hook| d.hook(h))));
+        let d = driver.clone();
+        let events = kpi::hooks::eventhandler_register(Arc::new(move |e: &KernelEvent| d.event(e)));
+
+        let mut banner = String::from("hwpmc:");
+        for slot in driver.classes.iter() {
+            let dep = &slot.dep;
+            if dep.num() == 0 {
+                continue;
+            }
+            let _ = write!(
+                banner,
+                " {}/{}/{}/{}",
+                dep.class().name(),
+                dep.num(),
+                dep.width(),
+                caps_text(dep.caps())
+            );
+        }
+        kpi::printf(&banner);
+        Ok(Module {
+            driver,
+            syscall,
+            _events: events,
+        })
+    }
+
+    /// The dynamic system call number (what modstat(2) reports).
+    pub fn syscall_number(&self) -> u32 {
+        self.syscall
+    }
+
+    /// The driver, for inspection.
+    pub fn driver(&self) -> &Hwpmc {
+        &self.driver
+    }
+
+    /// Module unload (`pmc_cleanup`): unhooks the driver, releases every
+    /// owner's PMCs and sends it SIGBUS, and frees all state.
+    pub fn unload(self) {
+        let d = &self.driver;
+        d.unloading.store(true, Ordering::Release);
+        kpi::hooks::set_pmc_hook(None);
+        kpi::syscall_deregister(self.syscall);
+        {
+            let mut core = d.core.lock();
+            while let Some(last) = core.owners.len().checked_sub(1) {
+                let pid = core.owners[last].pid;
+                d.remove_owner_at(&mut core, last);
+                kpi::proc::psignal(pid, kpi::proc::SIGBUS);
+            }
+        }
+        for cpu in 0..d.ncpu {
+            if kpi::cpu::exists(cpu) {
+                for slot in d.classes.iter() {
+                    slot.dep.pcpu_fini(cpu);
+                }
+            }
+        }
+        // The closures registered above hold references; dropping the
+        // registrations (done) and `self` frees the driver.
+        drop(self);
+    }
+}
+
+impl Hwpmc {
+    /// The validated tunables.
+    pub fn tunables(&self) -> Tunables {
+        self.tun
+    }
+
+    /// Rows per CPU over all classes (`pmd_npmc`).
+    pub fn npmc(&self) -> u32 {
+        self.npmc
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The class that owns global row `ri` and the row index within it.
+    fn ri_to_class(&self, ri: u32) -> Option<(&dyn PmcClassDep, u32)> {
+        self.classes
+            .iter()
+            .find(|s| ri >= s.first_ri && ri < s.first_ri + s.dep.num())
+            .map(|s| (&*s.dep, ri - s.first_ri))
+    }
+
+    fn class_of(&self, class: u32) -> Option<&ClassSlot> {
+        self.classes.iter().find(|s| s.dep.class().raw() == class)
+    }
+
+    /// The system call: `args[0]` is the operation, `args[1]` the user
+    /// pointer to its argument.
+    fn syscall(&self, args: &[u64]) -> KResult<i64> {
+        if self.unloading.load(Ordering::Acquire) {
+            return Err(ENOSYS);
+        }
+        let op = args.first().copied().unwrap_or(u64::MAX) as i32;
+        let arg = kpi::uio::UserPtr(args.get(1).copied().unwrap_or(0));
+        self.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+        let r = match PmcOp::from_raw(op as u32).filter(|_| op >= 0) {
+            Some(op) => self.dispatch(op, arg),
+            None => Err(EINVAL),
+        };
+        if r.is_err() {
+            self.stats.syscall_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        r.map(|()| 0)
+    }
+
+    fn hook(&self, h: &Hook) {
+        match *h {
+            Hook::CswIn => self.csw_in(),
+            Hook::CswOut => self.csw_out(),
+            Hook::SoftSampling { ev, cpu } => {
+                for slot in self.classes.iter() {
+                    if slot.dep.class() == PmcClass::Soft {
+                        slot.dep.soft_event(cpu, ev, &self.stats);
+                    }
+                }
+            }
+            Hook::ProcessExec {
+                credentials_changed,
+                ..
+            } => self.process_exec(credentials_changed),
+            Hook::ThrCreate | Hook::ThrExit => {}
+        }
+    }
+
+    fn event(&self, e: &KernelEvent) {
+        match *e {
+            KernelEvent::ProcessFork { parent, child } => self.process_fork(parent, child),
+            KernelEvent::ProcessExit { pid } => self.process_exit(pid),
+        }
+    }
+}
+
+/// Convenience for errno comparisons in callers.
+pub fn errno_name(e: Errno) -> &'static str {
+    e.name()
+}

@@ -1,0 +1,1249 @@
+//! The operations of the hwpmc system call, and the context-switch, fork,
+//! exec and exit handling that keeps process PMCs on their targets.
+
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::Ordering;
+
+use kpi::KResult;
+use kpi::errno::*;
+use kpi::malloc::{KArc, KBox, KVec, Wait};
+use kpi::proc::{P_HWPMC, PRIV_PMC_MANAGE, PRIV_PMC_SYSTEM, Pid, SIGIO};
+use kpi::uio::{UserPtr, copyin, copyout};
+use uapi::Plain;
+use uapi::pmc::*;
+use uapi::pmc_events::{PMC_EV_SOFT_FIRST, PMC_EV_SOFT_LAST};
+
+use crate::hwpmc_class::{AllocRequest, PmcClassDep};
+use crate::procs::{PidHash, PmcProcess};
+use crate::{Core, Hwpmc, OwnedPmc, Owner, Pmc, PmcVals};
+
+/// Flags a user may pass to PMCALLOCATE.
+const ALLOCATE_FLAGS: PmcFlags = PmcFlags::DESCENDANTS
+    .union(PmcFlags::LOG_PROCCSW)
+    .union(PmcFlags::LOG_PROCEXIT)
+    .union(PmcFlags::CALLCHAIN)
+    .union(PmcFlags::USERCALLCHAIN)
+    .union(PmcFlags::EV_PMU);
+
+/// Where an owner's PMC sits in `Core`.
+#[derive(Debug, Clone, Copy)]
+struct At {
+    owner: usize,
+    pmc: usize,
+}
+
+fn width_mask(width: u32) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    }
+}
+
+impl Hwpmc {
+    pub(crate) fn dispatch(&self, op: PmcOp, arg: UserPtr) -> KResult<()> {
+        if op == PmcOp::Getpmcinfo {
+            // Read-only: taken shared, as FreeBSD downgrades pmc_sx.
+            let core = self.core.lock_shared();
+            return self.op_getpmcinfo(&core, arg);
+        }
+        let mut core = self.core.lock();
+        let core = &mut *core;
+        match op {
+            PmcOp::Configurelog => self.op_configurelog(core, arg),
+            PmcOp::Flushlog => self.op_flushlog(core),
+            PmcOp::Closelog => self.op_closelog(core),
+            PmcOp::Writelog => self.op_writelog(core, arg),
+            PmcOp::Getcpuinfo => self.op_getcpuinfo(arg),
+            PmcOp::Getdriverstats => self.op_getdriverstats(arg),
+            PmcOp::Getmoduleversion => op_getmoduleversion(arg),
+            PmcOp::Getpmcinfo => Err(EINVAL),
+            PmcOp::Pmcadmin => self.op_pmcadmin(core, arg),
+            PmcOp::Pmcallocate => self.op_pmcallocate(core, arg),
+            PmcOp::Pmcattach => self.op_pmcattach(core, arg),
+            PmcOp::Pmcdetach => self.op_pmcdetach(core, arg),
+            PmcOp::Pmcgetmsr => self.op_pmcgetmsr(core, arg),
+            PmcOp::Pmcrelease => self.op_pmcrelease(core, arg),
+            PmcOp::Pmcrw => self.op_pmcrw(core, arg),
+            PmcOp::Pmcsetcount => self.op_pmcsetcount(core, arg),
+            PmcOp::Pmcstart => self.op_pmcstart(core, arg),
+            PmcOp::Pmcstop => self.op_pmcstop(core, arg),
+            PmcOp::Getdyneventinfo => self.op_getdyneventinfo(arg),
+            PmcOp::Getcaps => self.op_getcaps(core, arg),
+        }
+    }
+
+    // ----- lookups -------------------------------------------------------
+
+    fn owner_index(core: &Core, pid: Pid) -> Option<usize> {
+        core.owners.iter().position(|o| o.pid == pid)
+    }
+
+    fn pmc_at(core: &Core, at: At) -> &OwnedPmc {
+        &core.owners[at.owner].pmcs[at.pmc]
+    }
+
+    /// `pmc_find_pmc`: the caller's PMC with id `id`. A process that owns
+    /// nothing gets ESRCH, except a descendant of an owner whose
+    /// self-attached DESCENDANTS PMC follows it; an unknown id of an owner
+    /// gets EINVAL.
+    fn find_pmc(&self, core: &Core, id: PmcId) -> KResult<At> {
+        let ri = pmc_id_to_rowindex(id);
+        if ri >= self.npmc {
+            return Err(EINVAL);
+        }
+        let me = kpi::proc::curproc();
+        let owner = match Self::owner_index(core, me) {
+            Some(o) => o,
+            None => {
+                let inherited = {
+                    let procs = self.procs.lock();
+                    let pp = procs.get(me).ok_or(ESRCH)?;
+                    let pm = pp.slots[ri as usize].pmc.as_ref().ok_or(ESRCH)?;
+                    let need = PmcFlags::ATTACHED_TO_OWNER | PmcFlags::DESCENDANTS;
+                    if !pm.vals().flags.contains(need) {
+                        return Err(ESRCH);
+                    }
+                    pm.owner
+                };
+                Self::owner_index(core, inherited).ok_or(ESRCH)?
+            }
+        };
+        let pmc = core.owners[owner]
+            .pmcs
+            .iter()
+            .position(|p| p.pmc.id == id)
+            .ok_or(EINVAL)?;
+        Ok(At { owner, pmc })
+    }
+
+    fn classdep(&self, ri: u32) -> KResult<(&dyn PmcClassDep, u32)> {
+        self.ri_to_class(ri).ok_or(EINVAL)
+    }
+
+    // ----- informational operations -------------------------------------
+
+    fn op_getcpuinfo(&self, arg: UserPtr) -> KResult<()> {
+        let mut gci = PmcOpGetcpuinfo::zeroed();
+        gci.pm_cputype = self.cputype.raw();
+        gci.pm_ncpu = self.ncpu;
+        gci.pm_npmc = self.npmc;
+        gci.pm_nclass = self.classes.len() as u32;
+        for (info, slot) in gci.pm_classes.iter_mut().zip(self.classes.iter()) {
+            *info = PmcClassinfo {
+                pm_class: slot.dep.class().raw(),
+                pm_caps: slot.dep.caps().bits(),
+                pm_width: slot.dep.width(),
+                pm_num: slot.dep.num(),
+            };
+        }
+        copyout(&gci, arg)
+    }
+
+    fn op_getdriverstats(&self, arg: UserPtr) -> KResult<()> {
+        let s = &self.stats;
+        let get = |c: &core::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as u32;
+        let gms = PmcOpGetdriverstats {
+            pm_intr_ignored: get(&s.intr_ignored),
+            pm_intr_processed: get(&s.intr_processed),
+            pm_intr_bufferfull: get(&s.intr_bufferfull),
+            pm_syscalls: get(&s.syscalls),
+            pm_syscall_errors: get(&s.syscall_errors),
+            pm_buffer_requests: get(&s.buffer_requests),
+            pm_buffer_requests_failed: get(&s.buffer_requests_failed),
+            pm_log_sweeps: get(&s.log_sweeps),
+        };
+        copyout(&gms, arg)
+    }
+
+    fn op_getpmcinfo(&self, core: &Core, arg: UserPtr) -> KResult<()> {
+        let cpu = copyin::<i32>(arg)?;
+        if cpu < 0 || cpu as u32 >= self.ncpu {
+            return Err(EINVAL);
+        }
+        let cpu = cpu as u32;
+        if !kpi::cpu::is_active(cpu) {
+            return Err(ENXIO);
+        }
+        let base = arg.offset(offset_of!(PmcOpGetpmcinfo, pm_pmcs));
+        for ri in 0..self.npmc {
+            let (dep, adjri) = self.classdep(ri)?;
+            let mut info = PmcInfo::zeroed();
+            info.pm_name = dep.row_name(adjri);
+            info.pm_class = dep.class().raw();
+            let disp = core.rowdisp[ri as usize];
+            info.pm_rowdisp = match disp {
+                d if d < 0 => PmcDisp::Standalone,
+                d if d > 0 => PmcDisp::Thread,
+                _ => PmcDisp::Free,
+            }
+            .raw();
+            info.pm_ownerpid = -1;
+            let (enabled, pm) = {
+                let rows = self.pcpu[cpu as usize].lock();
+                let row = &rows[ri as usize];
+                (
+                    row.enabled,
+                    if row.enabled { row.pmc.clone() } else { None },
+                )
+            };
+            info.pm_enabled = enabled as i32;
+            if let Some(pm) = pm {
+                let v = pm.vals();
+                info.pm_ownerpid = pm.owner as i32;
+                info.pm_mode = pm.mode.raw();
+                info.pm_event = pm.event;
+                info.pm_flags = v.flags.bits();
+                if pm.mode.is_sampling() {
+                    info.pm_reloadcount = v.reloadcount;
+                }
+            }
+            copyout(&info, base.offset(ri as usize * size_of::<PmcInfo>()))?;
+        }
+        Ok(())
+    }
+
+    fn op_getdyneventinfo(&self, arg: UserPtr) -> KResult<()> {
+        let class = copyin::<u32>(arg)?;
+        if class != PmcClass::Soft.raw() {
+            return Err(EINVAL);
+        }
+        let mut events = kpi::kern_pmc::soft_events();
+        events.retain(|(_, code)| (PMC_EV_SOFT_FIRST..=PMC_EV_SOFT_LAST).contains(code));
+        events.sort_by_key(|e| e.1);
+        let base = arg.offset(offset_of!(PmcOpGetdyneventinfo, pm_events));
+        for (i, (name, code)) in events
+            .iter()
+            .enumerate()
+            .take(uapi::pmc::PMC_EV_DYN_COUNT as usize)
+        {
+            let mut d = PmcDynEventDescr {
+                pm_ev_name: [0; PMC_NAME_MAX],
+                pm_ev_code: *code,
+            };
+            set_c_field_str(&mut d.pm_ev_name, name.as_bytes());
+            copyout(&d, base.offset(i * size_of::<PmcDynEventDescr>()))?;
+        }
+        copyout(
+            &(events.len() as u32),
+            arg.offset(offset_of!(PmcOpGetdyneventinfo, pm_nevent)),
+        )
+    }
+
+    fn op_getcaps(&self, core: &Core, arg: UserPtr) -> KResult<()> {
+        let req = copyin::<PmcOpCaps>(arg)?;
+        let at = self.find_pmc(core, req.pm_pmcid)?;
+        let pm = &Self::pmc_at(core, at).pmc;
+        let (dep, adjri) = self.classdep(pm.ri)?;
+        let caps = dep.get_caps(adjri);
+        copyout(&caps.bits(), arg.offset(offset_of!(PmcOpCaps, pm_caps)))
+    }
+
+    // ----- administration ------------------------------------------------
+
+    fn op_pmcadmin(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        kpi::proc::priv_check(PRIV_PMC_MANAGE)?;
+        let pma = copyin::<PmcOpPmcadmin>(arg)?;
+        if pma.pm_cpu < 0 || pma.pm_cpu as u32 >= self.ncpu {
+            return Err(EINVAL);
+        }
+        let cpu = pma.pm_cpu as u32;
+        if !kpi::cpu::is_active(cpu) {
+            return Err(ENXIO);
+        }
+        let request = PmcState::from_raw(pma.pm_state)
+            .filter(|s| matches!(s, PmcState::Disabled | PmcState::Free));
+        let request = request.ok_or(EINVAL)?;
+        if pma.pm_pmc < 0 || pma.pm_pmc as u32 >= self.npmc {
+            return Err(EINVAL);
+        }
+        let ri = pma.pm_pmc as usize;
+        if core.rowdisp[ri] > 0 && request == PmcState::Disabled {
+            return Err(EBUSY);
+        }
+        let mut rows = self.pcpu[cpu as usize].lock();
+        let row = &mut rows[ri];
+        if row.pmc.is_some() {
+            return Err(EBUSY);
+        }
+        match request {
+            PmcState::Disabled if row.enabled => {
+                row.enabled = false;
+                core.rowdisp[ri] -= 1;
+            }
+            PmcState::Free if !row.enabled => {
+                row.enabled = true;
+                core.rowdisp[ri] += 1;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    // ----- allocation ----------------------------------------------------
+
+    fn can_allocate_row(core: &Core, ri: u32, mode: PmcMode) -> bool {
+        let disp = core.rowdisp[ri as usize];
+        disp == 0 || (mode.is_virtual() && disp > 0) || (mode.is_system() && disp < 0)
+    }
+
+    /// `pmc_can_allocate_rowindex`: the caller owns no process PMC on the
+    /// row, no system PMC on the row and CPU, and is no PMC's target there.
+    fn can_allocate_rowindex(&self, core: &Core, pid: Pid, ri: u32, cpu: u32) -> bool {
+        if let Some(o) = Self::owner_index(core, pid) {
+            for p in core.owners[o].pmcs.iter() {
+                if p.pmc.ri == ri && (p.pmc.mode.is_virtual() || p.pmc.cpu == cpu) {
+                    return false;
+                }
+            }
+        }
+        let procs = self.procs.lock();
+        procs
+            .get(pid)
+            .is_none_or(|pp| pp.slots[ri as usize].pmc.is_none())
+    }
+
+    fn op_pmcallocate(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let pa = copyin::<PmcOpPmcallocate>(arg)?;
+        let mode = PmcMode::from_raw(pa.pm_mode).ok_or(EINVAL)?;
+        let cpu = pa.pm_cpu;
+        if cpu != PMC_CPU_ANY && cpu >= self.ncpu {
+            return Err(EINVAL);
+        }
+        if (mode.is_virtual() && cpu != PMC_CPU_ANY) || (mode.is_system() && cpu == PMC_CPU_ANY) {
+            return Err(EINVAL);
+        }
+        if mode.is_system() && !kpi::cpu::is_active(cpu) {
+            return Err(ENXIO);
+        }
+        if mode.is_system() {
+            if kpi::proc::jailed() {
+                return Err(EPERM);
+            }
+            if kpi::sysctl::kernel_int("security.bsd.unprivileged_syspmcs").unwrap_or(0) == 0 {
+                kpi::proc::priv_check(PRIV_PMC_SYSTEM)?;
+            }
+        }
+        let flags = PmcFlags::from_bits(pa.pm_flags)
+            .filter(|f| ALLOCATE_FLAGS.contains(*f))
+            .ok_or(EINVAL)?;
+        if flags.contains(PmcFlags::USERCALLCHAIN) && !flags.contains(PmcFlags::CALLCHAIN) {
+            return Err(EINVAL);
+        }
+        if flags.contains(PmcFlags::USERCALLCHAIN) && !mode.is_sampling() {
+            return Err(EINVAL);
+        }
+        if mode.is_system() && flags.intersects(PmcFlags::LOG_PROCCSW | PmcFlags::LOG_PROCEXIT) {
+            return Err(EINVAL);
+        }
+        let mut caps = PmcCaps::from_bits_retain(pa.pm_caps);
+        if mode.is_sampling() {
+            caps |= PmcCaps::INTERRUPT;
+        }
+        let slot = self.class_of(pa.pm_class).ok_or(EINVAL)?;
+        if !slot.dep.caps().contains(caps) {
+            return Err(EOPNOTSUPP);
+        }
+        let me = kpi::proc::curproc();
+        let req = AllocRequest {
+            mode,
+            caps,
+            raw: &pa,
+        };
+
+        // Find a row whose class accepts the request.
+        let mut chosen = None;
+        for ri in slot.first_ri..self.npmc {
+            let (dep, adjri) = self.classdep(ri)?;
+            if !Self::can_allocate_row(core, ri, mode) {
+                continue;
+            }
+            let on_cpu = if mode.is_system() { cpu } else { PMC_CPU_ANY };
+            if !self.can_allocate_rowindex(core, me, ri, on_cpu) {
+                continue;
+            }
+            if mode.is_system() {
+                let rows = self.pcpu[cpu as usize].lock();
+                if rows[ri as usize].pmc.is_some() && !dep.shareable() {
+                    continue;
+                }
+            }
+            let _bind = mode.is_system().then(|| kpi::cpu::bind(cpu));
+            let on = if mode.is_system() {
+                cpu
+            } else {
+                kpi::cpu::curcpu()
+            };
+            if dep.allocate_pmc(on, adjri, &req).is_ok() {
+                chosen = Some((ri, dep, adjri));
+                break;
+            }
+        }
+        let (ri, dep, adjri) = chosen.ok_or(EINVAL)?;
+
+        let mut pflags = flags;
+        if mode == PmcMode::Ss || flags.intersects(PmcFlags::LOG_PROCCSW | PmcFlags::LOG_PROCEXIT) {
+            pflags |= PmcFlags::NEEDS_LOGFILE;
+        }
+        let (reloadcount, initial) = if mode.is_sampling() {
+            let min = self.mincount.get().max(1) as u64;
+            (pa.pm_count.max(min), 0)
+        } else {
+            (0, pa.pm_count)
+        };
+        let class = dep.class();
+        let id = pmc_id_make_id(cpu, mode.raw(), class.raw(), ri);
+        // Everything that can fail to allocate, before any state changes.
+        let pmc = KArc::try_new(
+            Pmc {
+                id,
+                event: pa.pm_ev,
+                mode,
+                class,
+                caps,
+                ri,
+                cpu,
+                owner: me,
+                md: pa.pm_md,
+                vals: kpi::sync::SpinMutex::new(
+                    "pmc-pool",
+                    PmcVals {
+                        state: PmcState::Allocated,
+                        flags: pflags,
+                        savedvalue: 0,
+                        reloadcount,
+                        initial,
+                        runcount: 0,
+                    },
+                ),
+            },
+            Wait::WaitOk,
+        )?;
+        let owner = match Self::owner_index(core, me) {
+            Some(o) => o,
+            None => {
+                core.owners.try_reserve(1, Wait::WaitOk)?;
+                let pmcs = KVec::with_capacity(1, Wait::WaitOk)?;
+                let o = KBox::try_new(
+                    Owner {
+                        pid: me,
+                        pmcs,
+                        owns_log: false,
+                        sscount: 0,
+                    },
+                    Wait::WaitOk,
+                )?;
+                let _ = core.owners.push_within_capacity(o);
+                core.owners.len() - 1
+            }
+        };
+        if let Err(e) = core.owners[owner].pmcs.try_reserve(1, Wait::WaitOk) {
+            self.maybe_remove_owner(core, owner);
+            return Err(e);
+        }
+
+        if mode.is_system() {
+            let _bind = kpi::cpu::bind(cpu);
+            let mut rows = self.pcpu[cpu as usize].lock();
+            let row = &mut rows[ri as usize];
+            if !row.enabled || dep.config_pmc(cpu, adjri, Some(&pmc)).is_err() {
+                drop(rows);
+                let _ = dep.release_pmc(cpu, adjri, &pmc);
+                self.maybe_remove_owner(core, owner);
+                return Err(EPERM);
+            }
+            row.pmc = Some(pmc.clone());
+            core.rowdisp[ri as usize] -= 1;
+        } else {
+            core.rowdisp[ri as usize] += 1;
+        }
+        let _ = core.owners[owner].pmcs.push_within_capacity(OwnedPmc {
+            pmc,
+            targets: KVec::new(),
+            msr_taken: false,
+        });
+        kpi::proc::set_flags(me, P_HWPMC, 0);
+        copyout(&id, arg.offset(offset_of!(PmcOpPmcallocate, pm_pmcid)))
+    }
+
+    /// `pmc_maybe_remove_owner`: an owner with no PMCs and no log goes.
+    fn maybe_remove_owner(&self, core: &mut Core, owner: usize) {
+        if core.owners[owner].pmcs.is_empty() && !core.owners[owner].owns_log {
+            core.owners.swap_remove(owner);
+        }
+    }
+
+    // ----- attach and detach --------------------------------------------
+
+    fn op_pmcattach(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let a = copyin::<PmcOpPmcattach>(arg)?;
+        if a.pm_pid < 0 {
+            return Err(EINVAL);
+        }
+        let at = self.find_pmc(core, a.pm_pmc)?;
+        let pid = if a.pm_pid == 0 {
+            kpi::proc::curproc()
+        } else {
+            a.pm_pid as u32
+        };
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        if pm.mode.is_system() {
+            return Err(EINVAL);
+        }
+        match pm.state() {
+            PmcState::Running => return Err(EBUSY),
+            PmcState::Allocated | PmcState::Stopped => {}
+            _ => return Err(EINVAL),
+        }
+        let p = kpi::proc::pfind(pid).filter(|p| !p.zombie).ok_or(ESRCH)?;
+        kpi::proc::p_candebug(p.pid).map_err(|e| if e == ESRCH { ESRCH } else { EPERM })?;
+        self.attach_process(core, at, pid)
+    }
+
+    fn op_pmcdetach(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let a = copyin::<PmcOpPmcattach>(arg)?;
+        if a.pm_pid < 0 {
+            return Err(EINVAL);
+        }
+        let at = self.find_pmc(core, a.pm_pmc)?;
+        if Self::pmc_at(core, at).pmc.mode.is_system() {
+            return Err(EINVAL);
+        }
+        let pid = if a.pm_pid == 0 {
+            kpi::proc::curproc()
+        } else {
+            a.pm_pid as u32
+        };
+        kpi::proc::pfind(pid).filter(|p| !p.zombie).ok_or(ESRCH)?;
+        self.detach_process(core, at, pid)
+    }
+
+    /// The process and its live descendants, parents first.
+    fn subtree(pid: Pid) -> KResult<KVec<Pid>> {
+        let mut out = KVec::with_capacity(1, Wait::WaitOk)?;
+        out.try_push(pid, Wait::WaitOk)?;
+        let mut i = 0;
+        while i < out.len() {
+            for child in kpi::proc::children(out[i]) {
+                out.try_push(child, Wait::WaitOk)?;
+            }
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    /// `pmc_attach_process`: attaches to `pid`, and with DESCENDANTS to its
+    /// whole subtree; on a failure undoes what this call attached.
+    fn attach_process(&self, core: &mut Core, at: At, pid: Pid) -> KResult<()> {
+        let (pm, msr_taken) = {
+            let o = Self::pmc_at(core, at);
+            (o.pmc.clone(), o.msr_taken)
+        };
+        // A PMC whose RDPMC index was handed out stays with its owner.
+        if msr_taken && pid != pm.owner {
+            return Err(EPERM);
+        }
+        if !pm.vals().flags.contains(PmcFlags::DESCENDANTS) {
+            return self.attach_one(core, at, pid);
+        }
+        let procs = Self::subtree(pid)?;
+        for (n, &p) in procs.iter().enumerate() {
+            if let Err(e) = self.attach_one(core, at, p) {
+                for &q in procs[..n].iter() {
+                    let _ = self.detach_one(core, at, q);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// `pmc_attach_one_process`.
+    fn attach_one(&self, core: &mut Core, at: At, pid: Pid) -> KResult<()> {
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        let ri = pm.ri as usize;
+        // Allocate first: a descriptor if the process has none, and room
+        // in the PMC's target list.
+        let exists = self.procs.lock().get(pid).is_some();
+        let fresh = if exists {
+            None
+        } else {
+            Some(PidHash::prepare(
+                pid,
+                PmcProcess::new(self.npmc, Wait::WaitOk)?,
+                Wait::WaitOk,
+            )?)
+        };
+        core.owners[at.owner].pmcs[at.pmc]
+            .targets
+            .try_reserve(1, Wait::WaitOk)?;
+        {
+            let mut procs = self.procs.lock();
+            if let Some(node) = fresh {
+                procs.insert(node);
+            }
+            let Some(pp) = procs.get_mut(pid) else {
+                return Err(ESRCH);
+            };
+            match &pp.slots[ri].pmc {
+                Some(cur) if KArc::ptr_eq(cur, &pm) => return Err(EEXIST),
+                Some(_) => return Err(EBUSY),
+                None => {}
+            }
+            pp.slots[ri].pmc = Some(pm.clone());
+            pp.slots[ri].pmcval = if pm.mode == PmcMode::Ts {
+                pm.vals().reloadcount
+            } else {
+                0
+            };
+            pp.refcnt += 1;
+        }
+        let _ = core.owners[at.owner].pmcs[at.pmc]
+            .targets
+            .push_within_capacity(pid);
+        pm.update(|v| {
+            if pid == pm.owner {
+                v.flags |= PmcFlags::ATTACHED_TO_OWNER;
+            } else if pm.mode.is_sampling() && !v.flags.contains(PmcFlags::ATTACHED_TO_OWNER) {
+                v.flags |= PmcFlags::NEEDS_LOGFILE;
+            }
+            v.flags |= PmcFlags::ATTACH_DONE;
+        });
+        kpi::proc::set_flags(pid, P_HWPMC, 0);
+        Ok(())
+    }
+
+    /// `pmc_detach_process`: without DESCENDANTS, detaches from `pid`;
+    /// with it, from the whole subtree, ignoring processes that were not
+    /// attached. With no target left, a later START re-attaches the owner.
+    fn detach_process(&self, core: &mut Core, at: At, pid: Pid) -> KResult<()> {
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        if !pm.vals().flags.contains(PmcFlags::DESCENDANTS) {
+            return self.detach_one(core, at, pid);
+        }
+        for p in Self::subtree(pid)?.iter() {
+            let _ = self.detach_one(core, at, *p);
+        }
+        if Self::pmc_at(core, at).targets.is_empty() {
+            pm.update(|v| v.flags.remove(PmcFlags::ATTACH_DONE));
+        }
+        Ok(())
+    }
+
+    /// `pmc_detach_one_process`.
+    fn detach_one(&self, core: &mut Core, at: At, pid: Pid) -> KResult<()> {
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        let removed = {
+            let mut procs = self.procs.lock();
+            let pp = procs.get_mut(pid).ok_or(ESRCH)?;
+            let slot = &mut pp.slots[pm.ri as usize];
+            if !slot.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)) {
+                return Err(EINVAL);
+            }
+            slot.pmc = None;
+            slot.pmcval = 0;
+            pp.refcnt -= 1;
+            if pid == pm.owner {
+                pp.msr_access = false;
+            }
+            if pp.refcnt == 0 {
+                procs.remove(pid)
+            } else {
+                None
+            }
+        };
+        drop(removed);
+        self.unlink_target(core, at, pid);
+        Ok(())
+    }
+
+    /// Drops `pid` from the PMC's targets; the owner gets SIGIO when the
+    /// last one goes.
+    fn unlink_target(&self, core: &mut Core, at: At, pid: Pid) {
+        let owned = &mut core.owners[at.owner].pmcs[at.pmc];
+        let pm = owned.pmc.clone();
+        owned.targets.retain(|&t| t != pid);
+        if pid == pm.owner {
+            pm.update(|v| v.flags.remove(PmcFlags::ATTACHED_TO_OWNER));
+            owned.msr_taken = false;
+        }
+        if owned.targets.is_empty() {
+            kpi::proc::psignal(pm.owner, SIGIO);
+        }
+        let still_target = self.procs.lock().get(pid).is_some();
+        if !still_target && Self::owner_index(core, pid).is_none() {
+            kpi::proc::set_flags(pid, 0, P_HWPMC);
+        }
+    }
+
+    // ----- start, stop, read, write -------------------------------------
+
+    fn op_pmcstart(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let sp = copyin::<PmcOpSimple>(arg)?;
+        let at = self.find_pmc(core, sp.pm_pmcid)?;
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        match pm.state() {
+            PmcState::Running => return Ok(()),
+            PmcState::Stopped | PmcState::Allocated => {}
+            _ => return Err(EINVAL),
+        }
+        let owner_has_log = core.owners[at.owner].owns_log;
+        if pm.vals().flags.contains(PmcFlags::NEEDS_LOGFILE) && !owner_has_log {
+            return Err(EDOOFUS);
+        }
+        if pm.mode.is_virtual() {
+            if Self::pmc_at(core, at).targets.is_empty() {
+                if pm.vals().flags.contains(PmcFlags::ATTACH_DONE) {
+                    return Err(ESRCH);
+                }
+                self.attach_process(core, at, pm.owner)?;
+            }
+            pm.update(|v| v.state = PmcState::Running);
+            if pm.vals().flags.contains(PmcFlags::ATTACHED_TO_OWNER) {
+                // Reload the owner's thread so the PMC goes on its CPU now.
+                kpi::proc::force_context_switch();
+            }
+            return Ok(());
+        }
+        let cpu = pm.cpu;
+        if !kpi::cpu::is_active(cpu) {
+            return Err(ENXIO);
+        }
+        if pm.mode == PmcMode::Ss {
+            core.owners[at.owner].sscount += 1;
+        }
+        let _bind = kpi::cpu::bind(cpu);
+        let (dep, adjri) = self.classdep(pm.ri)?;
+        let v = pm.update(|v| {
+            v.state = PmcState::Running;
+            if pm.mode.is_sampling() {
+                v.reloadcount
+            } else {
+                v.initial
+            }
+        });
+        dep.write_pmc(cpu, adjri, v)?;
+        dep.start_pmc(cpu, adjri, &pm)
+    }
+
+    fn op_pmcstop(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let sp = copyin::<PmcOpSimple>(arg)?;
+        let at = self.find_pmc(core, sp.pm_pmcid)?;
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        match pm.state() {
+            PmcState::Stopped => return Ok(()),
+            PmcState::Running => {}
+            _ => return Err(EINVAL),
+        }
+        pm.update(|v| v.state = PmcState::Stopped);
+        if pm.mode.is_virtual() {
+            // The hardware stops at each target's next switch-out, which
+            // still adds the last slice.
+            return Ok(());
+        }
+        let cpu = pm.cpu;
+        if !kpi::cpu::is_active(cpu) {
+            return Err(ENXIO);
+        }
+        let (dep, adjri) = self.classdep(pm.ri)?;
+        {
+            let _bind = kpi::cpu::bind(cpu);
+            dep.stop_pmc(cpu, adjri, &pm)?;
+            if pm.mode.is_counting() {
+                let now = dep.read_pmc(cpu, adjri)?;
+                pm.update(|v| v.initial = now);
+            }
+        }
+        if pm.mode == PmcMode::Ss {
+            let o = &mut core.owners[at.owner];
+            o.sscount = o.sscount.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    fn op_pmcrw(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let prw = copyin::<PmcOpPmcrw>(arg)?;
+        let flags = PmcFlags::from_bits_retain(prw.pm_flags);
+        if !flags.intersects(PmcFlags::OLDVALUE | PmcFlags::NEWVALUE) {
+            return Err(EINVAL);
+        }
+        let at = self.find_pmc(core, prw.pm_pmcid)?;
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        let state = pm.state();
+        if !matches!(
+            state,
+            PmcState::Allocated | PmcState::Stopped | PmcState::Running
+        ) {
+            return Err(EINVAL);
+        }
+        if state == PmcState::Running && flags.contains(PmcFlags::NEWVALUE) {
+            return Err(EBUSY);
+        }
+        let (dep, adjri) = self.classdep(pm.ri)?;
+        let mut old = 0;
+        if pm.mode.is_virtual() {
+            if Self::pmc_at(core, at).targets.is_empty() {
+                // hwpmc(4): a process PMC with no target is read through
+                // PMCRW only with the owner warned.
+                kpi::proc::psignal(pm.owner, SIGIO);
+            }
+            if flags.contains(PmcFlags::OLDVALUE) {
+                let v = pm.vals();
+                old = v.savedvalue;
+                if v.flags.contains(PmcFlags::ATTACHED_TO_OWNER) && v.state == PmcState::Running {
+                    let cpu = kpi::cpu::curcpu();
+                    let rows = self.pcpu[cpu as usize].lock();
+                    if rows[pm.ri as usize]
+                        .pmc
+                        .as_ref()
+                        .is_some_and(|c| KArc::ptr_eq(c, &pm))
+                    {
+                        old = dep.read_pmc(cpu, adjri)?;
+                    }
+                }
+            }
+            if flags.contains(PmcFlags::NEWVALUE) {
+                pm.update(|v| v.savedvalue = prw.pm_value);
+            }
+        } else {
+            let cpu = pm.cpu;
+            if !kpi::cpu::is_active(cpu) {
+                return Err(ENXIO);
+            }
+            let _bind = kpi::cpu::bind(cpu);
+            if flags.contains(PmcFlags::OLDVALUE) {
+                old = dep.read_pmc(cpu, adjri)?;
+            }
+            if flags.contains(PmcFlags::NEWVALUE) {
+                dep.write_pmc(cpu, adjri, prw.pm_value)?;
+            }
+        }
+        if flags.contains(PmcFlags::OLDVALUE) {
+            copyout(&old, arg.offset(offset_of!(PmcOpPmcrw, pm_value)))?;
+        }
+        Ok(())
+    }
+
+    fn op_pmcsetcount(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let sc = copyin::<PmcOpPmcsetcount>(arg)?;
+        let at = self.find_pmc(core, sc.pm_pmcid)?;
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        if pm.state() == PmcState::Running {
+            return Err(EBUSY);
+        }
+        if pm.mode.is_sampling() {
+            let min = self.mincount.get().max(1) as u64;
+            pm.update(|v| v.reloadcount = sc.pm_count.max(min));
+        } else {
+            pm.update(|v| v.initial = sc.pm_count);
+        }
+        Ok(())
+    }
+
+    fn op_pmcgetmsr(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let gm = copyin::<PmcOpGetmsr>(arg)?;
+        let at = self.find_pmc(core, gm.pm_pmcid)?;
+        let owned = Self::pmc_at(core, at);
+        let pm = owned.pmc.clone();
+        if !pm.mode.is_virtual() || pm.vals().flags.contains(PmcFlags::DESCENDANTS) {
+            return Err(EINVAL);
+        }
+        if owned.targets.len() != 1 || owned.targets[0] != pm.owner {
+            return Err(EINVAL);
+        }
+        let (dep, adjri) = self.classdep(pm.ri)?;
+        let msr = dep.get_msr(adjri)?;
+        copyout(
+            &PmcOpGetmsr {
+                pm_msr: msr,
+                pm_pmcid: gm.pm_pmcid,
+            },
+            arg,
+        )?;
+        core.owners[at.owner].pmcs[at.pmc].msr_taken = true;
+        if let Some(pp) = self.procs.lock().get_mut(pm.owner) {
+            pp.msr_access = true;
+        }
+        kpi::proc::force_context_switch();
+        Ok(())
+    }
+
+    // ----- release -------------------------------------------------------
+
+    fn op_pmcrelease(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let sp = copyin::<PmcOpSimple>(arg)?;
+        let at = self.find_pmc(core, sp.pm_pmcid)?;
+        self.release_pmc(core, at);
+        self.maybe_remove_owner(core, at.owner);
+        Ok(())
+    }
+
+    /// `pmc_release_pmc_descriptor` and removal from the owner: stops the
+    /// PMC, takes it off every CPU, detaches it from every target and
+    /// gives the row back.
+    fn release_pmc(&self, core: &mut Core, at: At) {
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        let Ok((dep, adjri)) = self.classdep(pm.ri) else {
+            return;
+        };
+        let was = pm.update(|v| core::mem::replace(&mut v.state, PmcState::Deleted));
+        if pm.mode.is_system() {
+            let cpu = pm.cpu;
+            let _bind = kpi::cpu::bind(cpu);
+            if was == PmcState::Running {
+                let _ = dep.stop_pmc(cpu, adjri, &pm);
+            }
+            let mut rows = self.pcpu[cpu as usize].lock();
+            let row = &mut rows[pm.ri as usize];
+            if row.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)) {
+                let _ = dep.config_pmc(cpu, adjri, None);
+                row.pmc = None;
+            }
+            drop(rows);
+            if pm.mode == PmcMode::Ss && was == PmcState::Running {
+                let o = &mut core.owners[at.owner];
+                o.sscount = o.sscount.saturating_sub(1);
+            }
+            core.rowdisp[pm.ri as usize] += 1;
+        } else {
+            // Take it off any CPU where a target runs now.
+            for cpu in 0..self.ncpu {
+                let mut rows = self.pcpu[cpu as usize].lock();
+                let Some(row) = rows.get_mut(pm.ri as usize) else {
+                    continue;
+                };
+                if row.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)) {
+                    let _bind = kpi::cpu::bind(cpu);
+                    let _ = dep.stop_pmc(cpu, adjri, &pm);
+                    let _ = dep.config_pmc(cpu, adjri, None);
+                    row.pmc = None;
+                    pm.update(|v| v.runcount = v.runcount.saturating_sub(1));
+                }
+            }
+            while let Some(&pid) = Self::pmc_at(core, at).targets.last() {
+                if self.detach_one(core, at, pid).is_err() {
+                    // The descriptor is gone already; drop the stale entry.
+                    self.unlink_target(core, at, pid);
+                }
+            }
+            core.rowdisp[pm.ri as usize] -= 1;
+        }
+        let _ = dep.release_pmc(
+            if pm.mode.is_system() {
+                pm.cpu
+            } else {
+                kpi::cpu::curcpu()
+            },
+            adjri,
+            &pm,
+        );
+        core.owners[at.owner].pmcs.remove(at.pmc);
+    }
+
+    /// `pmc_remove_owner`: releases every PMC of owner `o`, then forgets
+    /// the owner.
+    pub(crate) fn remove_owner_at(&self, core: &mut Core, o: usize) {
+        while let Some(last) = core.owners[o].pmcs.len().checked_sub(1) {
+            self.release_pmc(
+                core,
+                At {
+                    owner: o,
+                    pmc: last,
+                },
+            );
+        }
+        core.owners.swap_remove(o);
+    }
+
+    // ----- the log (configuration only; records come with sampling) -----
+
+    fn op_configurelog(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let cl = copyin::<PmcOpConfigurelog>(arg)?;
+        if cl.pm_flags != 0 {
+            return Err(EINVAL);
+        }
+        let me = kpi::proc::curproc();
+        let owner = match Self::owner_index(core, me) {
+            Some(o) => o,
+            None => {
+                core.owners.try_reserve(1, Wait::WaitOk)?;
+                let o = KBox::try_new(
+                    Owner {
+                        pid: me,
+                        pmcs: KVec::new(),
+                        owns_log: false,
+                        sscount: 0,
+                    },
+                    Wait::WaitOk,
+                )?;
+                let _ = core.owners.push_within_capacity(o);
+                core.owners.len() - 1
+            }
+        };
+        if cl.pm_logfd >= 0 {
+            if core.owners[owner].owns_log {
+                return Err(EBUSY);
+            }
+            // Log files are written by the log writer, which comes with
+            // sampling support; until then no descriptor is accepted.
+            return Err(EOPNOTSUPP);
+        }
+        if !core.owners[owner].owns_log {
+            return Err(EINVAL);
+        }
+        core.owners[owner].owns_log = false;
+        Ok(())
+    }
+
+    fn op_flushlog(&self, core: &mut Core) -> KResult<()> {
+        let o = Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
+        if !core.owners[o].owns_log {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    fn op_closelog(&self, core: &mut Core) -> KResult<()> {
+        Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
+        Ok(())
+    }
+
+    fn op_writelog(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let _wl = copyin::<PmcOpWritelog>(arg)?;
+        let o = Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
+        if !core.owners[o].owns_log {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
+    // ----- context switches ---------------------------------------------
+
+    /// `pmc_process_csw_in`: loads the running PMCs of the incoming
+    /// thread's process on this CPU.
+    pub(crate) fn csw_in(&self) {
+        let cpu = kpi::cpu::curcpu();
+        let pid = kpi::proc::curproc();
+        let mut procs = self.procs.lock();
+        let Some(pp) = procs.get_mut(pid) else { return };
+        let mut rows = self.pcpu[cpu as usize].lock();
+        for ri in 0..self.npmc as usize {
+            let Some(pm) = pp.slots[ri].pmc.clone() else {
+                continue;
+            };
+            let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
+                continue;
+            };
+            let v = pm.update(|v| {
+                if v.state == PmcState::Running {
+                    v.runcount += 1;
+                }
+                *v
+            });
+            if v.state != PmcState::Running {
+                continue;
+            }
+            let value = if pm.mode == PmcMode::Ts {
+                let left = pp.slots[ri].pmcval;
+                pp.slots[ri].pmcval = v.reloadcount;
+                if left > 0 { left } else { v.reloadcount }
+            } else {
+                v.savedvalue
+            };
+            let _ = dep.config_pmc(cpu, adjri, Some(&pm));
+            rows[ri].saved = value;
+            rows[ri].pmc = Some(pm.clone());
+            let _ = dep.write_pmc(cpu, adjri, value);
+            let _ = dep.start_pmc(cpu, adjri, &pm);
+        }
+    }
+
+    /// `pmc_process_csw_out`: takes process PMCs off this CPU, adding what
+    /// they counted to the PMC's total and to the process's own count.
+    pub(crate) fn csw_out(&self) {
+        let cpu = kpi::cpu::curcpu();
+        let pid = kpi::proc::curproc();
+        let mut procs = self.procs.lock();
+        let mut rows = self.pcpu[cpu as usize].lock();
+        for (ri, row) in rows.iter_mut().enumerate() {
+            let Some(pm) = row.pmc.clone() else { continue };
+            if !pm.mode.is_virtual() {
+                continue;
+            }
+            let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
+                continue;
+            };
+            let _ = dep.stop_pmc(cpu, adjri, &pm);
+            let hw = dep.read_pmc(cpu, adjri).unwrap_or(row.saved);
+            let deleted = pm.update(|v| {
+                v.runcount = v.runcount.saturating_sub(1);
+                v.state == PmcState::Deleted
+            });
+            let slot = procs
+                .get_mut(pid)
+                .map(|pp| &mut pp.slots[ri])
+                .filter(|s| s.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)));
+            if let (false, Some(slot)) = (deleted, slot) {
+                if pm.mode == PmcMode::Tc {
+                    let delta = hw.wrapping_sub(row.saved) & width_mask(dep.width());
+                    pm.update(|v| v.savedvalue = v.savedvalue.wrapping_add(delta));
+                    slot.pmcval = slot.pmcval.wrapping_add(delta);
+                } else {
+                    slot.pmcval = hw;
+                }
+            }
+            let _ = dep.config_pmc(cpu, adjri, None);
+            row.pmc = None;
+        }
+    }
+
+    // ----- fork, exec, exit ---------------------------------------------
+
+    /// `pmc_process_fork`: a child of a target inherits the parent's
+    /// DESCENDANTS PMCs.
+    pub(crate) fn process_fork(&self, parent: Pid, child: Pid) {
+        if kpi::proc::pfind(parent).is_none_or(|p| p.flags & P_HWPMC == 0) {
+            return;
+        }
+        let mut core = self.core.lock();
+        let inherited: KVec<KArc<Pmc>> = {
+            let procs = self.procs.lock();
+            let Some(pp) = procs.get(parent) else { return };
+            let mut v = KVec::new();
+            for s in pp.slots.iter() {
+                if let Some(pm) = &s.pmc {
+                    if pm.vals().flags.contains(PmcFlags::DESCENDANTS)
+                        && v.try_reserve(1, Wait::NoWait).is_ok()
+                    {
+                        let _ = v.push_within_capacity(pm.clone());
+                    }
+                }
+            }
+            v
+        };
+        for pm in inherited.iter() {
+            let Some(o) = Self::owner_index(&core, pm.owner) else {
+                continue;
+            };
+            let Some(p) = core.owners[o]
+                .pmcs
+                .iter()
+                .position(|x| KArc::ptr_eq(&x.pmc, pm))
+            else {
+                continue;
+            };
+            let _ = self.attach_one(&mut core, At { owner: o, pmc: p }, child);
+        }
+    }
+
+    /// `pmc_process_exec`: an owner's PMCs do not survive exec; a target
+    /// whose credentials changed keeps only the PMCs whose owner could
+    /// still attach to it.
+    pub(crate) fn process_exec(&self, credentials_changed: bool) {
+        let pid = kpi::proc::curproc();
+        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+            return;
+        }
+        let mut core = self.core.lock();
+        if let Some(o) = Self::owner_index(&core, pid) {
+            self.remove_owner_at(&mut core, o);
+        }
+        if !credentials_changed {
+            return;
+        }
+        let attached: KVec<KArc<Pmc>> = {
+            let procs = self.procs.lock();
+            let Some(pp) = procs.get(pid) else { return };
+            let mut v = KVec::new();
+            for s in pp.slots.iter().filter_map(|s| s.pmc.clone()) {
+                if v.try_reserve(1, Wait::NoWait).is_ok() {
+                    let _ = v.push_within_capacity(s);
+                }
+            }
+            v
+        };
+        for pm in attached.iter() {
+            if pm.owner == pid {
+                continue;
+            }
+            // The owner could attach only if it may still debug the
+            // process; root outside a jail always may.
+            if owner_may_debug(pm.owner, pid) {
+                continue;
+            }
+            let Some(o) = Self::owner_index(&core, pm.owner) else {
+                continue;
+            };
+            let Some(p) = core.owners[o]
+                .pmcs
+                .iter()
+                .position(|x| KArc::ptr_eq(&x.pmc, pm))
+            else {
+                continue;
+            };
+            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid);
+        }
+    }
+
+    /// `pmc_process_exit`: the exiting process's PMCs come off the CPU
+    /// with their last slice counted, it stops being a target, and the
+    /// PMCs it owns are released.
+    pub(crate) fn process_exit(&self, pid: Pid) {
+        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+            return;
+        }
+        let mut core = self.core.lock();
+        let attached: KVec<KArc<Pmc>> = {
+            let procs = self.procs.lock();
+            match procs.get(pid) {
+                Some(pp) => {
+                    let mut v = KVec::new();
+                    for s in pp.slots.iter().filter_map(|s| s.pmc.clone()) {
+                        if v.try_reserve(1, Wait::NoWait).is_ok() {
+                            let _ = v.push_within_capacity(s);
+                        }
+                    }
+                    v
+                }
+                None => KVec::new(),
+            }
+        };
+        for pm in attached.iter() {
+            let Some(o) = Self::owner_index(&core, pm.owner) else {
+                continue;
+            };
+            let Some(p) = core.owners[o]
+                .pmcs
+                .iter()
+                .position(|x| KArc::ptr_eq(&x.pmc, pm))
+            else {
+                continue;
+            };
+            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid);
+        }
+        if let Some(o) = Self::owner_index(&core, pid) {
+            self.remove_owner_at(&mut core, o);
+        }
+    }
+
+    /// Number of target descriptors (for tests and statistics).
+    pub fn target_count(&self) -> usize {
+        self.procs.lock().len()
+    }
+}
+
+/// Whether `owner` may still attach to `target` after a credential change:
+/// the owner's effective uid matches one of the target's uids and its
+/// groups cover the target's (`pmc_can_attach`), or the owner is root
+/// outside a jail.
+fn owner_may_debug(owner: Pid, target: Pid) -> bool {
+    kpi::proc::cred_covers(owner, target)
+}
+
+fn op_getmoduleversion(arg: UserPtr) -> KResult<()> {
+    let cv = copyin::<u32>(arg)?;
+    if (cv & 0xFFFF_0000) > (PMC_VERSION & 0xFFFF_0000) {
+        return Err(EPROGMISMATCH);
+    }
+    copyout(&PMC_VERSION, arg)
+}

@@ -1,0 +1,79 @@
+//! The kernel's calls into hwpmc: `pmc_hook` (context switches, exec,
+//! software events, threads) and the process_fork / process_exit event
+//! handlers.
+
+use alloc::sync::Arc;
+
+use crate::proc::Pid;
+
+/// A `pmc_hook` call; the thread it concerns is [`crate::proc::curthread`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// PMC_FN_CSW_IN.
+    CswIn,
+    /// PMC_FN_CSW_OUT.
+    CswOut,
+    /// PMC_FN_PROCESS_EXEC.
+    ProcessExec {
+        /// The image changed the credentials (set-id).
+        credentials_changed: bool,
+        /// AT_BASE.
+        base: u64,
+        /// PIE load base.
+        dyn_base: u64,
+    },
+    /// PMC_FN_SOFT_SAMPLING: software event `ev` fired on `cpu`
+    /// (interrupt context).
+    SoftSampling {
+        /// Event code.
+        ev: u32,
+        /// CPU.
+        cpu: u32,
+    },
+    /// PMC_FN_THR_CREATE.
+    ThrCreate,
+    /// PMC_FN_THR_EXIT.
+    ThrExit,
+}
+
+/// An event handler call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelEvent {
+    /// process_fork.
+    ProcessFork {
+        /// Parent.
+        parent: Pid,
+        /// Child.
+        child: Pid,
+    },
+    /// process_exit (in the exiting process's context).
+    ProcessExit {
+        /// Process.
+        pid: Pid,
+    },
+}
+
+/// The hook function type.
+pub type HookFn = Arc<dyn Fn(&Hook) + Send + Sync>;
+/// The event handler type.
+pub type EventFn = Arc<dyn Fn(&KernelEvent) + Send + Sync>;
+
+/// Installs `pmc_hook`; `None` removes it.
+pub fn set_pmc_hook(hook: Option<HookFn>) {
+    crate::backend::set_pmc_hook(hook);
+}
+
+/// A registered event handler; deregistered when dropped.
+#[derive(Debug)]
+pub struct EventTag(u64);
+
+/// `EVENTHANDLER_REGISTER` for process_fork and process_exit.
+pub fn eventhandler_register(handler: EventFn) -> EventTag {
+    EventTag(crate::backend::eventhandler_register(handler))
+}
+
+impl Drop for EventTag {
+    fn drop(&mut self) {
+        crate::backend::eventhandler_deregister(self.0);
+    }
+}

@@ -1,0 +1,82 @@
+//! kpi: the only door from hwpmc, hwt and the trace backends to the kernel.
+//!
+//! Each module offers a small safe type or function over a FreeBSD KPI
+//! (named in its documentation). Two backends serve the same API, chosen at
+//! compile time: the simulated machine of `ksim` (feature `sim`) and, with
+//! the build integration, the FreeBSD kernel itself. Kernel crates use only
+//! `core`, `alloc`, `uapi` and this crate, and carry no `#[cfg]` for the
+//! simulator.
+//!
+//! Conventions that mirror the kernel: allocation is fallible and says
+//! whether it may sleep ([`malloc::Wait`]); locks are spin or sleep locks
+//! with guards, checked by the simulator's witness; errors are FreeBSD
+//! errno values ([`Errno`]).
+#![no_std]
+
+extern crate alloc;
+#[cfg(feature = "sim")]
+extern crate std;
+
+#[cfg(not(feature = "sim"))]
+compile_error!("kpi: no backend selected (the FreeBSD backend comes with the build integration)");
+
+#[cfg(feature = "sim")]
+#[path = "kpi_sim.rs"]
+mod backend;
+
+pub mod cpu;
+pub mod errno;
+pub mod hooks;
+pub mod malloc;
+pub mod proc;
+pub mod sync;
+pub mod sysctl;
+pub mod time;
+pub mod uio;
+
+pub use errno::{Errno, KResult};
+
+/// `printf(9)`: one console line.
+pub fn printf(line: &str) {
+    backend::printf(line);
+}
+
+/// A system call handler: raw arguments in, a value or an errno out.
+pub type SyscallFn = alloc::sync::Arc<dyn Fn(&[u64]) -> KResult<i64> + Send + Sync>;
+
+/// `syscall_register` with a dynamic slot: the handler gets the raw
+/// arguments and returns a value or an errno. Returns the slot number.
+pub fn syscall_register(handler: SyscallFn) -> u32 {
+    backend::syscall_register(handler)
+}
+
+/// `syscall_deregister`.
+pub fn syscall_deregister(num: u32) {
+    backend::syscall_deregister(num);
+}
+
+/// Facts about the running kernel that kern_pmc.c provides.
+pub mod kern_pmc {
+    use alloc::string::String;
+    use alloc::vec::Vec;
+
+    /// `pmc_kernel_version`: the PMC ABI the kernel was built with, or 0
+    /// when it lacks `options HWPMC_HOOKS`.
+    pub fn pmc_kernel_version() -> u32 {
+        super::backend::pmc_kernel_version()
+    }
+    /// `pmc_cpuid`: the CPU identification string.
+    pub fn pmc_cpuid() -> String {
+        super::backend::pmc_cpuid()
+    }
+    /// The registered software events (`pmc_soft_ev_register`), as
+    /// (name, event code).
+    pub fn soft_events() -> Vec<(String, u32)> {
+        super::backend::soft_events()
+    }
+    /// Marks a software event used (`delta` +1) or unused (-1): its probe
+    /// calls the hook only while used (`ps_running`).
+    pub fn soft_event_running(code: u32, delta: i32) {
+        super::backend::soft_event_running(code, delta);
+    }
+}

@@ -1,0 +1,197 @@
+//! The simulator backend: every kpi call served by the current `ksim`
+//! machine.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use std::rc::Rc;
+
+use ksim::kern;
+pub use ksim::kern::LockKind;
+
+use crate::errno::{Errno, KResult};
+use crate::hooks::{EventFn, Hook, HookFn, KernelEvent};
+use crate::proc::ProcSnapshot;
+
+pub fn printf(line: &str) {
+    kern::printf(line);
+}
+
+pub fn curcpu() -> u32 {
+    kern::curcpu()
+}
+pub fn ncpu_ids() -> u32 {
+    kern::ncpu_ids()
+}
+pub fn cpu_exists(cpu: u32) -> bool {
+    kern::cpu_state(cpu) != ksim::CpuState::Absent
+}
+pub fn cpu_active(cpu: u32) -> bool {
+    kern::cpu_state(cpu) == ksim::CpuState::Online
+}
+pub fn bind(cpu: u32) -> u32 {
+    kern::bind(cpu)
+}
+pub fn unbind(previous: u32) {
+    kern::unbind(previous);
+}
+pub fn in_interrupt() -> bool {
+    kern::in_interrupt()
+}
+
+pub fn rdtsc() -> u64 {
+    kern::rdtsc()
+}
+pub fn tsc_freq() -> u64 {
+    kern::tsc_freq()
+}
+pub fn nanotime() -> (i64, i64) {
+    kern::nanotime()
+}
+
+pub fn malloc(bytes: usize, wait: bool) -> Result<u64, i32> {
+    kern::malloc(bytes, wait)
+}
+pub fn free(token: u64) {
+    kern::free(token);
+}
+
+pub fn lock_acquire(class: &'static str, kind: LockKind) {
+    kern::lock_acquire(class, kind);
+}
+pub fn lock_release(class: &'static str) {
+    kern::lock_release(class);
+}
+pub fn may_sleep() {
+    kern::may_sleep();
+}
+pub fn force_context_switch() {
+    kern::force_context_switch();
+}
+
+pub fn curthread() -> u32 {
+    kern::curthread()
+}
+pub fn curproc() -> u32 {
+    kern::curproc()
+}
+pub fn pfind(pid: u32) -> Option<ProcSnapshot> {
+    kern::pfind(pid).map(|p| ProcSnapshot {
+        pid: p.pid,
+        ppid: p.ppid,
+        zombie: p.zombie,
+        flags: p.flags,
+        comm: p.comm,
+        path: p.path,
+        threads: p.threads,
+    })
+}
+pub fn children(pid: u32) -> Vec<u32> {
+    kern::children(pid)
+}
+pub fn thread_pid(tid: u32) -> Option<u32> {
+    kern::thread_pid(tid)
+}
+pub fn proc_flags(pid: u32, set: u32, clear: u32) {
+    kern::proc_flags(pid, set, clear);
+}
+pub fn p_candebug(pid: u32) -> KResult<()> {
+    kern::p_candebug(pid).map_err(Errno)
+}
+pub fn priv_check(privilege: u32) -> KResult<()> {
+    kern::priv_check(privilege).map_err(Errno)
+}
+pub fn cred_covers(owner: u32, target: u32) -> bool {
+    kern::cred_covers(owner, target)
+}
+pub fn jailed() -> bool {
+    kern::jailed()
+}
+pub fn psignal(pid: u32, sig: i32) {
+    kern::psignal(pid, sig);
+}
+
+pub fn copyin(uaddr: u64, len: usize) -> KResult<Vec<u8>> {
+    kern::copyin(uaddr, len).map_err(Errno)
+}
+pub fn copyout(data: &[u8], uaddr: u64) -> KResult<()> {
+    kern::copyout(data, uaddr).map_err(Errno)
+}
+
+pub fn kenv_int(name: &str) -> Option<i64> {
+    kern::kenv_int(name)
+}
+pub fn kenv_str(name: &str) -> Option<String> {
+    kern::kenv_str(name)
+}
+pub fn sysctl_int(name: &str) -> Option<i64> {
+    kern::sysctl_int(name)
+}
+pub fn sysctl_publish(name: &str, value: i64) {
+    kern::sysctl_publish(name, value);
+}
+pub fn sysctl_remove(name: &str) {
+    if kern::has_machine() {
+        kern::sysctl_remove(name);
+    }
+}
+
+pub fn syscall_register(handler: crate::SyscallFn) -> u32 {
+    kern::syscall_register(Rc::new(move |args: &[u64]| handler(args).map_err(|e| e.0)))
+}
+pub fn syscall_deregister(num: u32) {
+    kern::syscall_deregister(num);
+}
+
+pub fn set_pmc_hook(hook: Option<HookFn>) {
+    kern::set_pmc_hook(hook.map(|h| {
+        Rc::new(move |call: &ksim::HookCall| {
+            let hook = match *call {
+                ksim::HookCall::CswIn => Hook::CswIn,
+                ksim::HookCall::CswOut => Hook::CswOut,
+                ksim::HookCall::ProcessExec {
+                    credentials_changed,
+                    base,
+                    dyn_base,
+                } => Hook::ProcessExec {
+                    credentials_changed,
+                    base,
+                    dyn_base,
+                },
+                ksim::HookCall::SoftSampling { ev, cpu } => Hook::SoftSampling { ev, cpu },
+                ksim::HookCall::ThrCreate => Hook::ThrCreate,
+                ksim::HookCall::ThrExit => Hook::ThrExit,
+            };
+            h(&hook);
+        }) as Rc<dyn Fn(&ksim::HookCall)>
+    }));
+}
+
+pub fn eventhandler_register(handler: EventFn) -> u64 {
+    kern::eventhandler_register(Rc::new(move |ev: &ksim::Event| {
+        let ev = match *ev {
+            ksim::Event::ProcessFork { parent, child } => {
+                KernelEvent::ProcessFork { parent, child }
+            }
+            ksim::Event::ProcessExit { pid } => KernelEvent::ProcessExit { pid },
+        };
+        handler(&ev);
+    }))
+}
+pub fn eventhandler_deregister(tag: u64) {
+    if kern::has_machine() {
+        kern::eventhandler_deregister(tag);
+    }
+}
+
+pub fn pmc_kernel_version() -> u32 {
+    kern::pmc_kernel_version()
+}
+pub fn pmc_cpuid() -> String {
+    kern::pmc_cpuid()
+}
+pub fn soft_events() -> Vec<(String, u32)> {
+    kern::soft_events()
+}
+pub fn soft_event_running(code: u32, delta: i32) {
+    kern::soft_event_running(code, delta);
+}

@@ -1,0 +1,113 @@
+//! Processes, threads and credentials, through opaque ids and accessor
+//! calls (Rust never sees `struct proc`), and the checks the kernel makes
+//! on them: p_candebug(9), priv_check(9), jails, signals.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::errno::KResult;
+
+/// A process id.
+pub type Pid = u32;
+/// A thread id (`td_tid`).
+pub type Tid = u32;
+
+/// `P_HWPMC`: the process uses PMCs.
+pub const P_HWPMC: u32 = 0x0080_0000;
+/// `PRIV_PMC_MANAGE`.
+pub const PRIV_PMC_MANAGE: u32 = 450;
+/// `PRIV_PMC_SYSTEM`.
+pub const PRIV_PMC_SYSTEM: u32 = 451;
+/// SIGIO.
+pub const SIGIO: i32 = 23;
+/// SIGBUS.
+pub const SIGBUS: i32 = 10;
+
+/// What kernel code may know about a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcSnapshot {
+    /// Process id.
+    pub pid: Pid,
+    /// Parent.
+    pub ppid: Pid,
+    /// Exited, not yet reaped.
+    pub zombie: bool,
+    /// `p_flag`.
+    pub flags: u32,
+    /// `p_comm`.
+    pub comm: String,
+    /// Path of the executable.
+    pub path: String,
+    /// Threads.
+    pub threads: Vec<Tid>,
+}
+
+/// The current thread (`curthread`).
+pub fn curthread() -> Tid {
+    crate::backend::curthread()
+}
+
+/// The current process (`curproc`).
+pub fn curproc() -> Pid {
+    crate::backend::curproc()
+}
+
+/// `pfind(pid)` (zombies included, as `pfind_any`).
+pub fn pfind(pid: Pid) -> Option<ProcSnapshot> {
+    crate::backend::pfind(pid)
+}
+
+/// The live children of `pid` (`p_children`).
+pub fn children(pid: Pid) -> Vec<Pid> {
+    crate::backend::children(pid)
+}
+
+/// The process of thread `tid`.
+pub fn thread_pid(tid: Tid) -> Option<Pid> {
+    crate::backend::thread_pid(tid)
+}
+
+/// Sets and clears `p_flag` bits (under the process lock).
+pub fn set_flags(pid: Pid, set: u32, clear: u32) {
+    crate::backend::proc_flags(pid, set, clear);
+}
+
+/// `p_candebug(curthread, p)`: may the current thread debug `pid`.
+pub fn p_candebug(pid: Pid) -> KResult<()> {
+    crate::backend::p_candebug(pid)
+}
+
+/// `priv_check(curthread, privilege)`.
+pub fn priv_check(privilege: u32) -> KResult<()> {
+    crate::backend::priv_check(privilege)
+}
+
+/// Whether `owner`'s credentials cover `target`'s (`pmc_can_attach`):
+/// root outside a jail, or the owner's effective uid among the target's
+/// uids and the target's groups among the owner's.
+pub fn cred_covers(owner: Pid, target: Pid) -> bool {
+    crate::backend::cred_covers(owner, target)
+}
+
+/// `jailed(curthread->td_ucred)`.
+pub fn jailed() -> bool {
+    crate::backend::jailed()
+}
+
+/// `kern_psignal(p, sig)`.
+pub fn psignal(pid: Pid, sig: i32) {
+    crate::backend::psignal(pid, sig);
+}
+
+/// `msleep`-style points: the current thread may sleep here. The
+/// simulator's witness checks that no spin lock is held.
+pub fn may_sleep() {
+    crate::backend::may_sleep();
+}
+
+/// Forces the current thread through a context switch, so that the
+/// context-switch hooks reload per-thread hardware state (the effect of
+/// `pause(9)` for one tick in hwpmc).
+pub fn force_context_switch() {
+    crate::backend::force_context_switch();
+}

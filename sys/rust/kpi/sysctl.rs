@@ -1,0 +1,51 @@
+//! sysctl(9) integers and loader tunables (`TUNABLE_INT_FETCH`).
+
+/// A loader tunable from the kernel environment, if set and numeric.
+pub fn tunable_int(name: &str) -> Option<i64> {
+    crate::backend::kenv_int(name)
+}
+
+/// A loader tunable string, if set.
+pub fn tunable_str(name: &str) -> Option<alloc::string::String> {
+    crate::backend::kenv_str(name)
+}
+
+/// An integer sysctl defined by the kernel (e.g.
+/// `security.bsd.unprivileged_syspmcs`), read now.
+pub fn kernel_int(name: &str) -> Option<i64> {
+    crate::backend::sysctl_int(name)
+}
+
+/// An integer sysctl owned by a module: created by [`IntKnob::new`],
+/// removed when dropped. Read-write knobs are read back on every
+/// [`IntKnob::get`], so a change by sysctl(8) takes effect.
+#[derive(Debug)]
+pub struct IntKnob {
+    name: &'static str,
+}
+
+impl IntKnob {
+    /// Publishes `name` with `value`.
+    pub fn new(name: &'static str, value: i64) -> IntKnob {
+        crate::backend::sysctl_publish(name, value);
+        IntKnob { name }
+    }
+    /// The current value.
+    pub fn get(&self) -> i64 {
+        crate::backend::sysctl_int(self.name).unwrap_or(0)
+    }
+    /// Sets the value (the module's own update, e.g. a statistic).
+    pub fn set(&self, value: i64) {
+        crate::backend::sysctl_publish(self.name, value);
+    }
+    /// The sysctl name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl Drop for IntKnob {
+    fn drop(&mut self) {
+        crate::backend::sysctl_remove(self.name);
+    }
+}

@@ -1,0 +1,385 @@
+//! Kernel services of the current machine, for kpi's simulator backend.
+//! Each corresponds to a FreeBSD KPI (named in its documentation).
+
+use crate::errno::*;
+use crate::machine::{CpuState, EventFn, HookFn, ProcInfo, SyscallHandler, current};
+pub use crate::witness::LockKind;
+
+/// `curcpu`.
+pub fn curcpu() -> u32 {
+    current().st().cur().0
+}
+
+/// `curthread->td_tid`.
+pub fn curthread() -> u32 {
+    current().st().cur().1
+}
+
+/// `curproc->p_pid`.
+pub fn curproc() -> u32 {
+    current().st().cur_pid()
+}
+
+/// `mp_maxid + 1`: the number of CPU ids.
+pub fn ncpu_ids() -> u32 {
+    current().st().ncpus()
+}
+
+/// `CPU_ABSENT` / `pmc_cpu_is_disabled`.
+pub fn cpu_state(cpu: u32) -> CpuState {
+    current().st().cpu_state(cpu)
+}
+
+/// True in interrupt (or NMI) context.
+pub fn in_interrupt() -> bool {
+    current().st().in_intr
+}
+
+/// `rdtsc()` on the current CPU.
+pub fn rdtsc() -> u64 {
+    let m = current();
+    let st = m.st();
+    let cpu = st.cur().0;
+    st.tsc(cpu)
+}
+
+/// `tsc_freq`.
+pub fn tsc_freq() -> u64 {
+    current().st().cfg.tsc_freq
+}
+
+/// `nanotime()` as (seconds, nanoseconds).
+pub fn nanotime() -> (i64, i64) {
+    let ns = current().st().time_ns;
+    ((ns / 1_000_000_000) as i64, (ns % 1_000_000_000) as i64)
+}
+
+/// Whether the kernel has `options HWPMC_HOOKS`, and `pmc_kernel_version`
+/// (0 without the hooks).
+pub fn pmc_kernel_version() -> u32 {
+    let m = current();
+    let st = m.st();
+    if st.cfg.hwpmc_hooks {
+        st.cfg.kernel_pmc_version
+    } else {
+        0
+    }
+}
+
+/// `pmc_cpuid`.
+pub fn pmc_cpuid() -> String {
+    current().st().cfg.cpuid.clone()
+}
+
+/// `malloc(9)`: accounts a `size`-byte allocation; fails when fault
+/// injection says so, or for M_NOWAIT as the real allocator may. Returns a
+/// token for [`free`].
+pub fn malloc(size: usize, wait: bool) -> Result<u64, i32> {
+    let m = current();
+    let mut st = m.st();
+    let in_intr = st.in_intr;
+    if wait {
+        st.witness.check_alloc(in_intr);
+    } else if in_intr {
+        st.witness.check_alloc(true);
+    }
+    st.kmem.calls += 1;
+    if st.kmem.fail_at == Some(st.kmem.calls) {
+        return Err(ENOMEM);
+    }
+    st.kmem.next_id += 1;
+    let id = st.kmem.next_id;
+    st.kmem.live.insert(id, size);
+    Ok(id)
+}
+
+/// `free(9)` of a [`malloc`] token.
+pub fn free(token: u64) {
+    if let Some(m) = crate::machine::try_current() {
+        m.st().kmem.live.remove(&token);
+    }
+}
+
+/// Records a lock acquisition for the witness.
+pub fn lock_acquire(class: &'static str, kind: LockKind) {
+    let m = current();
+    let mut st = m.st();
+    let in_intr = st.in_intr;
+    st.witness.acquire(class, kind, in_intr);
+}
+
+/// Records a lock release.
+pub fn lock_release(class: &'static str) {
+    if let Some(m) = crate::machine::try_current() {
+        m.st().witness.release(class);
+    }
+}
+
+/// A point where the current thread may sleep (msleep, M_WAITOK, sx).
+pub fn may_sleep() {
+    let m = current();
+    let mut st = m.st();
+    let in_intr = st.in_intr;
+    st.witness.check_sleep(in_intr);
+}
+
+/// `pfind(pid)` including zombies (`pfind_any`).
+pub fn pfind(pid: u32) -> Option<ProcInfo> {
+    current().st().proc_info(pid).cloned()
+}
+
+/// Live children of `pid`.
+pub fn children(pid: u32) -> Vec<u32> {
+    current().st().children(pid)
+}
+
+/// Sets or clears `p_flag` bits.
+pub fn proc_flags(pid: u32, set: u32, clear: u32) {
+    if let Some(p) = current().st().proc_info_mut(pid) {
+        p.flags = (p.flags | set) & !clear;
+    }
+}
+
+/// The process of a thread.
+pub fn thread_pid(tid: u32) -> Option<u32> {
+    current().st().thread_pid(tid)
+}
+
+/// `priv_check(td, priv)` for the current thread: root outside a jail
+/// holds every privilege this driver asks for; nobody else does.
+pub fn priv_check(_privilege: u32) -> Result<(), i32> {
+    let m = current();
+    let st = m.st();
+    let pid = st.cur_pid();
+    let cred = st.proc_info(pid).map(|p| p.cred).ok_or(ESRCH)?;
+    if cred.uid == 0 && cred.jail == 0 {
+        Ok(())
+    } else {
+        Err(EPERM)
+    }
+}
+
+/// `jailed(td->td_ucred)` for the current thread.
+pub fn jailed() -> bool {
+    let m = current();
+    let st = m.st();
+    let pid = st.cur_pid();
+    st.proc_info(pid).is_some_and(|p| p.cred.jail != 0)
+}
+
+/// `p_candebug(curthread, p)`, following FreeBSD's order of checks: the
+/// same process may always; the target must be visible from the caller's
+/// jail (ESRCH); then, unless the caller is privileged, it needs
+/// `security.bsd.unprivileged_proc_debug`, the same real and saved ids as
+/// the target, a target that did not change credentials, and a target that
+/// is not a system process (EPERM).
+pub fn p_candebug(target: u32) -> Result<(), i32> {
+    let m = current();
+    let st = m.st();
+    let me = st.cur_pid();
+    if me == target {
+        return Ok(());
+    }
+    let mine = st.proc_info(me).ok_or(ESRCH)?.cred;
+    let t = st.proc_info(target).ok_or(ESRCH)?;
+    if mine.jail != 0 && mine.jail != t.cred.jail {
+        return Err(ESRCH);
+    }
+    let privileged = mine.uid == 0;
+    if t.system {
+        return Err(EPERM);
+    }
+    if privileged {
+        return Ok(());
+    }
+    if st
+        .sysctl
+        .get("security.bsd.unprivileged_proc_debug")
+        .copied()
+        .unwrap_or(1)
+        == 0
+    {
+        return Err(EPERM);
+    }
+    let tc = t.cred;
+    let same_uids = [tc.uid, tc.ruid, tc.svuid]
+        .iter()
+        .all(|&u| u == mine.uid && u == mine.ruid);
+    let same_gids = [tc.gid, tc.rgid, tc.svgid]
+        .iter()
+        .all(|&g| g == mine.gid || g == mine.rgid);
+    if !same_uids || !same_gids || t.sugid {
+        return Err(EPERM);
+    }
+    Ok(())
+}
+
+/// `kern_psignal(p, sig)`.
+pub fn psignal(pid: u32, sig: i32) {
+    current().st().signals.push((pid, sig));
+}
+
+/// `copyin`: `len` bytes of the current process's memory at `uaddr`.
+pub fn copyin(uaddr: u64, len: usize) -> Result<Vec<u8>, i32> {
+    let m = current();
+    let mut st = m.st();
+    let pid = st.cur_pid();
+    st.umem_read(pid, uaddr, len).ok_or(EFAULT)
+}
+
+/// `copyout` to the current process's memory.
+pub fn copyout(data: &[u8], uaddr: u64) -> Result<(), i32> {
+    let m = current();
+    let mut st = m.st();
+    let pid = st.cur_pid();
+    st.umem_write(pid, uaddr, data).ok_or(EFAULT)
+}
+
+/// `getenv_int` / TUNABLE_INT_FETCH: the kernel environment value, if set
+/// and numeric.
+pub fn kenv_int(name: &str) -> Option<i64> {
+    current()
+        .st()
+        .kenv
+        .get(name)
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `getenv` of a string.
+pub fn kenv_str(name: &str) -> Option<String> {
+    current().st().kenv.get(name).cloned()
+}
+
+/// An integer sysctl of the kernel (e.g. `security.bsd.*`).
+pub fn sysctl_int(name: &str) -> Option<i64> {
+    current().st().sysctl.get(name).copied()
+}
+
+/// Publishes an integer sysctl owned by a module.
+pub fn sysctl_publish(name: &str, value: i64) {
+    current().st().sysctl.insert(name.into(), value);
+}
+
+/// Removes a module's sysctl.
+pub fn sysctl_remove(name: &str) {
+    current().st().sysctl.remove(name);
+}
+
+/// `printf(9)` to the console.
+pub fn printf(line: &str) {
+    current().st().console.push(line.into());
+}
+
+/// `syscall_register` with NO_SYSCALL: the first free dynamic slot.
+pub fn syscall_register(handler: SyscallHandler) -> u32 {
+    let m = current();
+    let mut h = m.0.handlers.borrow_mut();
+    let num = (210..).find(|n| !h.syscalls.contains_key(n)).unwrap_or(210);
+    h.syscalls.insert(num, handler);
+    num
+}
+
+/// `syscall_deregister`.
+pub fn syscall_deregister(num: u32) {
+    current().0.handlers.borrow_mut().syscalls.remove(&num);
+}
+
+/// Sets `pmc_hook`; `None` clears it.
+pub fn set_pmc_hook(hook: Option<HookFn>) {
+    current().0.handlers.borrow_mut().hook = hook;
+}
+
+/// `EVENTHANDLER_REGISTER` for process_fork and process_exit; returns a tag.
+pub fn eventhandler_register(handler: EventFn) -> u64 {
+    let m = current();
+    let mut h = m.0.handlers.borrow_mut();
+    h.next_event_id += 1;
+    let id = h.next_event_id;
+    h.events.push((id, handler));
+    id
+}
+
+/// `EVENTHANDLER_DEREGISTER`.
+pub fn eventhandler_deregister(tag: u64) {
+    current()
+        .0
+        .handlers
+        .borrow_mut()
+        .events
+        .retain(|e| e.0 != tag);
+}
+
+/// The kernel's soft events (the registry of kern_pmc.c), as (name, code).
+pub fn soft_events() -> Vec<(String, u32)> {
+    current()
+        .st()
+        .soft_events
+        .iter()
+        .map(|e| (e.name.clone(), e.code))
+        .collect()
+}
+
+/// Adjusts a soft event's `ps_running` count.
+pub fn soft_event_running(code: u32, delta: i32) {
+    let m = current();
+    let mut st = m.st();
+    if let Some(e) = st.soft_events.iter_mut().find(|e| e.code == code) {
+        e.running = e.running.saturating_add_signed(delta);
+    }
+}
+
+/// True while the current machine's hooks are being torn down; kernel code
+/// asks nothing of it here, but a `free` may run after the test dropped the
+/// machine.
+pub fn has_machine() -> bool {
+    crate::machine::try_current().is_some()
+}
+
+/// A voluntary context switch of the current thread on its CPU: the
+/// CSW_OUT and CSW_IN hooks run as the scheduler would call them.
+pub fn force_context_switch() {
+    let m = current();
+    let (cpu, tid) = m.st().cur();
+    m.may_sleep_here();
+    if m.running_on(cpu) == Some(tid) {
+        m.switch_out(cpu);
+        m.switch_in(cpu, tid);
+    }
+}
+
+/// `sched_bind(curthread, cpu)`: kernel code runs on `cpu` until
+/// [`unbind`] restores the returned CPU.
+pub fn bind(cpu: u32) -> u32 {
+    let m = current();
+    let mut st = m.st();
+    let (old, tid) = st.cur();
+    st.ctx = Some((cpu, tid));
+    old
+}
+
+/// Undoes [`bind`].
+pub fn unbind(previous: u32) {
+    let m = current();
+    let mut st = m.st();
+    let (_, tid) = st.cur();
+    st.ctx = Some((previous, tid));
+}
+
+/// `pmc_can_attach`'s credential test: may `owner` still attach to
+/// `target`. Root outside a jail may; otherwise the owner's effective uid
+/// must be one of the target's uids and the target's group ids must all be
+/// the owner's.
+pub fn cred_covers(owner: u32, target: u32) -> bool {
+    let m = current();
+    let st = m.st();
+    let (Some(o), Some(t)) = (st.proc_info(owner), st.proc_info(target)) else {
+        return false;
+    };
+    let (o, t) = (o.cred, t.cred);
+    if o.uid == 0 && o.jail == 0 {
+        return true;
+    }
+    let uid_ok = o.uid == t.uid || o.uid == t.svuid || o.uid == t.ruid;
+    let member = |g: u32| g == o.gid || g == o.rgid || g == o.svgid;
+    uid_ok && member(t.gid) && member(t.rgid) && member(t.svgid)
+}

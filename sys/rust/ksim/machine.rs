@@ -1,0 +1,907 @@
+//! The simulated machine: CPUs, processes, threads, memory and the
+//! scheduler, and the test-facing API that drives them.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+pub use crate::witness::Violation;
+use crate::witness::Witness;
+
+/// Whether a CPU id exists and runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuState {
+    /// Present and running.
+    Online,
+    /// Present but halted or taken offline.
+    Disabled,
+    /// No CPU with this id (a hole in sparse numbering).
+    Absent,
+}
+
+/// How the machine is built.
+#[derive(Debug, Clone)]
+pub struct MachineConfig {
+    /// State of each CPU id, from 0 to `mp_maxid`.
+    pub cpus: Vec<CpuState>,
+    /// TSC frequency in Hz.
+    pub tsc_freq: u64,
+    /// Clock interrupts per second (`hz`).
+    pub hz: u64,
+    /// Whether the kernel was built with `options HWPMC_HOOKS`.
+    pub hwpmc_hooks: bool,
+    /// The PMC version the kernel was built with.
+    pub kernel_pmc_version: u32,
+    /// CPU identification string (`kern.hwpmc.cpuid`).
+    pub cpuid: String,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        MachineConfig {
+            cpus: vec![CpuState::Online; 4],
+            tsc_freq: 2_400_000_000,
+            hz: 1000,
+            hwpmc_hooks: true,
+            kernel_pmc_version: 0x0A03_0000,
+            cpuid: "GenuineIntel-6-55-4".into(),
+        }
+    }
+}
+
+/// Process credentials, as far as the debug and privilege checks use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cred {
+    /// Effective user id.
+    pub uid: u32,
+    /// Real user id.
+    pub ruid: u32,
+    /// Saved user id.
+    pub svuid: u32,
+    /// Effective group id.
+    pub gid: u32,
+    /// Real group id.
+    pub rgid: u32,
+    /// Saved group id.
+    pub svgid: u32,
+    /// Jail id; 0 is the host.
+    pub jail: u32,
+}
+
+impl Cred {
+    /// Root on the host.
+    pub const fn root() -> Cred {
+        Cred::user(0)
+    }
+    /// An ordinary user whose ids are all `uid`, on the host.
+    pub const fn user(uid: u32) -> Cred {
+        Cred {
+            uid,
+            ruid: uid,
+            svuid: uid,
+            gid: uid,
+            rgid: uid,
+            svgid: uid,
+            jail: 0,
+        }
+    }
+    /// The same credentials inside jail `jail`.
+    pub const fn in_jail(self, jail: u32) -> Cred {
+        Cred { jail, ..self }
+    }
+}
+
+/// A snapshot of a process for kernel code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Credentials.
+    pub cred: Cred,
+    /// Credentials changed by a set-id exec (P_SUGID).
+    pub sugid: bool,
+    /// A kernel or init process nobody may debug.
+    pub system: bool,
+    /// Exited, not yet reaped.
+    pub zombie: bool,
+    /// `p_flag` bits kernel code set (e.g. P_HWPMC).
+    pub flags: u32,
+    /// Command name.
+    pub comm: String,
+    /// Executable path.
+    pub path: String,
+    /// Threads.
+    pub threads: Vec<u32>,
+}
+
+/// Calls the scheduler and the VM make into the PMC hook (`pmc_hook`),
+/// with the thread they concern as the current thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookCall {
+    /// PMC_FN_CSW_IN: the current thread was switched in.
+    CswIn,
+    /// PMC_FN_CSW_OUT: the current thread is being switched out.
+    CswOut,
+    /// PMC_FN_PROCESS_EXEC.
+    ProcessExec {
+        /// exec changed the credentials.
+        credentials_changed: bool,
+        /// AT_BASE.
+        base: u64,
+        /// PIE load base.
+        dyn_base: u64,
+    },
+    /// PMC_FN_SOFT_SAMPLING: a software event fired on `cpu`.
+    SoftSampling {
+        /// Event code.
+        ev: u32,
+        /// CPU.
+        cpu: u32,
+    },
+    /// PMC_FN_THR_CREATE.
+    ThrCreate,
+    /// PMC_FN_THR_EXIT.
+    ThrExit,
+}
+
+/// Event handlers (EVENTHANDLER(9)) the driver registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// process_fork: `child` was forked from `parent`.
+    ProcessFork {
+        /// Parent.
+        parent: u32,
+        /// Child.
+        child: u32,
+    },
+    /// process_exit: the current process is exiting.
+    ProcessExit {
+        /// Process.
+        pid: u32,
+    },
+}
+
+/// A registered system call: its arguments in, an errno or a return value
+/// out.
+pub type SyscallHandler = Rc<dyn Fn(&[u64]) -> Result<i64, i32>>;
+/// The `pmc_hook` function.
+pub type HookFn = Rc<dyn Fn(&HookCall)>;
+/// An event handler.
+pub type EventFn = Rc<dyn Fn(&Event)>;
+
+/// A kernel software event (`PMC_SOFT_DEFINE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoftEvent {
+    /// Name, e.g. `CLOCK.HARD`.
+    pub name: String,
+    /// Event code, from `PMC_EV_SOFT_FIRST` up.
+    pub code: u32,
+    /// How many PMCs use it (`ps_running`).
+    pub running: u32,
+}
+
+#[derive(Debug)]
+struct Proc {
+    info: ProcInfo,
+    umem: BTreeMap<u64, Vec<u8>>,
+    next_uaddr: u64,
+}
+
+#[derive(Debug)]
+struct Thread {
+    pid: u32,
+    cpu: Option<u32>,
+}
+
+#[derive(Debug)]
+struct Cpu {
+    state: CpuState,
+    tsc: u64,
+    running: Option<u32>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Kmem {
+    pub(crate) live: BTreeMap<u64, usize>,
+    pub(crate) next_id: u64,
+    pub(crate) calls: u64,
+    pub(crate) fail_at: Option<u64>,
+}
+
+pub(crate) struct State {
+    pub(crate) cfg: MachineConfig,
+    cpus: Vec<Cpu>,
+    procs: BTreeMap<u32, Proc>,
+    threads: BTreeMap<u32, Thread>,
+    next_pid: u32,
+    next_tid: u32,
+    /// (cpu, thread) the kernel code is running on behalf of.
+    pub(crate) ctx: Option<(u32, u32)>,
+    pub(crate) in_intr: bool,
+    pub(crate) witness: Witness,
+    pub(crate) kmem: Kmem,
+    pub(crate) console: Vec<String>,
+    pub(crate) signals: Vec<(u32, i32)>,
+    pub(crate) kenv: BTreeMap<String, String>,
+    pub(crate) sysctl: BTreeMap<String, i64>,
+    pub(crate) soft_events: Vec<SoftEvent>,
+    pub(crate) time_ns: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Handlers {
+    pub(crate) syscalls: BTreeMap<u32, SyscallHandler>,
+    pub(crate) hook: Option<HookFn>,
+    pub(crate) events: Vec<(u64, EventFn)>,
+    pub(crate) next_event_id: u64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) st: RefCell<State>,
+    pub(crate) handlers: RefCell<Handlers>,
+}
+
+/// A simulated machine. Cloning gives another handle to the same machine.
+#[derive(Clone)]
+pub struct Machine(pub(crate) Rc<Inner>);
+
+impl std::fmt::Debug for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Machine").finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Vec<Machine>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes a machine current until dropped.
+#[derive(Debug)]
+pub struct Entered(());
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.borrow_mut().pop());
+    }
+}
+
+pub(crate) fn try_current() -> Option<Machine> {
+    CURRENT
+        .try_with(|c| c.borrow().last().cloned())
+        .ok()
+        .flatten()
+}
+
+pub(crate) fn current() -> Machine {
+    CURRENT
+        .with(|c| c.borrow().last().cloned())
+        .expect("kernel code ran outside a simulated machine")
+}
+
+const FIRST_PID: u32 = 100;
+const FIRST_TID: u32 = 100_000;
+/// The soft events FreeBSD's kernel defines with PMC_SOFT_DEFINE.
+const KERNEL_SOFT_EVENTS: &[&str] = &[
+    "CLOCK.HARD",
+    "CLOCK.STAT",
+    "CLOCK.PROF",
+    "PAGE_FAULT.ALL",
+    "PAGE_FAULT.READ",
+    "PAGE_FAULT.WRITE",
+];
+
+impl Machine {
+    /// Builds a machine with init (pid 1) running as root.
+    pub fn new(cfg: MachineConfig) -> Machine {
+        let cpus = cfg
+            .cpus
+            .iter()
+            .map(|&state| Cpu {
+                state,
+                tsc: 0,
+                running: None,
+            })
+            .collect();
+        let mut sysctl = BTreeMap::new();
+        sysctl.insert("security.bsd.unprivileged_syspmcs".into(), 0);
+        sysctl.insert("security.bsd.unprivileged_proc_debug".into(), 1);
+        let soft_events = KERNEL_SOFT_EVENTS
+            .iter()
+            .enumerate()
+            .map(|(i, n)| SoftEvent {
+                name: (*n).into(),
+                code: 0x20000 + 1 + i as u32,
+                running: 0,
+            })
+            .collect();
+        let st = State {
+            cfg,
+            cpus,
+            procs: BTreeMap::new(),
+            threads: BTreeMap::new(),
+            next_pid: FIRST_PID,
+            next_tid: FIRST_TID,
+            ctx: None,
+            in_intr: false,
+            witness: Witness::default(),
+            kmem: Kmem::default(),
+            console: Vec::new(),
+            signals: Vec::new(),
+            kenv: BTreeMap::new(),
+            sysctl,
+            soft_events,
+            time_ns: 1_790_000_000_000_000_000,
+        };
+        let m = Machine(Rc::new(Inner {
+            st: RefCell::new(st),
+            handlers: RefCell::new(Handlers::default()),
+        }));
+        m.insert_proc(1, 0, Cred::root(), "init", "/sbin/init", true);
+        m
+    }
+
+    /// Makes this machine the one kernel code on this host thread uses.
+    pub fn enter(&self) -> Entered {
+        CURRENT.with(|c| c.borrow_mut().push(self.clone()));
+        Entered(())
+    }
+
+    pub(crate) fn st(&self) -> std::cell::RefMut<'_, State> {
+        self.0.st.borrow_mut()
+    }
+
+    fn insert_proc(
+        &self,
+        pid: u32,
+        ppid: u32,
+        cred: Cred,
+        comm: &str,
+        path: &str,
+        system: bool,
+    ) -> u32 {
+        let mut st = self.st();
+        let tid = st.next_tid;
+        st.next_tid += 1;
+        st.threads.insert(tid, Thread { pid, cpu: None });
+        st.procs.insert(
+            pid,
+            Proc {
+                info: ProcInfo {
+                    pid,
+                    ppid,
+                    cred,
+                    sugid: false,
+                    system,
+                    zombie: false,
+                    flags: 0,
+                    comm: comm.into(),
+                    path: path.into(),
+                    threads: vec![tid],
+                },
+                umem: BTreeMap::new(),
+                next_uaddr: 0x1000_0000,
+            },
+        );
+        tid
+    }
+
+    /// Creates a process as if it existed before the test started (no
+    /// fork event), child of init. Returns (pid, main thread id).
+    pub fn spawn(&self, cred: Cred, comm: &str) -> (u32, u32) {
+        let pid = {
+            let mut st = self.st();
+            let pid = st.next_pid;
+            st.next_pid += 1;
+            pid
+        };
+        let tid = self.insert_proc(pid, 1, cred, comm, &format!("/usr/bin/{comm}"), false);
+        (pid, tid)
+    }
+
+    /// fork(2): a child with the parent's credentials and image; runs the
+    /// process_fork event handlers in the parent's context.
+    pub fn fork(&self, parent: u32) -> (u32, u32) {
+        let (info, ptid) = {
+            let st = self.st();
+            let p = &st.procs[&parent];
+            (p.info.clone(), p.info.threads[0])
+        };
+        let pid = {
+            let mut st = self.st();
+            let pid = st.next_pid;
+            st.next_pid += 1;
+            pid
+        };
+        let tid = self.insert_proc(pid, parent, info.cred, &info.comm, &info.path, false);
+        self.st().procs.get_mut(&pid).unwrap().info.sugid = info.sugid;
+        self.with_ctx(ptid, || {
+            self.event(&Event::ProcessFork { parent, child: pid })
+        });
+        (pid, tid)
+    }
+
+    /// execve(2) of `path`; `setid` gives the credentials of a set-id image.
+    pub fn exec(&self, pid: u32, path: &str, setid: Option<Cred>) {
+        let tid = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("exec of unknown pid");
+            p.info.path = path.into();
+            p.info.comm = path
+                .rsplit('/')
+                .next()
+                .unwrap_or(path)
+                .chars()
+                .take(19)
+                .collect();
+            if let Some(c) = setid {
+                if c != p.info.cred {
+                    p.info.sugid = true;
+                }
+                p.info.cred = c;
+            }
+            p.info.threads[0]
+        };
+        let changed = setid.is_some();
+        self.with_ctx(tid, || {
+            self.hook(&HookCall::ProcessExec {
+                credentials_changed: changed,
+                base: 0,
+                dyn_base: 0x20_0000,
+            })
+        });
+    }
+
+    /// A new thread in `pid` (PMC_FN_THR_CREATE).
+    pub fn thread_create(&self, pid: u32) -> u32 {
+        let tid = {
+            let mut st = self.st();
+            let tid = st.next_tid;
+            st.next_tid += 1;
+            st.threads.insert(tid, Thread { pid, cpu: None });
+            st.procs.get_mut(&pid).unwrap().info.threads.push(tid);
+            tid
+        };
+        self.with_ctx(tid, || self.hook(&HookCall::ThrCreate));
+        tid
+    }
+
+    /// A thread exits (PMC_FN_THR_EXIT, after being switched out).
+    pub fn thread_exit(&self, tid: u32) {
+        if let Some(cpu) = self.st().threads.get(&tid).and_then(|t| t.cpu) {
+            self.switch_out(cpu);
+        }
+        self.with_ctx(tid, || self.hook(&HookCall::ThrExit));
+        let mut st = self.st();
+        if let Some(t) = st.threads.remove(&tid) {
+            if let Some(p) = st.procs.get_mut(&t.pid) {
+                p.info.threads.retain(|&x| x != tid);
+            }
+        }
+    }
+
+    /// exit(2): the process_exit handlers run in the exiting process's
+    /// context, its threads are switched out and it becomes a zombie.
+    pub fn exit(&self, pid: u32) {
+        let threads = self.st().procs[&pid].info.threads.clone();
+        for &tid in &threads {
+            if let Some(cpu) = self.st().threads.get(&tid).and_then(|t| t.cpu) {
+                self.switch_out(cpu);
+            }
+        }
+        self.with_ctx(threads[0], || self.event(&Event::ProcessExit { pid }));
+        let mut st = self.st();
+        for tid in &threads {
+            st.threads.remove(tid);
+        }
+        let p = st.procs.get_mut(&pid).unwrap();
+        p.info.zombie = true;
+        p.info.threads.clear();
+        p.umem.clear();
+        // Orphans are reparented to init.
+        for q in st.procs.values_mut() {
+            if q.info.ppid == pid {
+                q.info.ppid = 1;
+            }
+        }
+    }
+
+    /// wait(2) by the parent: the zombie disappears.
+    pub fn reap(&self, pid: u32) {
+        let mut st = self.st();
+        assert!(
+            st.procs.get(&pid).is_some_and(|p| p.info.zombie),
+            "reap of a live process"
+        );
+        st.procs.remove(&pid);
+    }
+
+    /// The process, if it exists (zombies included).
+    pub fn proc_info(&self, pid: u32) -> Option<ProcInfo> {
+        self.0.st.borrow().procs.get(&pid).map(|p| p.info.clone())
+    }
+
+    /// Puts `tid` on `cpu` (PMC_FN_CSW_IN).
+    pub fn switch_in(&self, cpu: u32, tid: u32) {
+        {
+            let mut st = self.st();
+            assert_eq!(
+                st.cpus[cpu as usize].state,
+                CpuState::Online,
+                "switch_in on CPU {cpu} that is not online"
+            );
+            assert!(st.cpus[cpu as usize].running.is_none(), "CPU {cpu} is busy");
+            st.cpus[cpu as usize].running = Some(tid);
+            st.threads
+                .get_mut(&tid)
+                .expect("switch_in of unknown thread")
+                .cpu = Some(cpu);
+        }
+        self.with_ctx_on(cpu, tid, || self.hook(&HookCall::CswIn));
+    }
+
+    /// Takes the running thread off `cpu` (PMC_FN_CSW_OUT).
+    pub fn switch_out(&self, cpu: u32) {
+        let Some(tid) = self.st().cpus[cpu as usize].running else {
+            return;
+        };
+        self.with_ctx_on(cpu, tid, || self.hook(&HookCall::CswOut));
+        let mut st = self.st();
+        st.cpus[cpu as usize].running = None;
+        if let Some(t) = st.threads.get_mut(&tid) {
+            t.cpu = None;
+        }
+    }
+
+    /// One clock tick on `cpu`: the TSC advances and CLOCK.HARD fires.
+    pub fn tick(&self, cpu: u32) {
+        let (running, ev) = {
+            let mut st = self.st();
+            let step = st.cfg.tsc_freq / st.cfg.hz;
+            st.cpus[cpu as usize].tsc += step;
+            st.time_ns += 1_000_000_000 / st.cfg.hz;
+            let ev = st
+                .soft_events
+                .iter()
+                .find(|e| e.name == "CLOCK.HARD")
+                .map(|e| (e.code, e.running));
+            (st.cpus[cpu as usize].running, ev)
+        };
+        if let (Some(tid), Some((code, n))) = (running, ev) {
+            if n > 0 {
+                self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
+            }
+        }
+    }
+
+    /// Fires the software event `name` on `cpu` for its running thread
+    /// (e.g. a page fault).
+    pub fn soft_event(&self, cpu: u32, name: &str) {
+        let (running, ev) = {
+            let st = self.0.st.borrow();
+            let ev = st
+                .soft_events
+                .iter()
+                .find(|e| e.name == name)
+                .map(|e| (e.code, e.running));
+            (st.cpus[cpu as usize].running, ev)
+        };
+        let (code, n) = ev.unwrap_or_else(|| panic!("no soft event {name}"));
+        if let (Some(tid), true) = (running, n > 0) {
+            self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
+        }
+    }
+
+    fn interrupt(&self, cpu: u32, tid: u32, call: &HookCall) {
+        self.with_ctx_on(cpu, tid, || {
+            self.st().in_intr = true;
+            self.hook(call);
+            self.st().in_intr = false;
+        });
+    }
+
+    /// Runs `tid` on `cpu` for `ticks` clock ticks, switching it in and out.
+    pub fn run(&self, tid: u32, cpu: u32, ticks: u32) {
+        self.switch_in(cpu, tid);
+        for _ in 0..ticks {
+            self.tick(cpu);
+        }
+        self.switch_out(cpu);
+    }
+
+    /// Changes a CPU's state (hot-unplug, halt).
+    pub fn set_cpu_state(&self, cpu: u32, state: CpuState) {
+        self.st().cpus[cpu as usize].state = state;
+    }
+
+    /// A system call by thread `tid` through syscall number `num`. A thread
+    /// makes system calls while it runs: one that is not on a CPU is
+    /// switched in on the first idle online CPU for the call, and out
+    /// again after it.
+    pub fn syscall(&self, tid: u32, num: u32, args: &[u64]) -> Result<i64, i32> {
+        let handler = self.0.handlers.borrow().syscalls.get(&num).cloned();
+        let Some(handler) = handler else {
+            return Err(78); // ENOSYS
+        };
+        let placed = if self
+            .0
+            .st
+            .borrow()
+            .threads
+            .get(&tid)
+            .and_then(|t| t.cpu)
+            .is_some()
+        {
+            None
+        } else {
+            let cpu = {
+                let st = self.0.st.borrow();
+                st.cpus
+                    .iter()
+                    .position(|c| c.state == CpuState::Online && c.running.is_none())
+            };
+            let cpu = cpu.expect("no idle online CPU for the system call") as u32;
+            self.switch_in(cpu, tid);
+            Some(cpu)
+        };
+        let r = self.with_ctx(tid, || handler(args));
+        self.st().witness.check_return();
+        if let Some(cpu) = placed {
+            if self.running_on(cpu) == Some(tid) {
+                self.switch_out(cpu);
+            }
+        }
+        r
+    }
+
+    /// Runs `f` as kernel code on behalf of thread `tid` (a system call
+    /// that is not hwpmc's, such as kldload(2) or kldunload(2)).
+    pub fn in_thread<R>(&self, tid: u32, f: impl FnOnce() -> R) -> R {
+        let placed = if self
+            .0
+            .st
+            .borrow()
+            .threads
+            .get(&tid)
+            .and_then(|t| t.cpu)
+            .is_some()
+        {
+            None
+        } else {
+            let cpu = {
+                let st = self.0.st.borrow();
+                st.cpus
+                    .iter()
+                    .position(|c| c.state == CpuState::Online && c.running.is_none())
+            };
+            let cpu = cpu.expect("no idle online CPU for the kernel call") as u32;
+            self.switch_in(cpu, tid);
+            Some(cpu)
+        };
+        let r = self.with_ctx(tid, f);
+        self.st().witness.check_return();
+        if let Some(cpu) = placed {
+            if self.running_on(cpu) == Some(tid) {
+                self.switch_out(cpu);
+            }
+        }
+        r
+    }
+
+    /// The thread running on `cpu`.
+    pub fn running_on(&self, cpu: u32) -> Option<u32> {
+        self.0
+            .st
+            .borrow()
+            .cpus
+            .get(cpu as usize)
+            .and_then(|c| c.running)
+    }
+
+    pub(crate) fn may_sleep_here(&self) {
+        let mut st = self.st();
+        let in_intr = st.in_intr;
+        st.witness.check_sleep(in_intr);
+    }
+
+    /// Registered system call numbers.
+    pub fn syscalls(&self) -> Vec<u32> {
+        self.0.handlers.borrow().syscalls.keys().copied().collect()
+    }
+
+    fn with_ctx<R>(&self, tid: u32, f: impl FnOnce() -> R) -> R {
+        let cpu = {
+            let st = self.0.st.borrow();
+            let running = st.threads.get(&tid).and_then(|t| t.cpu);
+            running.unwrap_or_else(|| {
+                st.cpus
+                    .iter()
+                    .position(|c| c.state == CpuState::Online)
+                    .expect("no online CPU") as u32
+            })
+        };
+        self.with_ctx_on(cpu, tid, f)
+    }
+
+    fn with_ctx_on<R>(&self, cpu: u32, tid: u32, f: impl FnOnce() -> R) -> R {
+        let saved = self.st().ctx.replace((cpu, tid));
+        let _enter = self.enter();
+        let r = f();
+        self.st().ctx = saved;
+        r
+    }
+
+    fn hook(&self, call: &HookCall) {
+        let hook = self.0.handlers.borrow().hook.clone();
+        if let Some(h) = hook {
+            h(call);
+        }
+    }
+
+    fn event(&self, ev: &Event) {
+        let handlers: Vec<EventFn> = self
+            .0
+            .handlers
+            .borrow()
+            .events
+            .iter()
+            .map(|e| e.1.clone())
+            .collect();
+        for h in handlers {
+            h(ev);
+        }
+    }
+
+    /// Maps `len` zeroed bytes into `pid`'s address space.
+    pub fn user_alloc(&self, pid: u32, len: usize) -> u64 {
+        let mut st = self.st();
+        let p = st.procs.get_mut(&pid).expect("user_alloc for unknown pid");
+        let addr = p.next_uaddr;
+        p.next_uaddr += (len as u64).div_ceil(4096).max(1) * 4096 + 4096;
+        p.umem.insert(addr, vec![0; len]);
+        addr
+    }
+
+    /// Copies `data` into `pid`'s memory at `addr`.
+    pub fn user_write(&self, pid: u32, addr: u64, data: &[u8]) {
+        self.st()
+            .umem_write(pid, addr, data)
+            .expect("user_write outside a mapping");
+    }
+
+    /// Reads `len` bytes of `pid`'s memory at `addr`.
+    pub fn user_read(&self, pid: u32, addr: u64, len: usize) -> Vec<u8> {
+        self.st()
+            .umem_read(pid, addr, len)
+            .expect("user_read outside a mapping")
+    }
+
+    /// Sets a kernel environment variable (a loader tunable).
+    pub fn kenv_set(&self, name: &str, value: &str) {
+        self.st().kenv.insert(name.into(), value.into());
+    }
+
+    /// Sets an integer sysctl such as `security.bsd.unprivileged_syspmcs`.
+    pub fn sysctl_set(&self, name: &str, value: i64) {
+        self.st().sysctl.insert(name.into(), value);
+    }
+
+    /// Reads an integer sysctl.
+    pub fn sysctl_get(&self, name: &str) -> Option<i64> {
+        self.0.st.borrow().sysctl.get(name).copied()
+    }
+
+    /// Lines the kernel printed.
+    pub fn console(&self) -> Vec<String> {
+        self.0.st.borrow().console.clone()
+    }
+
+    /// Signals sent, as (pid, signal), in order.
+    pub fn signals(&self) -> Vec<(u32, i32)> {
+        self.0.st.borrow().signals.clone()
+    }
+
+    /// Rule violations the witness saw.
+    pub fn violations(&self) -> Vec<Violation> {
+        self.0.st.borrow().witness.violations.clone()
+    }
+
+    /// Kernel allocations still live, and their bytes.
+    pub fn kmem_live(&self) -> (usize, usize) {
+        let st = self.0.st.borrow();
+        (st.kmem.live.len(), st.kmem.live.values().sum())
+    }
+
+    /// Kernel allocation calls so far.
+    pub fn kmem_calls(&self) -> u64 {
+        self.0.st.borrow().kmem.calls
+    }
+
+    /// Makes the `n`th kernel allocation from now (1 = the next) fail.
+    pub fn fail_alloc_in(&self, n: u64) {
+        let mut st = self.st();
+        st.kmem.fail_at = Some(st.kmem.calls + n);
+    }
+
+    /// Stops failing allocations.
+    pub fn clear_alloc_failure(&self) {
+        self.st().kmem.fail_at = None;
+    }
+
+    /// The software events and their users.
+    pub fn soft_events(&self) -> Vec<SoftEvent> {
+        self.0.st.borrow().soft_events.clone()
+    }
+
+    /// The TSC of `cpu`.
+    pub fn tsc(&self, cpu: u32) -> u64 {
+        self.0.st.borrow().cpus[cpu as usize].tsc
+    }
+}
+
+impl State {
+    pub(crate) fn cur(&self) -> (u32, u32) {
+        self.ctx.expect("kernel code ran with no current thread")
+    }
+
+    pub(crate) fn cur_pid(&self) -> u32 {
+        let (_, tid) = self.cur();
+        self.threads
+            .get(&tid)
+            .map(|t| t.pid)
+            .expect("current thread is gone")
+    }
+
+    pub(crate) fn proc_info(&self, pid: u32) -> Option<&ProcInfo> {
+        self.procs.get(&pid).map(|p| &p.info)
+    }
+
+    pub(crate) fn proc_info_mut(&mut self, pid: u32) -> Option<&mut ProcInfo> {
+        self.procs.get_mut(&pid).map(|p| &mut p.info)
+    }
+
+    pub(crate) fn children(&self, pid: u32) -> Vec<u32> {
+        self.procs
+            .values()
+            .filter(|p| p.info.ppid == pid && !p.info.zombie)
+            .map(|p| p.info.pid)
+            .collect()
+    }
+
+    pub(crate) fn cpu_state(&self, cpu: u32) -> CpuState {
+        self.cpus
+            .get(cpu as usize)
+            .map_or(CpuState::Absent, |c| c.state)
+    }
+
+    pub(crate) fn ncpus(&self) -> u32 {
+        self.cpus.len() as u32
+    }
+
+    pub(crate) fn tsc(&self, cpu: u32) -> u64 {
+        self.cpus[cpu as usize].tsc
+    }
+
+    pub(crate) fn thread_pid(&self, tid: u32) -> Option<u32> {
+        self.threads.get(&tid).map(|t| t.pid)
+    }
+
+    fn mapping(&mut self, pid: u32, addr: u64, len: usize) -> Option<(&mut Vec<u8>, usize)> {
+        let p = self.procs.get_mut(&pid)?;
+        let (&base, buf) = p.umem.range_mut(..=addr).next_back()?;
+        let off = (addr - base) as usize;
+        (off.checked_add(len)? <= buf.len()).then_some((buf, off))
+    }
+
+    pub(crate) fn umem_read(&mut self, pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let (buf, off) = self.mapping(pid, addr, len)?;
+        Some(buf[off..off + len].to_vec())
+    }
+
+    pub(crate) fn umem_write(&mut self, pid: u32, addr: u64, data: &[u8]) -> Option<()> {
+        let (buf, off) = self.mapping(pid, addr, data.len())?;
+        buf[off..off + data.len()].copy_from_slice(data);
+        Some(())
+    }
+}
