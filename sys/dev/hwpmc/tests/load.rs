@@ -1,0 +1,205 @@
+//! Module load: the kernel checks, the tunables and their diagnostics,
+//! the banner and the sysctls.
+
+mod common;
+
+use common::*;
+use hwpmc::Module;
+use ksim::{Cred, Machine, MachineConfig};
+
+fn load(cfg: MachineConfig, kenv: &[(&str, &str)]) -> (Machine, Result<Module, Errno>) {
+    let m = Machine::new(cfg);
+    let e = m.enter();
+    for (k, v) in kenv {
+        m.kenv_set(k, v);
+    }
+    let (_, t) = m.spawn(Cred::root(), "kldload");
+    let r = m.in_thread(t, Module::load);
+    drop(e);
+    (m, r)
+}
+
+fn unload(m: &Machine, module: Module) {
+    let _e = m.enter();
+    let (_, t) = m.spawn(Cred::root(), "kldunload");
+    m.in_thread(t, || module.unload());
+    assert_eq!(m.kmem_live(), (0, 0));
+    assert_eq!(m.violations(), vec![]);
+}
+
+#[test]
+fn a_kernel_without_hwpmc_hooks_is_refused() {
+    let (m, r) = load(
+        MachineConfig {
+            hwpmc_hooks: false,
+            ..MachineConfig::default()
+        },
+        &[],
+    );
+    assert_eq!(r.err(), Some(EPROGMISMATCH));
+    assert_eq!(
+        m.console(),
+        ["hwpmc: this kernel has not been compiled with 'options HWPMC_HOOKS'."]
+    );
+    assert!(m.syscalls().is_empty());
+}
+
+#[test]
+fn a_kernel_of_another_pmc_version_is_refused() {
+    let (m, r) = load(
+        MachineConfig {
+            kernel_pmc_version: 0x0A00_0000,
+            ..MachineConfig::default()
+        },
+        &[],
+    );
+    assert_eq!(r.err(), Some(EPROGMISMATCH));
+    assert_eq!(
+        m.console(),
+        ["hwpmc: kernel version (0xa000000) does not match module version (0xa030000)."]
+    );
+}
+
+#[test]
+fn the_banner_announces_each_class() {
+    let (m, r) = load(MachineConfig::default(), &[]);
+    let module = r.unwrap();
+    assert_eq!(
+        m.console(),
+        ["hwpmc: SOFT/16/64/0x67<INT,USR,SYS,REA,WRI> TSC/1/64/0x20<REA>"]
+    );
+    unload(&m, module);
+}
+
+#[test]
+fn defaults_are_freebsds_current_values_and_are_published() {
+    let (m, r) = load(MachineConfig::default(), &[]);
+    let module = r.unwrap();
+    let t = module.driver().tunables();
+    assert_eq!(
+        (
+            t.hashsize,
+            t.nsamples,
+            t.callchaindepth,
+            t.mtxpoolsize,
+            t.logbuffersize,
+            t.nbuffers_pcpu
+        ),
+        (1024, 256, 128, 2048, 256, 32)
+    );
+    assert_eq!(m.sysctl_get("kern.hwpmc.hashsize"), Some(1024));
+    assert_eq!(m.sysctl_get("kern.hwpmc.mincount"), Some(1000));
+    assert_eq!(m.sysctl_get("kern.hwpmc.callchaindepth"), Some(128));
+    unload(&m, module);
+    assert_eq!(
+        m.sysctl_get("kern.hwpmc.hashsize"),
+        None,
+        "sysctls go with the module"
+    );
+}
+
+#[test]
+fn bad_tunables_are_reported_and_reset() {
+    // (environment, diagnostic, (sysctl, value it is reset to)).
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, (&'a str, i64));
+    let cases: &[Case<'_>] = &[
+        (
+            &[("kern.hwpmc.hashsize", "-3")],
+            "hwpmc: tunable hashsize=-3 must be greater than zero.",
+            ("kern.hwpmc.hashsize", 1024),
+        ),
+        (
+            &[("kern.hwpmc.nsamples", "70000")],
+            "hwpmc: tunable nsamples=70000 out of range.",
+            ("kern.hwpmc.nsamples", 256),
+        ),
+        (
+            &[("kern.hwpmc.nsamples", "0")],
+            "hwpmc: tunable nsamples=0 out of range.",
+            ("kern.hwpmc.nsamples", 256),
+        ),
+        (
+            &[("kern.hwpmc.logbuffersize", "0")],
+            "hwpmc: logbuffersize=0 must be greater than zero and less than or equal to 16384, resetting to 256.",
+            ("kern.hwpmc.logbuffersize", 256),
+        ),
+        (
+            &[("kern.hwpmc.logbuffersize", "16385")],
+            "hwpmc: logbuffersize=16385 must be greater than zero and less than or equal to 16384, resetting to 256.",
+            ("kern.hwpmc.logbuffersize", 256),
+        ),
+        (
+            &[("kern.hwpmc.nbuffers_pcpu", "-1")],
+            "hwpmc: nbuffers_pcpu=-1 must be greater than zero, resetting to 32.",
+            ("kern.hwpmc.nbuffers_pcpu", 32),
+        ),
+        (
+            &[
+                ("kern.hwpmc.nbuffers_pcpu", "64"),
+                ("kern.hwpmc.logbuffersize", "1024"),
+            ],
+            "hwpmc: nbuffers_pcpu=64 * logbuffersize=1024 exceeds 32MB per CPU limit, resetting to defaults (32 * 256).",
+            ("kern.hwpmc.logbuffersize", 256),
+        ),
+        (
+            &[("kern.hwpmc.callchaindepth", "600")],
+            "hwpmc: tunable callchaindepth=600 out of range - using 512.",
+            ("kern.hwpmc.callchaindepth", 512),
+        ),
+    ];
+    for (kenv, message, (name, value)) in cases {
+        let (m, r) = load(MachineConfig::default(), kenv);
+        let module = r.unwrap();
+        let console = m.console();
+        assert_eq!(
+            console.first().map(String::as_str),
+            Some(*message),
+            "{kenv:?}"
+        );
+        assert_eq!(
+            console.len(),
+            2,
+            "one diagnostic and the banner: {console:?}"
+        );
+        assert_eq!(m.sysctl_get(name), Some(*value), "{kenv:?}");
+        let t = module.driver().tunables();
+        assert!(t.nbuffers_pcpu * t.logbuffersize <= 32 * 1024);
+        unload(&m, module);
+    }
+}
+
+#[test]
+fn good_tunables_are_taken() {
+    let (m, r) = load(
+        MachineConfig::default(),
+        &[
+            ("kern.hwpmc.hashsize", "64"),
+            ("kern.hwpmc.nsamples", "1024"),
+            ("kern.hwpmc.callchaindepth", "32"),
+        ],
+    );
+    let module = r.unwrap();
+    let t = module.driver().tunables();
+    assert_eq!((t.hashsize, t.nsamples, t.callchaindepth), (64, 1024, 32));
+    assert_eq!(m.console().len(), 1, "no diagnostic");
+    unload(&m, module);
+}
+
+#[test]
+fn sparse_cpus_are_supported() {
+    let cfg = MachineConfig {
+        cpus: vec![
+            ksim::CpuState::Online,
+            ksim::CpuState::Absent,
+            ksim::CpuState::Online,
+            ksim::CpuState::Disabled,
+            ksim::CpuState::Online,
+        ],
+        ..MachineConfig::default()
+    };
+    let s = Sim::with(cfg, &[]);
+    let p = s.root();
+    let ci = s.cpuinfo(p);
+    assert_eq!(ci.pm_ncpu, 5, "the highest CPU id plus one");
+    s.finish();
+}
