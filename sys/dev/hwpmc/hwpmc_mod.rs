@@ -23,6 +23,7 @@
 extern crate alloc;
 
 pub mod hwpmc_class;
+mod hwpmc_logging;
 pub mod hwpmc_soft;
 pub mod hwpmc_tsc;
 mod ops;
@@ -43,6 +44,7 @@ use kpi::{Errno, KResult};
 use uapi::pmc::*;
 
 use crate::hwpmc_class::{IntrStats, PmcClassDep};
+use crate::hwpmc_logging::{LogPool, OwnerLog};
 use crate::procs::{PidHash, PmcProcess};
 
 /// A PMC: what was allocated (immutable) and its run-time values.
@@ -67,6 +69,8 @@ pub struct Pmc {
     /// Machine-dependent configuration from the allocation request.
     pub md: PmcMdOpPmcallocate,
     vals: SpinMutex<PmcVals>,
+    /// The owner's log, while it has one.
+    log: SpinMutex<Option<KArc<OwnerLog>>>,
 }
 
 /// The values of a PMC that change while it runs (`pmc-pool`).
@@ -97,6 +101,13 @@ impl Pmc {
     }
     fn update<R>(&self, f: impl FnOnce(&mut PmcVals) -> R) -> R {
         f(&mut self.vals.lock())
+    }
+    /// The owner's log, if it takes records.
+    fn log(&self) -> Option<KArc<OwnerLog>> {
+        self.log.lock().clone().filter(|l| l.is_open())
+    }
+    fn set_log(&self, log: Option<KArc<OwnerLog>>) {
+        *self.log.lock() = log;
     }
 }
 
@@ -256,10 +267,25 @@ struct OwnedPmc {
 struct Owner {
     pid: Pid,
     pmcs: KVec<OwnedPmc>,
-    /// `PMC_PO_OWNS_LOGFILE`.
-    owns_log: bool,
+    /// The log file (`PMC_PO_OWNS_LOGFILE` when set).
+    log: Option<KArc<OwnerLog>>,
     /// Running system-sampling PMCs (`po_sscount`).
     sscount: u32,
+}
+
+impl Owner {
+    fn new(pid: Pid, pmcs: KVec<OwnedPmc>) -> Owner {
+        Owner {
+            pid,
+            pmcs,
+            log: None,
+            sscount: 0,
+        }
+    }
+    /// The log, if it takes records.
+    fn open_log(&self) -> Option<&KArc<OwnerLog>> {
+        self.log.as_ref().filter(|l| l.is_open())
+    }
 }
 
 /// What `pmc-sx` guards.
@@ -280,7 +306,8 @@ pub struct Hwpmc {
     core: Sx<Core>,
     procs: SpinMutex<PidHash<PmcProcess>>,
     pcpu: KVec<SpinMutex<KVec<PhwRow>>>,
-    stats: Stats,
+    stats: KArc<Stats>,
+    logpool: KArc<LogPool>,
     unloading: AtomicBool,
     mincount: IntKnob,
     _knobs: KVec<IntKnob>,
@@ -384,6 +411,15 @@ impl Module {
             }
         }
         let rowdisp = KVec::from_fn(npmc as usize, Wait::WaitOk, |_| 0i32)?;
+        let cpus = (0..ncpu).filter(|&c| kpi::cpu::exists(c)).count();
+        let logpool = KArc::try_new(
+            LogPool::new(
+                cpus * tun.nbuffers_pcpu as usize,
+                tun.logbuffersize as usize * 1024,
+            )?,
+            Wait::WaitOk,
+        )?;
+        let stats = KArc::try_new(Stats::default(), Wait::WaitOk)?;
         let owners = KVec::new();
         let procs = PidHash::new(tun.hashsize, Wait::WaitOk)?;
         let mut knobs = KVec::with_capacity(8, Wait::WaitOk)?;
@@ -411,7 +447,8 @@ impl Module {
                 core: Sx::new("pmc-sx", Core { owners, rowdisp }),
                 procs: SpinMutex::new("pmc-processhash", procs),
                 pcpu,
-                stats: Stats::default(),
+                stats,
+                logpool,
                 unloading: AtomicBool::new(false),
                 mincount,
                 _knobs: knobs,
@@ -503,6 +540,11 @@ impl Hwpmc {
         &self.stats
     }
 
+    /// Log buffers not in use by any owner.
+    pub fn log_buffers_free(&self) -> usize {
+        self.logpool.available()
+    }
+
     /// The class that owns global row `ri` and the row index within it.
     fn ri_to_class(&self, ri: u32) -> Option<(&dyn PmcClassDep, u32)> {
         self.classes
@@ -541,14 +583,15 @@ impl Hwpmc {
             Hook::SoftSampling { ev, cpu } => {
                 for slot in self.classes.iter() {
                     if slot.dep.class() == PmcClass::Soft {
-                        slot.dep.soft_event(cpu, ev, &self.stats);
+                        slot.dep.soft_event(cpu, ev, &*self.stats);
                     }
                 }
             }
             Hook::ProcessExec {
                 credentials_changed,
-                ..
-            } => self.process_exec(credentials_changed),
+                base,
+                dyn_base,
+            } => self.process_exec(credentials_changed, base, dyn_base),
             Hook::ThrCreate | Hook::ThrExit => {}
         }
     }

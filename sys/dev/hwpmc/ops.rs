@@ -12,8 +12,10 @@ use kpi::uio::{UserPtr, copyin, copyout};
 use uapi::Plain;
 use uapi::pmc::*;
 use uapi::pmc_events::{PMC_EV_SOFT_FIRST, PMC_EV_SOFT_LAST};
+use uapi::pmclog::{PmclogBody, PmclogRecord, Timespec};
 
 use crate::hwpmc_class::{AllocRequest, PmcClassDep};
+use crate::hwpmc_logging::OwnerLog;
 use crate::procs::{PidHash, PmcProcess};
 use crate::{Core, Hwpmc, OwnedPmc, Owner, Pmc, PmcVals};
 
@@ -416,6 +418,7 @@ impl Hwpmc {
                         runcount: 0,
                     },
                 ),
+                log: kpi::sync::SpinMutex::new("pmc-logref", None),
             },
             Wait::WaitOk,
         )?;
@@ -424,15 +427,7 @@ impl Hwpmc {
             None => {
                 core.owners.try_reserve(1, Wait::WaitOk)?;
                 let pmcs = KVec::with_capacity(1, Wait::WaitOk)?;
-                let o = KBox::try_new(
-                    Owner {
-                        pid: me,
-                        pmcs,
-                        owns_log: false,
-                        sscount: 0,
-                    },
-                    Wait::WaitOk,
-                )?;
+                let o = KBox::try_new(Owner::new(me, pmcs), Wait::WaitOk)?;
                 let _ = core.owners.push_within_capacity(o);
                 core.owners.len() - 1
             }
@@ -457,6 +452,8 @@ impl Hwpmc {
         } else {
             core.rowdisp[ri as usize] += 1;
         }
+        pmc.set_log(core.owners[owner].log.clone());
+        self.log_allocation(&pmc);
         let _ = core.owners[owner].pmcs.push_within_capacity(OwnedPmc {
             pmc,
             targets: KVec::new(),
@@ -468,7 +465,7 @@ impl Hwpmc {
 
     /// `pmc_maybe_remove_owner`: an owner with no PMCs and no log goes.
     fn maybe_remove_owner(&self, core: &mut Core, owner: usize) {
-        if core.owners[owner].pmcs.is_empty() && !core.owners[owner].owns_log {
+        if core.owners[owner].pmcs.is_empty() && core.owners[owner].log.is_none() {
             core.owners.swap_remove(owner);
         }
     }
@@ -544,13 +541,13 @@ impl Hwpmc {
             return Err(EPERM);
         }
         if !pm.vals().flags.contains(PmcFlags::DESCENDANTS) {
-            return self.attach_one(core, at, pid);
+            return self.attach_one(core, at, pid, true);
         }
         let procs = Self::subtree(pid)?;
         for (n, &p) in procs.iter().enumerate() {
-            if let Err(e) = self.attach_one(core, at, p) {
+            if let Err(e) = self.attach_one(core, at, p, true) {
                 for &q in procs[..n].iter() {
-                    let _ = self.detach_one(core, at, q);
+                    let _ = self.detach_one(core, at, q, false);
                 }
                 return Err(e);
             }
@@ -559,7 +556,7 @@ impl Hwpmc {
     }
 
     /// `pmc_attach_one_process`.
-    fn attach_one(&self, core: &mut Core, at: At, pid: Pid) -> KResult<()> {
+    fn attach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
         let pm = Self::pmc_at(core, at).pmc.clone();
         let ri = pm.ri as usize;
         // Allocate first: a descriptor if the process has none, and room
@@ -610,6 +607,17 @@ impl Hwpmc {
             v.flags |= PmcFlags::ATTACH_DONE;
         });
         kpi::proc::set_flags(pid, P_HWPMC, 0);
+        let record = if log { pm.log() } else { None };
+        if let (Some(log), Some(p)) = (record, kpi::proc::pfind(pid)) {
+            let _ = log.emit(&PmclogRecord {
+                tsc: kpi::time::rdtsc(),
+                body: PmclogBody::Pmcattach {
+                    pmcid: pm.id,
+                    pid,
+                    pathname: p.path.as_bytes(),
+                },
+            });
+        }
         Ok(())
     }
 
@@ -619,10 +627,10 @@ impl Hwpmc {
     fn detach_process(&self, core: &mut Core, at: At, pid: Pid) -> KResult<()> {
         let pm = Self::pmc_at(core, at).pmc.clone();
         if !pm.vals().flags.contains(PmcFlags::DESCENDANTS) {
-            return self.detach_one(core, at, pid);
+            return self.detach_one(core, at, pid, true);
         }
         for p in Self::subtree(pid)?.iter() {
-            let _ = self.detach_one(core, at, *p);
+            let _ = self.detach_one(core, at, *p, true);
         }
         if Self::pmc_at(core, at).targets.is_empty() {
             pm.update(|v| v.flags.remove(PmcFlags::ATTACH_DONE));
@@ -631,7 +639,7 @@ impl Hwpmc {
     }
 
     /// `pmc_detach_one_process`.
-    fn detach_one(&self, core: &mut Core, at: At, pid: Pid) -> KResult<()> {
+    fn detach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
         let pm = Self::pmc_at(core, at).pmc.clone();
         let removed = {
             let mut procs = self.procs.lock();
@@ -654,6 +662,12 @@ impl Hwpmc {
         };
         drop(removed);
         self.unlink_target(core, at, pid);
+        if let Some(log) = pm.log().filter(|_| log) {
+            let _ = log.emit(&PmclogRecord {
+                tsc: kpi::time::rdtsc(),
+                body: PmclogBody::Pmcdetach { pmcid: pm.id, pid },
+            });
+        }
         Ok(())
     }
 
@@ -687,7 +701,7 @@ impl Hwpmc {
             PmcState::Stopped | PmcState::Allocated => {}
             _ => return Err(EINVAL),
         }
-        let owner_has_log = core.owners[at.owner].owns_log;
+        let owner_has_log = core.owners[at.owner].log.is_some();
         if pm.vals().flags.contains(PmcFlags::NEEDS_LOGFILE) && !owner_has_log {
             return Err(EDOOFUS);
         }
@@ -921,7 +935,7 @@ impl Hwpmc {
                 }
             }
             while let Some(&pid) = Self::pmc_at(core, at).targets.last() {
-                if self.detach_one(core, at, pid).is_err() {
+                if self.detach_one(core, at, pid, false).is_err() {
                     // The descriptor is gone already; drop the stale entry.
                     self.unlink_target(core, at, pid);
                 }
@@ -943,6 +957,9 @@ impl Hwpmc {
     /// `pmc_remove_owner`: releases every PMC of owner `o`, then forgets
     /// the owner.
     pub(crate) fn remove_owner_at(&self, core: &mut Core, o: usize) {
+        if let Some(log) = core.owners[o].log.take() {
+            self.deconfigure_log(core, o, log);
+        }
         while let Some(last) = core.owners[o].pmcs.len().checked_sub(1) {
             self.release_pmc(
                 core,
@@ -967,54 +984,88 @@ impl Hwpmc {
             Some(o) => o,
             None => {
                 core.owners.try_reserve(1, Wait::WaitOk)?;
-                let o = KBox::try_new(
-                    Owner {
-                        pid: me,
-                        pmcs: KVec::new(),
-                        owns_log: false,
-                        sscount: 0,
-                    },
-                    Wait::WaitOk,
-                )?;
+                let o = KBox::try_new(Owner::new(me, KVec::new()), Wait::WaitOk)?;
                 let _ = core.owners.push_within_capacity(o);
                 core.owners.len() - 1
             }
         };
         if cl.pm_logfd >= 0 {
-            if core.owners[owner].owns_log {
+            if core.owners[owner].log.is_some() {
                 return Err(EBUSY);
             }
-            // Log files are written by the log writer, which comes with
-            // sampling support; until then no descriptor is accepted.
-            return Err(EOPNOTSUPP);
+            let log = OwnerLog::configure(me, cl.pm_logfd, &self.logpool, &self.stats, self.ncpu)?;
+            kpi::proc::set_flags(me, P_HWPMC, 0);
+            let (sec, nsec) = kpi::time::nanotime();
+            let cpuid = kpi::kern_pmc::pmc_cpuid();
+            let init = PmclogRecord {
+                tsc: kpi::time::rdtsc(),
+                body: PmclogBody::Initialize {
+                    version: PMC_VERSION,
+                    cpu: self.cputype.raw(),
+                    tsc_freq: kpi::time::tsc_freq(),
+                    ts: Timespec {
+                        tv_sec: sec as isize,
+                        tv_nsec: nsec as isize,
+                    },
+                    cpuid: cpuid.as_bytes(),
+                },
+            };
+            if let Err(e) = log.emit(&init) {
+                log.deconfigure();
+                return Err(e);
+            }
+            // INITIALIZE is written at once, as FreeBSD does.
+            let _ = log.flush();
+            for p in core.owners[owner].pmcs.iter() {
+                p.pmc.set_log(Some(log.clone()));
+            }
+            core.owners[owner].log = Some(log);
+            return Ok(());
         }
-        if !core.owners[owner].owns_log {
+        let Some(log) = core.owners[owner].log.take() else {
             return Err(EINVAL);
-        }
-        core.owners[owner].owns_log = false;
+        };
+        self.deconfigure_log(core, owner, log);
         Ok(())
+    }
+
+    /// Closes and deconfigures an owner's log; its PMCs that need a log
+    /// stop first.
+    fn deconfigure_log(&self, core: &mut Core, owner: usize, log: KArc<OwnerLog>) {
+        log.close();
+        for p in core.owners[owner].pmcs.iter() {
+            let v = p.pmc.vals();
+            if v.state == PmcState::Running && v.flags.contains(PmcFlags::NEEDS_LOGFILE) {
+                p.pmc.update(|v| v.state = PmcState::Stopped);
+            }
+            p.pmc.set_log(None);
+        }
+        log.deconfigure();
     }
 
     fn op_flushlog(&self, core: &mut Core) -> KResult<()> {
         let o = Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
-        if !core.owners[o].owns_log {
-            return Err(EINVAL);
-        }
-        Ok(())
+        core.owners[o].log.as_ref().ok_or(EINVAL)?.flush()
     }
 
     fn op_closelog(&self, core: &mut Core) -> KResult<()> {
-        Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
+        let o = Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
+        if let Some(log) = &core.owners[o].log {
+            log.close();
+        }
         Ok(())
     }
 
     fn op_writelog(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
-        let _wl = copyin::<PmcOpWritelog>(arg)?;
+        let wl = copyin::<PmcOpWritelog>(arg)?;
         let o = Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
-        if !core.owners[o].owns_log {
-            return Err(EINVAL);
-        }
-        Ok(())
+        let log = core.owners[o].log.as_ref().ok_or(EINVAL)?;
+        log.emit(&PmclogRecord {
+            tsc: kpi::time::rdtsc(),
+            body: PmclogBody::Userdata {
+                userdata: wl.pm_userdata,
+            },
+        })
     }
 
     // ----- context switches ---------------------------------------------
@@ -1086,8 +1137,26 @@ impl Hwpmc {
             if let (false, Some(slot)) = (deleted, slot) {
                 if pm.mode == PmcMode::Tc {
                     let delta = hw.wrapping_sub(row.saved) & width_mask(dep.width());
-                    pm.update(|v| v.savedvalue = v.savedvalue.wrapping_add(delta));
+                    let flags = pm.update(|v| {
+                        v.savedvalue = v.savedvalue.wrapping_add(delta);
+                        v.flags
+                    });
                     slot.pmcval = slot.pmcval.wrapping_add(delta);
+                    if flags.contains(PmcFlags::LOG_PROCCSW) {
+                        if let Some(log) = pm.log() {
+                            let tid = kpi::proc::curthread();
+                            let body = PmclogBody::Proccsw {
+                                value: delta,
+                                pmcid: pm.id,
+                                pid,
+                                tid,
+                            };
+                            let _ = log.emit(&PmclogRecord {
+                                tsc: kpi::time::rdtsc(),
+                                body,
+                            });
+                        }
+                    }
                 } else {
                     slot.pmcval = hw;
                 }
@@ -1132,14 +1201,29 @@ impl Hwpmc {
             else {
                 continue;
             };
-            let _ = self.attach_one(&mut core, At { owner: o, pmc: p }, child);
+            if self
+                .attach_one(&mut core, At { owner: o, pmc: p }, child, false)
+                .is_ok()
+                && core.owners[o].sscount == 0
+            {
+                if let Some(log) = core.owners[o].open_log() {
+                    let body = PmclogBody::Procfork {
+                        oldpid: parent,
+                        newpid: child,
+                    };
+                    let _ = log.emit(&PmclogRecord {
+                        tsc: kpi::time::rdtsc(),
+                        body,
+                    });
+                }
+            }
         }
     }
 
     /// `pmc_process_exec`: an owner's PMCs do not survive exec; a target
     /// whose credentials changed keeps only the PMCs whose owner could
     /// still attach to it.
-    pub(crate) fn process_exec(&self, credentials_changed: bool) {
+    pub(crate) fn process_exec(&self, credentials_changed: bool, base: u64, dyn_base: u64) {
         let pid = kpi::proc::curproc();
         if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
             return;
@@ -1148,6 +1232,7 @@ impl Hwpmc {
         if let Some(o) = Self::owner_index(&core, pid) {
             self.remove_owner_at(&mut core, o);
         }
+        self.log_procexec(&core, pid, base, dyn_base);
         if !credentials_changed {
             return;
         }
@@ -1181,7 +1266,92 @@ impl Hwpmc {
             else {
                 continue;
             };
-            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid);
+            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid, true);
+        }
+    }
+
+    /// A PMCALLOCATE record, or PMCALLOCATEDYN with the event name for a
+    /// SOFT PMC, when the owner has a log.
+    fn log_allocation(&self, pmc: &Pmc) {
+        let Some(log) = pmc.log() else { return };
+        let v = pmc.vals();
+        let tsc = kpi::time::rdtsc();
+        if pmc.class == PmcClass::Soft {
+            let name = kpi::kern_pmc::soft_events()
+                .into_iter()
+                .find(|e| e.1 == pmc.event)
+                .map(|e| e.0);
+            let name = name.as_deref().unwrap_or("");
+            let body = PmclogBody::Pmcallocatedyn {
+                pmcid: pmc.id,
+                event: pmc.event,
+                flags: v.flags.bits(),
+                evname: name.as_bytes(),
+            };
+            let _ = log.emit(&PmclogRecord { tsc, body });
+        } else {
+            let body = PmclogBody::Pmcallocate {
+                pmcid: pmc.id,
+                event: pmc.event,
+                flags: v.flags.bits(),
+                rate: v.reloadcount,
+            };
+            let _ = log.emit(&PmclogRecord { tsc, body });
+        }
+    }
+
+    /// A PROCEXIT record with the exiting target's own count, for counting
+    /// PMCs that need a log.
+    fn log_procexit(&self, pm: &Pmc, pid: Pid) {
+        let v = pm.vals();
+        if !v.flags.contains(PmcFlags::NEEDS_LOGFILE) || !pm.mode.is_counting() {
+            return;
+        }
+        if let Some(log) = pm.log() {
+            let value = self
+                .procs
+                .lock()
+                .get(pid)
+                .map_or(0, |pp| pp.slots[pm.ri as usize].pmcval);
+            let body = PmclogBody::Procexit {
+                pmcid: pm.id,
+                pid,
+                value,
+            };
+            let _ = log.emit(&PmclogRecord {
+                tsc: kpi::time::rdtsc(),
+                body,
+            });
+        }
+    }
+
+    /// A PROCEXEC record to each owner with a log whose PMC follows `pid`.
+    fn log_procexec(&self, core: &Core, pid: Pid, base: u64, dyn_base: u64) {
+        let Some(p) = kpi::proc::pfind(pid) else {
+            return;
+        };
+        let procs = self.procs.lock();
+        let Some(pp) = procs.get(pid) else { return };
+        for pm in pp.slots.iter().filter_map(|s| s.pmc.as_ref()) {
+            let Some(o) = Self::owner_index(core, pm.owner) else {
+                continue;
+            };
+            if core.owners[o].sscount != 0 {
+                continue;
+            }
+            if let Some(log) = pm.log() {
+                let body = PmclogBody::Procexec {
+                    pid,
+                    pmcid: pm.id,
+                    base: base as usize,
+                    dyn_base: dyn_base as usize,
+                    pathname: p.path.as_bytes(),
+                };
+                let _ = log.emit(&PmclogRecord {
+                    tsc: kpi::time::rdtsc(),
+                    body,
+                });
+            }
         }
     }
 
@@ -1219,7 +1389,8 @@ impl Hwpmc {
             else {
                 continue;
             };
-            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid);
+            self.log_procexit(pm, pid);
+            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid, false);
         }
         if let Some(o) = Self::owner_index(&core, pid) {
             self.remove_owner_at(&mut core, o);

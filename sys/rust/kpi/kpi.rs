@@ -26,7 +26,9 @@ mod backend;
 
 pub mod cpu;
 pub mod errno;
+pub mod file;
 pub mod hooks;
+pub mod kproc;
 pub mod malloc;
 pub mod proc;
 pub mod sync;

@@ -195,3 +195,26 @@ pub fn soft_events() -> Vec<(String, u32)> {
 pub fn soft_event_running(code: u32, delta: i32) {
     kern::soft_event_running(code, delta);
 }
+
+pub fn fget_write(fd: i32) -> KResult<u64> {
+    kern::fget_write(fd).map_err(Errno)
+}
+pub fn fdrop(id: u64) {
+    kern::fdrop(id);
+}
+pub fn file_write(id: u64, data: &[u8]) -> KResult<()> {
+    kern::file_write(id, data).map_err(Errno)
+}
+
+pub fn kproc_create(name: &str, body: crate::kproc::KprocFn) -> KResult<u64> {
+    kern::kproc_create(name, Rc::new(move || body())).map_err(Errno)
+}
+pub fn kproc_wakeup(id: u64) {
+    kern::kproc_wakeup(id);
+}
+pub fn kproc_stop(id: u64) {
+    kern::kproc_stop(id);
+}
+pub fn kproc_pid(id: u64) -> Option<u32> {
+    kern::kproc_pid(id)
+}

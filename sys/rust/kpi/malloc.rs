@@ -193,6 +193,17 @@ impl<T> KVec<T> {
     }
 }
 
+impl KVec<u8> {
+    /// `n` zero bytes (`malloc(n, M_ZERO)`).
+    pub fn zeroed(n: usize, wait: Wait) -> KResult<KVec<u8>> {
+        let account = Account::new(n.max(1), wait)?;
+        Ok(KVec {
+            items: alloc::vec![0u8; n],
+            account: Some(account),
+        })
+    }
+}
+
 impl<T> Deref for KVec<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {

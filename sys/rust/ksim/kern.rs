@@ -2,7 +2,9 @@
 //! Each corresponds to a FreeBSD KPI (named in its documentation).
 
 use crate::errno::*;
-use crate::machine::{CpuState, EventFn, HookFn, ProcInfo, SyscallHandler, current};
+use crate::machine::{
+    CpuState, EventFn, FileKind, HookFn, KprocFn, ProcInfo, SyscallHandler, current,
+};
 pub use crate::witness::LockKind;
 
 /// `curcpu`.
@@ -382,4 +384,86 @@ pub fn cred_covers(owner: u32, target: u32) -> bool {
     let uid_ok = o.uid == t.uid || o.uid == t.svuid || o.uid == t.ruid;
     let member = |g: u32| g == o.gid || g == o.rgid || g == o.svgid;
     uid_ok && member(t.gid) && member(t.rgid) && member(t.svgid)
+}
+
+/// `fget_write(td, fd, ...)`: a reference to a file the current process
+/// has open for writing; EBADF otherwise.
+pub fn fget_write(fd: i32) -> Result<u64, i32> {
+    const EBADF: i32 = 9;
+    let m = current();
+    let mut st = m.st();
+    let pid = st.cur_pid();
+    let id = st.proc_fd(pid, fd).ok_or(EBADF)?;
+    let f = st.files.get_mut(&id).ok_or(EBADF)?;
+    if !f.writable {
+        return Err(EBADF);
+    }
+    f.refs += 1;
+    Ok(id)
+}
+
+/// `fdrop`.
+pub fn fdrop(id: u64) {
+    if let Some(m) = crate::machine::try_current() {
+        if let Some(f) = m.st().files.get_mut(&id) {
+            f.refs = f.refs.saturating_sub(1);
+        }
+    }
+}
+
+/// `fo_write` of all of `data`; may sleep. A full device fails with
+/// ENOSPC; a failing one takes what it can and fails with its errno.
+pub fn file_write(id: u64, data: &[u8]) -> Result<(), i32> {
+    const ENOSPC: i32 = 28;
+    const EBADF: i32 = 9;
+    let m = current();
+    m.may_sleep_here();
+    let mut st = m.st();
+    let f = st.files.get_mut(&id).ok_or(EBADF)?;
+    match f.kind {
+        FileKind::Full => Err(ENOSPC),
+        FileKind::Failing { after, errno } => {
+            let room = after.saturating_sub(f.data.len());
+            let n = room.min(data.len());
+            f.data.extend_from_slice(&data[..n]);
+            if n < data.len() { Err(errno) } else { Ok(()) }
+        }
+        _ => {
+            f.data.extend_from_slice(data);
+            Ok(())
+        }
+    }
+}
+
+/// `kproc_create`: a kernel process named `name` whose `body` runs each
+/// time it is woken. Fails with EAGAIN when the allocation fault injector
+/// says so (fork1 out of resources).
+pub fn kproc_create(name: &str, body: KprocFn) -> Result<u64, i32> {
+    const EAGAIN: i32 = 35;
+    let m = current();
+    {
+        let mut st = m.st();
+        st.kmem.calls += 1;
+        if st.kmem.fail_at == Some(st.kmem.calls) {
+            return Err(EAGAIN);
+        }
+    }
+    Ok(m.kproc_create(name, body))
+}
+
+/// `wakeup` of a kernel process: it runs at the next scheduling point.
+pub fn kproc_wakeup(id: u64) {
+    if let Some(k) = current().st().kprocs.get_mut(&id) {
+        k.pending = true;
+    }
+}
+
+/// Makes a kernel process run its last pass now and exit.
+pub fn kproc_stop(id: u64) {
+    current().kproc_stop(id);
+}
+
+/// The pid of a kernel process.
+pub fn kproc_pid(id: u64) -> Option<u32> {
+    current().st().kprocs.get(&id).map(|k| k.pid)
 }

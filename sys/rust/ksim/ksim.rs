@@ -22,8 +22,8 @@ pub mod machine_guard {
 }
 
 pub use machine::{
-    CpuState, Cred, Event, EventFn, HookCall, HookFn, Machine, MachineConfig, ProcInfo, SoftEvent,
-    SyscallHandler, Violation,
+    CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Machine, MachineConfig,
+    ProcInfo, SoftEvent, SyscallHandler, Violation,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

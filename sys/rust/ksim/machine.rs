@@ -163,6 +163,47 @@ pub enum Event {
     },
 }
 
+/// What a file descriptor refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    Regular,
+    /// The write end of a pipe.
+    Pipe,
+    /// A connected socket.
+    Socket,
+    /// A directory (opened read-only, as directories are).
+    Directory,
+    /// `/dev/full`: every write fails with ENOSPC.
+    Full,
+    /// A device that accepts `after` bytes, then fails writes with `errno`
+    /// (EIO for a failing disk).
+    Failing {
+        /// Bytes accepted before the failure.
+        after: usize,
+        /// The error of the failing writes.
+        errno: i32,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct File {
+    pub(crate) kind: FileKind,
+    pub(crate) writable: bool,
+    pub(crate) data: Vec<u8>,
+    /// Descriptors and kernel references.
+    pub(crate) refs: u32,
+}
+
+/// A kernel process body: one pass of its loop, run when woken.
+pub type KprocFn = Rc<dyn Fn()>;
+
+pub(crate) struct Kproc {
+    pub(crate) pid: u32,
+    pub(crate) tid: u32,
+    pub(crate) pending: bool,
+}
+
 /// A registered system call: its arguments in, an errno or a return value
 /// out.
 pub type SyscallHandler = Rc<dyn Fn(&[u64]) -> Result<i64, i32>>;
@@ -187,6 +228,7 @@ struct Proc {
     info: ProcInfo,
     umem: BTreeMap<u64, Vec<u8>>,
     next_uaddr: u64,
+    fds: BTreeMap<i32, u64>,
 }
 
 #[derive(Debug)]
@@ -228,10 +270,16 @@ pub(crate) struct State {
     pub(crate) sysctl: BTreeMap<String, i64>,
     pub(crate) soft_events: Vec<SoftEvent>,
     pub(crate) time_ns: u64,
+    pub(crate) files: BTreeMap<u64, File>,
+    next_file: u64,
+    pub(crate) kprocs: BTreeMap<u64, Kproc>,
+    pub(crate) next_kproc: u64,
 }
 
 #[derive(Default)]
 pub(crate) struct Handlers {
+    pub(crate) kprocs: BTreeMap<u64, KprocFn>,
+    pub(crate) settling: bool,
     pub(crate) syscalls: BTreeMap<u32, SyscallHandler>,
     pub(crate) hook: Option<HookFn>,
     pub(crate) events: Vec<(u64, EventFn)>,
@@ -333,6 +381,10 @@ impl Machine {
             sysctl,
             soft_events,
             time_ns: 1_790_000_000_000_000_000,
+            files: BTreeMap::new(),
+            next_file: 1,
+            kprocs: BTreeMap::new(),
+            next_kproc: 1,
         };
         let m = Machine(Rc::new(Inner {
             st: RefCell::new(st),
@@ -382,6 +434,7 @@ impl Machine {
                 },
                 umem: BTreeMap::new(),
                 next_uaddr: 0x1000_0000,
+                fds: BTreeMap::new(),
             },
         );
         tid
@@ -403,6 +456,7 @@ impl Machine {
     /// fork(2): a child with the parent's credentials and image; runs the
     /// process_fork event handlers in the parent's context.
     pub fn fork(&self, parent: u32) -> (u32, u32) {
+        self.advance_ns(1000);
         let (info, ptid) = {
             let st = self.st();
             let p = &st.procs[&parent];
@@ -424,6 +478,7 @@ impl Machine {
 
     /// execve(2) of `path`; `setid` gives the credentials of a set-id image.
     pub fn exec(&self, pid: u32, path: &str, setid: Option<Cred>) {
+        self.advance_ns(1000);
         let tid = {
             let mut st = self.st();
             let p = st.procs.get_mut(&pid).expect("exec of unknown pid");
@@ -499,12 +554,20 @@ impl Machine {
         p.info.zombie = true;
         p.info.threads.clear();
         p.umem.clear();
+        let fds: Vec<u64> = std::mem::take(&mut p.fds).into_values().collect();
+        for id in fds {
+            if let Some(f) = st.files.get_mut(&id) {
+                f.refs -= 1;
+            }
+        }
         // Orphans are reparented to init.
         for q in st.procs.values_mut() {
             if q.info.ppid == pid {
                 q.info.ppid = 1;
             }
         }
+        drop(st);
+        self.settle();
     }
 
     /// wait(2) by the parent: the zombie disappears.
@@ -522,8 +585,20 @@ impl Machine {
         self.0.st.borrow().procs.get(&pid).map(|p| p.info.clone())
     }
 
+    /// Advances the machine's clock (a context switch costs a little time,
+    /// so events on different CPUs get distinct timestamps).
+    fn advance_ns(&self, ns: u64) {
+        let mut st = self.st();
+        let cycles = (st.cfg.tsc_freq as u128 * ns as u128 / 1_000_000_000) as u64;
+        for c in st.cpus.iter_mut() {
+            c.tsc += cycles;
+        }
+        st.time_ns += ns;
+    }
+
     /// Puts `tid` on `cpu` (PMC_FN_CSW_IN).
     pub fn switch_in(&self, cpu: u32, tid: u32) {
+        self.advance_ns(1000);
         {
             let mut st = self.st();
             assert_eq!(
@@ -546,6 +621,7 @@ impl Machine {
         let Some(tid) = self.st().cpus[cpu as usize].running else {
             return;
         };
+        self.advance_ns(1000);
         self.with_ctx_on(cpu, tid, || self.hook(&HookCall::CswOut));
         let mut st = self.st();
         st.cpus[cpu as usize].running = None;
@@ -559,7 +635,10 @@ impl Machine {
         let (running, ev) = {
             let mut st = self.st();
             let step = st.cfg.tsc_freq / st.cfg.hz;
-            st.cpus[cpu as usize].tsc += step;
+            // Invariant TSCs run in step on every CPU.
+            for c in st.cpus.iter_mut() {
+                c.tsc += step;
+            }
             st.time_ns += 1_000_000_000 / st.cfg.hz;
             let ev = st
                 .soft_events
@@ -573,6 +652,7 @@ impl Machine {
                 self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
             }
         }
+        self.settle();
     }
 
     /// Fires the software event `name` on `cpu` for its running thread
@@ -652,6 +732,7 @@ impl Machine {
                 self.switch_out(cpu);
             }
         }
+        self.settle();
         r
     }
 
@@ -686,7 +767,139 @@ impl Machine {
                 self.switch_out(cpu);
             }
         }
+        self.settle();
         r
+    }
+
+    /// Lets the woken kernel processes run, as the scheduler would once the
+    /// current activity sleeps or returns to user mode.
+    pub fn settle(&self) {
+        if std::mem::replace(&mut self.0.handlers.borrow_mut().settling, true) {
+            return;
+        }
+        loop {
+            let next = {
+                let mut st = self.st();
+                let id = st.kprocs.iter().find(|(_, k)| k.pending).map(|(id, _)| *id);
+                id.map(|id| {
+                    let k = st.kprocs.get_mut(&id).unwrap();
+                    k.pending = false;
+                    (id, k.tid)
+                })
+            };
+            let Some((id, tid)) = next else { break };
+            let body = self.0.handlers.borrow().kprocs.get(&id).cloned();
+            if let Some(body) = body {
+                self.with_ctx(tid, || body());
+                self.st().witness.check_return();
+            }
+        }
+        self.0.handlers.borrow_mut().settling = false;
+    }
+
+    pub(crate) fn kproc_create(&self, name: &str, body: KprocFn) -> u64 {
+        let pid = {
+            let mut st = self.st();
+            let pid = st.next_pid;
+            st.next_pid += 1;
+            pid
+        };
+        let tid = self.insert_proc(pid, 0, Cred::root(), name, "", true);
+        let mut st = self.st();
+        let id = st.next_kproc;
+        st.next_kproc += 1;
+        st.kprocs.insert(
+            id,
+            Kproc {
+                pid,
+                tid,
+                pending: false,
+            },
+        );
+        drop(st);
+        self.0.handlers.borrow_mut().kprocs.insert(id, body);
+        id
+    }
+
+    /// Runs a kernel process's body now, in its own context, then removes
+    /// it (`kproc_exit` after its last pass).
+    pub(crate) fn kproc_stop(&self, id: u64) {
+        let tid = self.0.st.borrow().kprocs.get(&id).map(|k| k.tid);
+        let body = self.0.handlers.borrow_mut().kprocs.remove(&id);
+        if let (Some(tid), Some(body)) = (tid, body) {
+            self.with_ctx(tid, || body());
+            let mut st = self.st();
+            if let Some(k) = st.kprocs.remove(&id) {
+                st.threads.remove(&k.tid);
+                st.procs.remove(&k.pid);
+            }
+        }
+    }
+
+    /// Kernel processes alive, by name.
+    pub fn kprocs(&self) -> Vec<String> {
+        let st = self.0.st.borrow();
+        st.kprocs
+            .values()
+            .filter_map(|k| st.procs.get(&k.pid).map(|p| p.info.comm.clone()))
+            .collect()
+    }
+
+    /// Opens a file of `kind` in `pid`; returns the lowest free descriptor
+    /// from 3 on.
+    pub fn open(&self, pid: u32, kind: FileKind, writable: bool) -> i32 {
+        let mut st = self.st();
+        let id = st.next_file;
+        st.next_file += 1;
+        let writable = writable && kind != FileKind::Directory;
+        st.files.insert(
+            id,
+            File {
+                kind,
+                writable,
+                data: Vec::new(),
+                refs: 1,
+            },
+        );
+        let p = st.procs.get_mut(&pid).expect("open in unknown pid");
+        let fd = (3..).find(|fd| !p.fds.contains_key(fd)).unwrap_or(3);
+        p.fds.insert(fd, id);
+        fd
+    }
+
+    /// close(2).
+    pub fn close(&self, pid: u32, fd: i32) {
+        let mut st = self.st();
+        let id = st.procs.get_mut(&pid).and_then(|p| p.fds.remove(&fd));
+        if let Some(f) = id.and_then(|id| st.files.get_mut(&id)) {
+            f.refs -= 1;
+        }
+    }
+
+    /// The file a descriptor refers to.
+    pub fn file_of(&self, pid: u32, fd: i32) -> Option<u64> {
+        self.0
+            .st
+            .borrow()
+            .procs
+            .get(&pid)
+            .and_then(|p| p.fds.get(&fd).copied())
+    }
+
+    /// Everything written to a file.
+    pub fn file_data(&self, id: u64) -> Vec<u8> {
+        self.0
+            .st
+            .borrow()
+            .files
+            .get(&id)
+            .map(|f| f.data.clone())
+            .unwrap_or_default()
+    }
+
+    /// Descriptors and kernel references to a file.
+    pub fn file_refs(&self, id: u64) -> u32 {
+        self.0.st.borrow().files.get(&id).map_or(0, |f| f.refs)
     }
 
     /// The thread running on `cpu`.
@@ -859,6 +1072,10 @@ impl State {
 
     pub(crate) fn proc_info_mut(&mut self, pid: u32) -> Option<&mut ProcInfo> {
         self.procs.get_mut(&pid).map(|p| &mut p.info)
+    }
+
+    pub(crate) fn proc_fd(&self, pid: u32, fd: i32) -> Option<u64> {
+        self.procs.get(&pid).and_then(|p| p.fds.get(&fd).copied())
     }
 
     pub(crate) fn children(&self, pid: u32) -> Vec<u32> {

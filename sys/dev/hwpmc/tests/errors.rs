@@ -810,3 +810,34 @@ fn eperm_system_pmc_on_a_row_disabled_by_pmcadmin() {
     assert!(soft_sc(&s, root, 1).is_ok(), "other CPUs are unaffected");
     s.finish();
 }
+
+#[test]
+fn eagain_configurelog_cannot_create_the_helper_process() {
+    let s = Sim::new();
+    let p = s.root();
+    s.soft_tc(p); // an owner already: the next allocations are the log's
+    let fd = s.open(p, ksim::FileKind::Regular, true);
+    let mut results = Vec::new();
+    for k in 1..8 {
+        s.m.fail_alloc_in(k);
+        let r = s.configurelog(p, fd, 0);
+        s.m.clear_alloc_failure();
+        results.push(r);
+        if r.is_ok() {
+            break;
+        }
+    }
+    assert!(results.contains(&Err(EAGAIN)), "{results:?}");
+    s.finish();
+}
+
+#[test]
+fn ebusy_configurelog_while_a_log_is_active() {
+    let s = Sim::new();
+    let p = s.root();
+    let a = s.open(p, ksim::FileKind::Regular, true);
+    let b = s.open(p, ksim::FileKind::Regular, true);
+    s.configurelog(p, a, 0).unwrap();
+    assert_eq!(s.configurelog(p, b, 0), Err(EBUSY));
+    s.finish();
+}

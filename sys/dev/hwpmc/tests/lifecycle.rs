@@ -117,18 +117,24 @@ fn tsc_counts_time_on_its_cpu_and_is_shareable() {
     );
     s.start(a, ta).unwrap();
     let t0 = s.read(a, ta).unwrap();
-    assert_eq!(t0, s.m.tsc(2));
+    assert_eq!(
+        t0 + 2_400,
+        s.m.tsc(2),
+        "the value of the read, then the caller's switch-out"
+    );
     s.run(w, 2, 3);
     let t1 = s.read(a, ta).unwrap();
-    assert_eq!(
-        t1 - t0,
-        3 * 2_400_000_000 / 1000,
-        "three ticks of a 2.4 GHz TSC at hz=1000"
-    );
+    // Three ticks of a 2.4 GHz TSC at hz=1000, and the four context
+    // switches of 1 µs each between the two reads.
+    assert_eq!(t1 - t0, 3 * 2_400_000 + 4 * 2_400);
     s.write(a, ta, 0).expect_err("a running PMC is not written");
     s.stop(a, ta).unwrap();
     s.write(a, ta, 5).unwrap();
-    assert_eq!(s.read(a, ta).unwrap(), s.m.tsc(2), "TSC writes are ignored");
+    assert_eq!(
+        s.read(a, ta).unwrap() + 2_400,
+        s.m.tsc(2),
+        "TSC writes are ignored"
+    );
     s.finish();
 }
 

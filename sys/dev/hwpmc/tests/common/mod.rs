@@ -294,6 +294,33 @@ impl Sim {
         )
     }
 
+    /// Opens a file of `kind` in `p`.
+    pub fn open(&self, p: P, kind: ksim::FileKind, writable: bool) -> i32 {
+        self.m.open(p.pid, kind, writable)
+    }
+
+    /// Everything written to the file behind `fd` of `p`.
+    pub fn file(&self, p: P, fd: i32) -> Vec<u8> {
+        self.m
+            .file_data(self.m.file_of(p.pid, fd).expect("open descriptor"))
+    }
+
+    pub fn writelog(&self, p: P, cookie: u32) -> Result<(), Errno> {
+        self.call(
+            p,
+            PmcOp::Writelog,
+            &mut PmcOpWritelog {
+                pm_userdata: cookie,
+            },
+        )
+    }
+    pub fn flushlog(&self, p: P) -> Result<(), Errno> {
+        self.call(p, PmcOp::Flushlog, &mut 0u32)
+    }
+    pub fn closelog(&self, p: P) -> Result<(), Errno> {
+        self.call(p, PmcOp::Closelog, &mut 0u32)
+    }
+
     /// Runs the process's thread on `cpu` for `ticks` clock ticks.
     pub fn run(&self, p: P, cpu: u32, ticks: u32) {
         self.m.run(p.tid, cpu, ticks);

@@ -1,0 +1,317 @@
+//! The log (hwpmc_logging.c): pmclog(3) records an owner asked for, put in
+//! per-CPU buffers taken from a pool allocated at load, queued when full,
+//! and written to the owner's log file by a kernel process of its own,
+//! "hwpmc: proc(PID)".
+//!
+//! Emitting a record never sleeps or allocates, so records can be written
+//! from the context-switch path. A write error stops the log: the error is
+//! kept for the next PMC_OP_FLUSHLOG and the owner gets SIGIO.
+
+use alloc::format;
+use alloc::sync::Arc;
+use core::sync::atomic::Ordering;
+
+use kpi::errno::{ENOMEM, Errno, KResult};
+use kpi::file::KFile;
+use kpi::kproc::Kproc;
+use kpi::malloc::{KArc, KBox, KVec, Wait};
+use kpi::proc::{Pid, SIGIO};
+use kpi::sync::{Mutex, SpinMutex};
+use uapi::pmclog::PmclogRecord;
+
+use crate::Stats;
+
+/// One log buffer (`struct pmclog_buffer`).
+#[derive(Debug)]
+pub(crate) struct LogBuffer {
+    data: KVec<u8>,
+    len: usize,
+}
+
+/// The buffers of all owners, allocated at load.
+#[derive(Debug)]
+pub(crate) struct LogPool {
+    free: SpinMutex<KVec<KBox<LogBuffer>>>,
+    total: usize,
+}
+
+impl LogPool {
+    /// `count` buffers of `size` bytes.
+    pub fn new(count: usize, size: usize) -> KResult<LogPool> {
+        let mut free = KVec::with_capacity(count, Wait::WaitOk)?;
+        for _ in 0..count {
+            let b = KBox::try_new(
+                LogBuffer {
+                    data: KVec::zeroed(size, Wait::WaitOk)?,
+                    len: 0,
+                },
+                Wait::WaitOk,
+            )?;
+            let _ = free.push_within_capacity(b);
+        }
+        Ok(LogPool {
+            free: SpinMutex::new("pmc-logpool", free),
+            total: count,
+        })
+    }
+
+    fn get(&self) -> Option<KBox<LogBuffer>> {
+        self.free.lock().pop()
+    }
+
+    fn put(&self, mut b: KBox<LogBuffer>) {
+        b.len = 0;
+        // The pool has room for every buffer it ever handed out.
+        let _ = self.free.lock().push_within_capacity(b);
+    }
+
+    /// Buffers not in use.
+    pub fn available(&self) -> usize {
+        self.free.lock().len()
+    }
+}
+
+#[derive(Debug)]
+struct LogState {
+    /// The buffer each CPU is filling.
+    cur: KVec<Option<KBox<LogBuffer>>>,
+    /// Full or flushed buffers waiting for the writer, oldest first.
+    queue: KVec<KBox<LogBuffer>>,
+    /// The write error that stopped the log.
+    error: Option<Errno>,
+    /// CLOSELOG was logged; the writer closes the file once drained.
+    closing: bool,
+}
+
+/// An owner's log.
+pub(crate) struct OwnerLog {
+    owner: Pid,
+    pool: KArc<LogPool>,
+    stats: KArc<Stats>,
+    st: SpinMutex<LogState>,
+    file: Mutex<Option<KFile>>,
+    writer: SpinMutex<Option<Kproc>>,
+}
+
+impl core::fmt::Debug for OwnerLog {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("OwnerLog")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OwnerLog {
+    /// `pmclog_configure_log`: creates the writer process, then takes a
+    /// reference to descriptor `fd` of the calling owner (EAGAIN without a
+    /// process, EBADF for a descriptor not open for writing).
+    pub fn configure(
+        owner: Pid,
+        fd: i32,
+        pool: &KArc<LogPool>,
+        stats: &KArc<Stats>,
+        ncpu: u32,
+    ) -> KResult<KArc<OwnerLog>> {
+        let cur = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| None)?;
+        let queue = KVec::with_capacity(pool.total, Wait::WaitOk)?;
+        let log = KArc::try_new(
+            OwnerLog {
+                owner,
+                pool: pool.clone(),
+                stats: stats.clone(),
+                st: SpinMutex::new(
+                    "pmc-ownerlog",
+                    LogState {
+                        cur,
+                        queue,
+                        error: None,
+                        closing: false,
+                    },
+                ),
+                file: Mutex::new("pmc-logfile", None),
+                writer: SpinMutex::new("pmc-logwriter", None),
+            },
+            Wait::WaitOk,
+        )?;
+        let body = log.clone();
+        let writer = kpi::kproc::kproc_create(
+            &format!("hwpmc: proc({owner})"),
+            Arc::new(move || body.write_pass()),
+        )?;
+        match kpi::file::fget_write(fd) {
+            Ok(file) => *log.file.lock() = Some(file),
+            Err(e) => {
+                writer.stop();
+                return Err(e);
+            }
+        }
+        *log.writer.lock() = Some(writer);
+        Ok(log)
+    }
+
+    /// Appends a record for the current CPU. ENOMEM when no buffer is
+    /// free (the record is lost and counted); records after a write error
+    /// or after CLOSELOG are discarded.
+    pub fn emit(&self, rec: &PmclogRecord<'_>) -> KResult<()> {
+        let len = rec.encoded_len();
+        let cpu = kpi::cpu::curcpu() as usize;
+        let mut wake = false;
+        let r = {
+            let mut st = self.st.lock();
+            if st.error.is_some() || st.closing {
+                return Ok(());
+            }
+            let full = st.cur[cpu]
+                .as_ref()
+                .is_some_and(|b| b.data.len() - b.len < len);
+            if full {
+                if let Some(b) = st.cur[cpu].take() {
+                    let _ = st.queue.push_within_capacity(b);
+                    wake = true;
+                }
+            }
+            if st.cur[cpu].is_none() {
+                self.stats.buffer_requests.fetch_add(1, Ordering::Relaxed);
+                match self.pool.get() {
+                    Some(b) => st.cur[cpu] = Some(b),
+                    None => {
+                        self.stats
+                            .buffer_requests_failed
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            match st.cur[cpu].as_mut() {
+                Some(b) => {
+                    let at = b.len;
+                    match rec.encode(&mut b.data[at..]) {
+                        Ok(n) => {
+                            b.len += n;
+                            Ok(())
+                        }
+                        Err(_) => Err(ENOMEM),
+                    }
+                }
+                None => Err(ENOMEM),
+            }
+        };
+        if wake {
+            self.wakeup();
+        }
+        r
+    }
+
+    fn wakeup(&self) {
+        if let Some(w) = self.writer.lock().as_ref() {
+            w.wakeup();
+        }
+    }
+
+    /// Queues every CPU's partly filled buffer and wakes the writer.
+    fn schedule_all(&self) {
+        {
+            let mut st = self.st.lock();
+            let st = &mut *st;
+            for slot in st.cur.iter_mut() {
+                match slot.take() {
+                    Some(b) if b.len > 0 => {
+                        let _ = st.queue.push_within_capacity(b);
+                    }
+                    Some(b) => self.pool.put(b),
+                    None => {}
+                }
+            }
+        }
+        self.wakeup();
+    }
+
+    /// `pmclog_flush`: the pending write error, or 0 after scheduling the
+    /// buffered records for writing.
+    pub fn flush(&self) -> KResult<()> {
+        if let Some(e) = self.st.lock().error {
+            return Err(e);
+        }
+        self.schedule_all();
+        Ok(())
+    }
+
+    /// `pmclog_close`: a CLOSELOG record, then the writer drains the log
+    /// and closes the file.
+    pub fn close(&self) {
+        // Every CPU's records go out before CLOSELOG, so that a reader
+        // stopping at CLOSELOG loses none.
+        self.schedule_all();
+        let tsc = kpi::time::rdtsc();
+        let _ = self.emit(&PmclogRecord {
+            tsc,
+            body: uapi::pmclog::PmclogBody::Closelog,
+        });
+        self.st.lock().closing = true;
+        self.schedule_all();
+    }
+
+    /// `pmclog_deconfigure_log`: closes the log if not yet closed, stops
+    /// the writer after its last pass, and returns every buffer.
+    pub fn deconfigure(&self) {
+        if !self.st.lock().closing {
+            self.close();
+        }
+        let writer = self.writer.lock().take();
+        if let Some(w) = writer {
+            w.stop();
+        }
+        let mut st = self.st.lock();
+        while let Some(b) = st.queue.pop() {
+            self.pool.put(b);
+        }
+        for slot in st.cur.iter_mut() {
+            if let Some(b) = slot.take() {
+                self.pool.put(b);
+            }
+        }
+        drop(st);
+        *self.file.lock() = None;
+    }
+
+    /// Whether the log still accepts records.
+    pub fn is_open(&self) -> bool {
+        let st = self.st.lock();
+        st.error.is_none() && !st.closing
+    }
+
+    /// One pass of the writer: writes the queued buffers in order. A write
+    /// error is kept, the file dropped and the owner signalled.
+    fn write_pass(&self) {
+        loop {
+            let next = {
+                let mut st = self.st.lock();
+                if st.queue.is_empty() {
+                    None
+                } else {
+                    Some(st.queue.remove(0))
+                }
+            };
+            let Some(buf) = next else { break };
+            let result = {
+                let file = self.file.lock();
+                match file.as_ref() {
+                    Some(f) if self.st.lock().error.is_none() => f.write_all(&buf.data[..buf.len]),
+                    _ => Ok(()),
+                }
+            };
+            self.pool.put(buf);
+            if let Err(e) = result {
+                self.st.lock().error = Some(e);
+                *self.file.lock() = None;
+                kpi::proc::psignal(self.owner, SIGIO);
+            }
+        }
+        let done = {
+            let st = self.st.lock();
+            st.closing && st.queue.is_empty()
+        };
+        if done {
+            *self.file.lock() = None;
+        }
+    }
+}
