@@ -28,12 +28,17 @@ pub struct AllocRequest<'a> {
     pub raw: &'a PmcOpPmcallocate,
 }
 
-/// Statistics a class updates from its interrupt path.
-pub trait IntrStats {
+/// What a class's interrupt path reports to the core.
+pub trait IntrSink {
     /// An interrupt was handled.
     fn processed(&self);
     /// An interrupt concerned no running PMC.
     fn ignored(&self);
+    /// A sampling PMC reached its count on `cpu`: take a sample of the
+    /// interrupted context (`pmc_process_interrupt`). False when the
+    /// sample was dropped on a full ring; the class then stalls the
+    /// counter until [`PmcClassDep::unstall`].
+    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool;
 }
 
 /// One family of counters (`struct pmc_classdep`).
@@ -82,7 +87,10 @@ pub trait PmcClassDep: Send + Sync {
     }
     /// A software event fired on `cpu` (PMC_FN_SOFT_SAMPLING), in
     /// interrupt context. Returns whether a PMC of this class used it.
-    fn soft_event(&self, _cpu: u32, _ev: u32, _stats: &dyn IntrStats) -> bool {
+    fn soft_event(&self, _cpu: u32, _ev: u32, _sink: &dyn IntrSink) -> bool {
         false
     }
+    /// The core drained `cpu`'s sample rings: counters stalled on a full
+    /// ring run again.
+    fn unstall(&self, _cpu: u32) {}
 }

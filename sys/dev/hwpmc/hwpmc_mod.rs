@@ -28,6 +28,7 @@ pub mod hwpmc_soft;
 pub mod hwpmc_tsc;
 mod ops;
 mod procs;
+mod sampling;
 
 use alloc::string::String;
 use alloc::sync::Arc;
@@ -43,9 +44,11 @@ use kpi::sysctl::IntKnob;
 use kpi::{Errno, KResult};
 use uapi::pmc::*;
 
-use crate::hwpmc_class::{IntrStats, PmcClassDep};
+use crate::hwpmc_class::{IntrSink, PmcClassDep};
 use crate::hwpmc_logging::{LogPool, OwnerLog};
 use crate::procs::{PidHash, PmcProcess};
+pub use crate::sampling::SampleStats as SamplingStats;
+use crate::sampling::{Ring, SampleStats};
 
 /// A PMC: what was allocated (immutable) and its run-time values.
 #[derive(Debug)]
@@ -88,6 +91,8 @@ pub struct PmcVals {
     pub initial: u64,
     /// CPUs the PMC is configured on now (`pm_runcount`).
     pub runcount: u32,
+    /// Samples dropped on a full ring since the last DROPNOTIFY.
+    pub dropped: u64,
 }
 
 impl Pmc {
@@ -132,12 +137,15 @@ pub struct Stats {
     pub log_sweeps: AtomicU64,
 }
 
-impl IntrStats for Stats {
+impl IntrSink for Hwpmc {
     fn processed(&self) {
-        self.intr_processed.fetch_add(1, Ordering::Relaxed);
+        self.stats.intr_processed.fetch_add(1, Ordering::Relaxed);
     }
     fn ignored(&self) {
-        self.intr_ignored.fetch_add(1, Ordering::Relaxed);
+        self.stats.intr_ignored.fetch_add(1, Ordering::Relaxed);
+    }
+    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool {
+        self.process_interrupt(sampling::RING_SOFT, pm, cpu)
     }
 }
 
@@ -307,7 +315,9 @@ pub struct Hwpmc {
     procs: SpinMutex<PidHash<PmcProcess>>,
     pcpu: KVec<SpinMutex<KVec<PhwRow>>>,
     stats: KArc<Stats>,
+    sample_stats: SampleStats,
     logpool: KArc<LogPool>,
+    rings: KVec<KVec<SpinMutex<Ring>>>,
     unloading: AtomicBool,
     mincount: IntKnob,
     _knobs: KVec<IntKnob>,
@@ -420,6 +430,7 @@ impl Module {
             Wait::WaitOk,
         )?;
         let stats = KArc::try_new(Stats::default(), Wait::WaitOk)?;
+        let rings = sampling::alloc_rings(ncpu, tun.nsamples, tun.callchaindepth)?;
         let owners = KVec::new();
         let procs = PidHash::new(tun.hashsize, Wait::WaitOk)?;
         let mut knobs = KVec::with_capacity(8, Wait::WaitOk)?;
@@ -448,7 +459,9 @@ impl Module {
                 procs: SpinMutex::new("pmc-processhash", procs),
                 pcpu,
                 stats,
+                sample_stats: SampleStats::default(),
                 logpool,
+                rings,
                 unloading: AtomicBool::new(false),
                 mincount,
                 _knobs: knobs,
@@ -503,6 +516,7 @@ impl Module {
         d.unloading.store(true, Ordering::Release);
         kpi::hooks::set_pmc_hook(None);
         kpi::syscall_deregister(self.syscall);
+        d.process_all_samples();
         {
             let mut core = d.core.lock();
             while let Some(last) = core.owners.len().checked_sub(1) {
@@ -538,6 +552,11 @@ impl Hwpmc {
     /// The statistics.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Sampling statistics (logged, not logged, merged user chains).
+    pub fn sample_stats(&self) -> &SampleStats {
+        &self.sample_stats
     }
 
     /// Log buffers not in use by any owner.
@@ -583,7 +602,7 @@ impl Hwpmc {
             Hook::SoftSampling { ev, cpu } => {
                 for slot in self.classes.iter() {
                     if slot.dep.class() == PmcClass::Soft {
-                        slot.dep.soft_event(cpu, ev, &*self.stats);
+                        slot.dep.soft_event(cpu, ev, self);
                     }
                 }
             }
@@ -592,6 +611,8 @@ impl Hwpmc {
                 base,
                 dyn_base,
             } => self.process_exec(credentials_changed, base, dyn_base),
+            Hook::UserRet => self.user_callchain(),
+            Hook::DoSamples => self.process_samples(kpi::cpu::curcpu()),
             Hook::ThrCreate | Hook::ThrExit => {}
         }
     }

@@ -11,7 +11,7 @@ use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcState, set_c_field_str};
 use uapi::pmc_events::{PMC_EV_SOFT_FIRST, PMC_EV_SOFT_LAST};
 
 use crate::Pmc;
-use crate::hwpmc_class::{AllocRequest, IntrStats, PmcClassDep};
+use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep};
 
 /// `SOFT_NPMCS`: rows per CPU.
 pub const SOFT_NPMCS: u32 = 16;
@@ -26,6 +26,9 @@ pub const SOFT_CAPS: PmcCaps = PmcCaps::READ
 struct SoftRow {
     pmc: Option<KArc<Pmc>>,
     value: u64,
+    /// A sample was dropped on a full ring: events are ignored, and the
+    /// event disarmed, until the rings are drained.
+    stalled: bool,
 }
 
 /// The SOFT class: per CPU, the configured PMC and the count of each row.
@@ -106,7 +109,16 @@ impl PmcClassDep for SoftClass {
         Ok(())
     }
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
-        self.row(cpu, ri, |row| row.pmc = pm.cloned())
+        self.row(cpu, ri, |row| {
+            if row.stalled {
+                if let Some(old) = &row.pmc {
+                    // The stalled counter had disarmed its event.
+                    kpi::kern_pmc::soft_event_running(old.event, 1);
+                }
+                row.stalled = false;
+            }
+            row.pmc = pm.cloned();
+        })
     }
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
         self.row(cpu, ri, |row| row.value)
@@ -128,29 +140,55 @@ impl PmcClassDep for SoftClass {
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())
     }
-    fn soft_event(&self, cpu: u32, ev: u32, stats: &dyn IntrStats) -> bool {
+    fn soft_event(&self, cpu: u32, ev: u32, sink: &dyn IntrSink) -> bool {
         let Some(slot) = self.cpus.get(cpu as usize) else {
             return false;
         };
         let mut rows = slot.lock();
         let mut used = false;
         for row in rows.iter_mut() {
-            let Some(pm) = &row.pmc else { continue };
-            if pm.event != ev || pm.state() != PmcState::Running {
+            let Some(pm) = row.pmc.clone() else { continue };
+            if pm.event != ev || row.stalled || pm.state() != PmcState::Running {
                 continue;
             }
-            // Counting rows count up. Sampling rows are driven by the
-            // sample path, which arrives with sampling support.
+            used = true;
             if pm.mode.is_counting() {
                 row.value = row.value.wrapping_add(1);
-                used = true;
+                continue;
+            }
+            // Sampling rows count down; the event that finds zero reloads
+            // the count (less this event) and takes the sample: after a
+            // start at R, the first sample comes at event R + 1, then one
+            // every R events.
+            if row.value > 0 {
+                row.value -= 1;
+                continue;
+            }
+            row.value = pm.vals().reloadcount.saturating_sub(1);
+            if !sink.sample(&pm, cpu) {
+                row.stalled = true;
+                kpi::kern_pmc::soft_event_running(pm.event, -1);
             }
         }
         if used {
-            stats.processed();
+            sink.processed();
         } else {
-            stats.ignored();
+            sink.ignored();
         }
         used
+    }
+
+    fn unstall(&self, cpu: u32) {
+        let Some(slot) = self.cpus.get(cpu as usize) else {
+            return;
+        };
+        for row in slot.lock().iter_mut() {
+            if row.stalled {
+                row.stalled = false;
+                if let Some(pm) = &row.pmc {
+                    kpi::kern_pmc::soft_event_running(pm.event, 1);
+                }
+            }
+        }
     }
 }

@@ -416,6 +416,7 @@ impl Hwpmc {
                         reloadcount,
                         initial,
                         runcount: 0,
+                        dropped: 0,
                     },
                 ),
                 log: kpi::sync::SpinMutex::new("pmc-logref", None),
@@ -897,6 +898,10 @@ impl Hwpmc {
     /// gives the row back.
     fn release_pmc(&self, core: &mut Core, at: At) {
         let pm = Self::pmc_at(core, at).pmc.clone();
+        if pm.mode.is_sampling() {
+            // Its samples are logged before it goes.
+            self.process_all_samples();
+        }
         let Ok((dep, adjri)) = self.classdep(pm.ri) else {
             return;
         };
@@ -1032,6 +1037,7 @@ impl Hwpmc {
     /// Closes and deconfigures an owner's log; its PMCs that need a log
     /// stop first.
     fn deconfigure_log(&self, core: &mut Core, owner: usize, log: KArc<OwnerLog>) {
+        self.process_all_samples();
         log.close();
         for p in core.owners[owner].pmcs.iter() {
             let v = p.pmc.vals();
@@ -1045,6 +1051,7 @@ impl Hwpmc {
 
     fn op_flushlog(&self, core: &mut Core) -> KResult<()> {
         let o = Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
+        self.process_all_samples();
         core.owners[o].log.as_ref().ok_or(EINVAL)?.flush()
     }
 
@@ -1164,6 +1171,9 @@ impl Hwpmc {
             let _ = dep.config_pmc(cpu, adjri, None);
             row.pmc = None;
         }
+        drop(rows);
+        drop(procs);
+        self.process_samples(cpu);
     }
 
     // ----- fork, exec, exit ---------------------------------------------
@@ -1363,6 +1373,7 @@ impl Hwpmc {
             return;
         }
         let mut core = self.core.lock();
+        self.process_all_samples();
         let attached: KVec<KArc<Pmc>> = {
             let procs = self.procs.lock();
             match procs.get(pid) {

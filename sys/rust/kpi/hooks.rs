@@ -34,6 +34,12 @@ pub enum Hook {
     ThrCreate,
     /// PMC_FN_THR_EXIT.
     ThrExit,
+    /// PMC_FN_USER_CALLCHAIN(_SOFT): the thread returns to user mode with
+    /// the AST it asked for ([`crate::proc::request_userret`]).
+    UserRet,
+    /// PMC_FN_DO_SAMPLES: hardclock on a CPU marked with samples
+    /// (interrupt context).
+    DoSamples,
 }
 
 /// An event handler call.

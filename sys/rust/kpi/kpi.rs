@@ -31,6 +31,7 @@ pub mod hooks;
 pub mod kproc;
 pub mod malloc;
 pub mod proc;
+pub mod stack;
 pub mod sync;
 pub mod sysctl;
 pub mod time;
@@ -80,5 +81,11 @@ pub mod kern_pmc {
     /// calls the hook only while used (`ps_running`).
     pub fn soft_event_running(code: u32, delta: i32) {
         super::backend::soft_event_running(code, delta);
+    }
+    /// Tells hardclock that `cpu` has samples to process
+    /// (`DPCPU_SET(pmc_sampled, 1)`), which makes it call the hook with
+    /// [`crate::hooks::Hook::DoSamples`].
+    pub fn set_cpu_sampled(cpu: u32) {
+        super::backend::set_cpu_sampled(cpu);
     }
 }

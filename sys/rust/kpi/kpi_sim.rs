@@ -160,6 +160,8 @@ pub fn set_pmc_hook(hook: Option<HookFn>) {
                 ksim::HookCall::SoftSampling { ev, cpu } => Hook::SoftSampling { ev, cpu },
                 ksim::HookCall::ThrCreate => Hook::ThrCreate,
                 ksim::HookCall::ThrExit => Hook::ThrExit,
+                ksim::HookCall::UserRet => Hook::UserRet,
+                ksim::HookCall::DoSamples => Hook::DoSamples,
             };
             h(&hook);
         }) as Rc<dyn Fn(&ksim::HookCall)>
@@ -217,4 +219,41 @@ pub fn kproc_stop(id: u64) {
 }
 pub fn kproc_pid(id: u64) -> Option<u32> {
     kern::kproc_pid(id)
+}
+
+pub fn set_cpu_sampled(cpu: u32) {
+    kern::set_cpu_sampled(cpu);
+}
+pub fn request_userret() {
+    kern::request_userret();
+}
+pub fn interrupted() -> crate::stack::Interrupted {
+    let loc = kern::location();
+    let pc = if loc.user_mode {
+        loc.user_stack.first()
+    } else {
+        loc.kernel_stack.first()
+    };
+    crate::stack::Interrupted {
+        user_mode: loc.user_mode,
+        pc: pc.copied().unwrap_or(0) as usize,
+    }
+}
+fn fill(out: &mut [usize], from: &[u64]) -> usize {
+    let n = out.len().min(from.len());
+    for (o, f) in out.iter_mut().zip(from) {
+        *o = *f as usize;
+    }
+    n
+}
+pub fn kernel_callchain(out: &mut [usize]) -> usize {
+    let loc = kern::location();
+    if loc.user_mode {
+        0
+    } else {
+        fill(out, &loc.kernel_stack)
+    }
+}
+pub fn user_callchain(out: &mut [usize]) -> usize {
+    fill(out, &kern::location().user_stack)
 }

@@ -111,3 +111,9 @@ pub fn may_sleep() {
 pub fn force_context_switch() {
     crate::backend::force_context_switch();
 }
+
+/// Schedules an AST for the current thread so that the PMC hook runs at
+/// its return to user mode (`TDP_CALLCHAIN`).
+pub fn request_userret() {
+    crate::backend::request_userret();
+}

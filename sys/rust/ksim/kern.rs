@@ -467,3 +467,28 @@ pub fn kproc_stop(id: u64) {
 pub fn kproc_pid(id: u64) -> Option<u32> {
     current().st().kprocs.get(&id).map(|k| k.pid)
 }
+
+/// Where the current thread was when the interrupt being handled (or the
+/// kernel entry) caught it.
+pub fn location() -> crate::machine::Location {
+    let m = current();
+    let st = m.st();
+    let (_, tid) = st.cur();
+    st.location(tid)
+}
+
+/// Asks for the current thread's AST at its return to user mode
+/// (TDP_CALLCHAIN and `ast_sched`).
+pub fn request_userret() {
+    let m = current();
+    let mut st = m.st();
+    let (_, tid) = st.cur();
+    st.request_ast(tid);
+}
+
+/// Marks `cpu` as having samples for hardclock (DPCPU pmc_sampled).
+pub fn set_cpu_sampled(cpu: u32) {
+    if let Some(f) = current().st().sampled.get_mut(cpu as usize) {
+        *f = true;
+    }
+}

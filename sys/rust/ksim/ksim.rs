@@ -12,9 +12,11 @@
 //! backend calls the [`kern`] services of the current machine. A test makes
 //! a machine current for its thread with [`Machine::enter`].
 
+pub mod elf;
 pub mod kern;
 mod machine;
 pub mod witness;
+pub mod workload;
 
 pub mod machine_guard {
     //! The guard of [`crate::Machine::enter`].
@@ -22,8 +24,8 @@ pub mod machine_guard {
 }
 
 pub use machine::{
-    CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Machine, MachineConfig,
-    ProcInfo, SoftEvent, SyscallHandler, Violation,
+    Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Location,
+    Machine, MachineConfig, ProcInfo, SoftEvent, SyscallHandler, Violation,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

@@ -144,6 +144,32 @@ pub enum HookCall {
     ThrCreate,
     /// PMC_FN_THR_EXIT.
     ThrExit,
+    /// PMC_FN_USER_CALLCHAIN / PMC_FN_USER_CALLCHAIN_SOFT: the current
+    /// thread returns to user mode with an AST the PMC code requested.
+    UserRet,
+    /// PMC_FN_DO_SAMPLES: hardclock on a CPU with pending samples
+    /// (interrupt context).
+    DoSamples,
+}
+
+/// Where a thread is when an interrupt catches it: the mode it runs in and
+/// its stacks as return-address chains, innermost first (the first kernel
+/// entry is the interrupted kernel PC; the first user entry is the user PC).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Location {
+    /// The thread was in user mode.
+    pub user_mode: bool,
+    /// Kernel PCs (empty in user mode).
+    pub kernel_stack: Vec<u64>,
+    /// User PCs.
+    pub user_stack: Vec<u64>,
+}
+
+/// What a thread does: asked for its next location at every clock tick
+/// while it runs (a workload program).
+pub trait Activity {
+    /// The location for the coming tick.
+    fn step(&mut self) -> Location;
 }
 
 /// Event handlers (EVENTHANDLER(9)) the driver registers.
@@ -235,6 +261,17 @@ struct Proc {
 struct Thread {
     pid: u32,
     cpu: Option<u32>,
+    location: Location,
+    activity: Option<Box<dyn Activity>>,
+    /// An AST is pending: the hook runs when the thread returns to user
+    /// mode (TDP_CALLCHAIN).
+    ast: bool,
+}
+
+impl std::fmt::Debug for dyn Activity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Activity")
+    }
 }
 
 #[derive(Debug)]
@@ -274,6 +311,8 @@ pub(crate) struct State {
     next_file: u64,
     pub(crate) kprocs: BTreeMap<u64, Kproc>,
     pub(crate) next_kproc: u64,
+    /// Per CPU: samples are waiting (DPCPU pmc_sampled).
+    pub(crate) sampled: Vec<bool>,
 }
 
 #[derive(Default)]
@@ -343,6 +382,7 @@ const KERNEL_SOFT_EVENTS: &[&str] = &[
 impl Machine {
     /// Builds a machine with init (pid 1) running as root.
     pub fn new(cfg: MachineConfig) -> Machine {
+        let cpu_count = cfg.cpus.len();
         let cpus = cfg
             .cpus
             .iter()
@@ -385,6 +425,7 @@ impl Machine {
             next_file: 1,
             kprocs: BTreeMap::new(),
             next_kproc: 1,
+            sampled: vec![false; cpu_count],
         };
         let m = Machine(Rc::new(Inner {
             st: RefCell::new(st),
@@ -416,7 +457,16 @@ impl Machine {
         let mut st = self.st();
         let tid = st.next_tid;
         st.next_tid += 1;
-        st.threads.insert(tid, Thread { pid, cpu: None });
+        st.threads.insert(
+            tid,
+            Thread {
+                pid,
+                cpu: None,
+                location: Location::default(),
+                activity: None,
+                ast: false,
+            },
+        );
         st.procs.insert(
             pid,
             Proc {
@@ -514,7 +564,16 @@ impl Machine {
             let mut st = self.st();
             let tid = st.next_tid;
             st.next_tid += 1;
-            st.threads.insert(tid, Thread { pid, cpu: None });
+            st.threads.insert(
+                tid,
+                Thread {
+                    pid,
+                    cpu: None,
+                    location: Location::default(),
+                    activity: None,
+                    ast: false,
+                },
+            );
             st.procs.get_mut(&pid).unwrap().info.threads.push(tid);
             tid
         };
@@ -630,7 +689,9 @@ impl Machine {
         }
     }
 
-    /// One clock tick on `cpu`: the TSC advances and CLOCK.HARD fires.
+    /// One clock tick on `cpu`: the TSC advances, the running thread moves
+    /// on in its activity, CLOCK.HARD fires, hardclock processes pending
+    /// PMC samples, and a thread in user mode takes its pending AST.
     pub fn tick(&self, cpu: u32) {
         let (running, ev) = {
             let mut st = self.st();
@@ -640,19 +701,80 @@ impl Machine {
                 c.tsc += step;
             }
             st.time_ns += 1_000_000_000 / st.cfg.hz;
+            let running = st.cpus[cpu as usize].running;
+            if let Some(t) = running.and_then(|tid| st.threads.get_mut(&tid)) {
+                if let Some(a) = t.activity.as_mut() {
+                    t.location = a.step();
+                }
+            }
             let ev = st
                 .soft_events
                 .iter()
                 .find(|e| e.name == "CLOCK.HARD")
                 .map(|e| (e.code, e.running));
-            (st.cpus[cpu as usize].running, ev)
+            (running, ev)
         };
         if let (Some(tid), Some((code, n))) = (running, ev) {
             if n > 0 {
                 self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
             }
         }
+        self.after_interrupt(cpu, true);
         self.settle();
+    }
+
+    /// The end of an interrupt on `cpu`: hardclock (`clock`) calls
+    /// PMC_FN_DO_SAMPLES when samples wait, then the return to a user-mode
+    /// thread runs its AST.
+    fn after_interrupt(&self, cpu: u32, clock: bool) {
+        let (sampled, running) = {
+            let mut st = self.st();
+            let sampled = clock && std::mem::replace(&mut st.sampled[cpu as usize], false);
+            (sampled, st.cpus[cpu as usize].running)
+        };
+        if sampled {
+            let tid = running.unwrap_or_else(|| self.idle_tid());
+            self.interrupt(cpu, tid, &HookCall::DoSamples);
+        }
+        if let Some(tid) = running {
+            let ast = {
+                let mut st = self.st();
+                let t = st.threads.get_mut(&tid);
+                match t {
+                    Some(t) if t.ast && t.location.user_mode => {
+                        t.ast = false;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if ast {
+                self.with_ctx_on(cpu, tid, || self.hook(&HookCall::UserRet));
+            }
+        }
+    }
+
+    /// A thread of init standing in for the idle thread.
+    fn idle_tid(&self) -> u32 {
+        self.0.st.borrow().procs[&1].info.threads[0]
+    }
+
+    /// Gives a thread an activity, asked for its location every tick.
+    pub fn set_activity(&self, tid: u32, activity: Box<dyn Activity>) {
+        self.st()
+            .threads
+            .get_mut(&tid)
+            .expect("set_activity of unknown thread")
+            .activity = Some(activity);
+    }
+
+    /// Puts a thread at a location (for interrupts between ticks).
+    pub fn set_location(&self, tid: u32, location: Location) {
+        self.st()
+            .threads
+            .get_mut(&tid)
+            .expect("set_location of unknown thread")
+            .location = location;
     }
 
     /// Fires the software event `name` on `cpu` for its running thread
@@ -671,6 +793,8 @@ impl Machine {
         if let (Some(tid), true) = (running, n > 0) {
             self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
         }
+        self.after_interrupt(cpu, false);
+        self.settle();
     }
 
     fn interrupt(&self, cpu: u32, tid: u32, call: &HookCall) {
@@ -1098,6 +1222,19 @@ impl State {
 
     pub(crate) fn tsc(&self, cpu: u32) -> u64 {
         self.cpus[cpu as usize].tsc
+    }
+
+    pub(crate) fn location(&self, tid: u32) -> Location {
+        self.threads
+            .get(&tid)
+            .map(|t| t.location.clone())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn request_ast(&mut self, tid: u32) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.ast = true;
+        }
     }
 
     pub(crate) fn thread_pid(&self, tid: u32) -> Option<u32> {

@@ -10,6 +10,7 @@ use uapi::pmc::*;
 use uapi::{AsBytes, Plain};
 
 pub use kpi::Errno;
+#[allow(unused_imports)]
 pub use kpi::errno::*;
 
 /// A process of the simulated machine.

@@ -1,0 +1,264 @@
+//! Sampling (the interrupt half of hwpmc_mod.c): samples taken when a
+//! sampling PMC overflows go into per-CPU rings allocated at load; user
+//! call chains are completed at the thread's return to user mode; the
+//! rings are drained into the owners' logs as CALLCHAIN records by
+//! hardclock (PMC_FN_DO_SAMPLES), at context switches, at exit and on
+//! flush.
+//!
+//! Every sample taken is accounted for: it is logged, or counted as
+//! dropped on a full ring (`intr_bufferfull`) or as not logged (its PMC
+//! was released, or its owner has no log or no free log buffer).
+
+use core::sync::atomic::Ordering;
+
+use kpi::KResult;
+use kpi::malloc::{KArc, KVec, Wait};
+use kpi::proc::{Pid, Tid};
+use kpi::sync::SpinMutex;
+use uapi::pmc::{PMC_CC_F_USERSPACE, PmcFlags, PmcState};
+use uapi::pmclog::{PcList, PmclogBody, PmclogRecord, pmc_callchain_to_cpuflags};
+
+use crate::{Hwpmc, Pmc};
+
+/// The rings of a CPU: hardware samples, software samples (`PMC_HR`,
+/// `PMC_SR`).
+pub(crate) const NRINGS: usize = 2;
+/// Ring of software-event samples.
+pub(crate) const RING_SOFT: usize = 1;
+
+#[derive(Debug, Default)]
+struct SampleMeta {
+    pmc: Option<KArc<Pmc>>,
+    pid: Pid,
+    tid: Tid,
+    user: bool,
+    /// The user part of the call chain is added at the return to user
+    /// mode (PMC_USER_CALLCHAIN_PENDING).
+    pending: bool,
+    tsc: u64,
+    npc: usize,
+}
+
+/// One CPU's ring of `nsamples` samples of up to `depth` PCs each.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    meta: KVec<SampleMeta>,
+    pcs: KVec<usize>,
+    depth: usize,
+    head: usize,
+    tail: usize,
+    count: usize,
+}
+
+impl Ring {
+    pub fn new(nsamples: u32, depth: u32) -> KResult<Ring> {
+        let n = nsamples as usize;
+        let d = depth as usize;
+        Ok(Ring {
+            meta: KVec::from_fn(n, Wait::WaitOk, |_| SampleMeta::default())?,
+            pcs: KVec::from_fn(n * d, Wait::WaitOk, |_| 0usize)?,
+            depth: d,
+            head: 0,
+            tail: 0,
+            count: 0,
+        })
+    }
+}
+
+/// Statistics beyond `struct pmc_op_getdriverstats`, exported as
+/// sysctls only.
+#[derive(Debug, Default)]
+pub struct SampleStats {
+    /// Samples recorded in a ring.
+    pub taken: core::sync::atomic::AtomicU64,
+    /// Samples written to a log as CALLCHAIN records.
+    pub logged: core::sync::atomic::AtomicU64,
+    /// Samples taken but not logged.
+    pub unlogged: core::sync::atomic::AtomicU64,
+    /// User call chains merged into samples at the return to user mode.
+    pub merges: core::sync::atomic::AtomicU64,
+}
+
+impl Hwpmc {
+    /// `pmc_process_interrupt`: records a sample of `pm` for the
+    /// interrupted context of this CPU. Returns false when the ring was
+    /// full and the sample was dropped (the caller stalls the counter).
+    /// Interrupt context: no sleeping, no allocation.
+    pub(crate) fn process_interrupt(&self, ring: usize, pm: &KArc<Pmc>, cpu: u32) -> bool {
+        let intr = kpi::stack::interrupted();
+        let flags = pm.vals().flags;
+        let Some(rings) = self.rings.get(cpu as usize) else {
+            return false;
+        };
+        let mut r = rings[ring].lock();
+        if r.count == r.meta.len() {
+            self.stats.intr_bufferfull.fetch_add(1, Ordering::Relaxed);
+            pm.update(|v| v.dropped += 1);
+            return false;
+        }
+        let slot = r.head;
+        let depth = r.depth;
+        let (npc, pending) = {
+            let pcs = &mut r.pcs[slot * depth..(slot + 1) * depth];
+            if !flags.contains(PmcFlags::CALLCHAIN) {
+                pcs[0] = intr.pc;
+                (1, false)
+            } else if intr.user_mode {
+                // User stacks are read at the return to user mode; until
+                // then the sample holds the interrupted PC.
+                pcs[0] = intr.pc;
+                (1, true)
+            } else {
+                let n = kpi::stack::kernel_callchain(pcs).max(1);
+                if n == 1 && pcs[0] == 0 {
+                    pcs[0] = intr.pc;
+                }
+                (n, flags.contains(PmcFlags::USERCALLCHAIN) && n < depth)
+            }
+        };
+        r.meta[slot] = SampleMeta {
+            pmc: Some(pm.clone()),
+            pid: kpi::proc::curproc(),
+            tid: kpi::proc::curthread(),
+            user: intr.user_mode,
+            pending,
+            tsc: kpi::time::rdtsc(),
+            npc,
+        };
+        r.head = (slot + 1) % r.meta.len();
+        r.count += 1;
+        drop(r);
+        self.sample_stats.taken.fetch_add(1, Ordering::Relaxed);
+        if pending {
+            kpi::proc::request_userret();
+        }
+        kpi::kern_pmc::set_cpu_sampled(cpu);
+        true
+    }
+
+    /// `pmc_capture_user_callchain`: at the return to user mode, completes
+    /// this thread's pending samples on this CPU with its user stack.
+    pub(crate) fn user_callchain(&self) {
+        let cpu = kpi::cpu::curcpu();
+        let tid = kpi::proc::curthread();
+        let Some(rings) = self.rings.get(cpu as usize) else {
+            return;
+        };
+        for ring in rings.iter() {
+            let mut r = ring.lock();
+            let (n, depth) = (r.meta.len(), r.depth);
+            let mut i = r.tail;
+            for _ in 0..r.count {
+                if r.meta[i].pending && r.meta[i].tid == tid {
+                    let user = r.meta[i].user;
+                    // A user-mode sample is replaced by the full user
+                    // chain (its first entry is the same PC); a kernel
+                    // one gets the user chain appended.
+                    let start = if user { 0 } else { r.meta[i].npc };
+                    let got =
+                        kpi::stack::user_callchain(&mut r.pcs[i * depth + start..(i + 1) * depth]);
+                    r.meta[i].npc = (start + got).max(r.meta[i].npc.min(1));
+                    r.meta[i].pending = false;
+                    self.sample_stats.merges.fetch_add(1, Ordering::Relaxed);
+                }
+                i = (i + 1) % n;
+            }
+        }
+        kpi::kern_pmc::set_cpu_sampled(cpu);
+    }
+
+    /// `pmc_process_samples`: drains `cpu`'s rings into the owners' logs.
+    /// A sample still waiting for its user call chain stops its ring until
+    /// the thread returns to user mode (or is gone).
+    pub(crate) fn process_samples(&self, cpu: u32) {
+        let Some(rings) = self.rings.get(cpu as usize) else {
+            return;
+        };
+        self.stats.log_sweeps.fetch_add(1, Ordering::Relaxed);
+        for ring in rings.iter() {
+            let mut r = ring.lock();
+            let (n, depth) = (r.meta.len(), r.depth);
+            while r.count > 0 {
+                let i = r.tail;
+                if r.meta[i].pending && kpi::proc::thread_pid(r.meta[i].tid).is_some() {
+                    break;
+                }
+                let meta = core::mem::take(&mut r.meta[i]);
+                r.tail = (i + 1) % n;
+                r.count -= 1;
+                let Some(pm) = meta.pmc else { continue };
+                let log = pm.log().filter(|_| pm.state() != PmcState::Deleted);
+                let Some(log) = log else {
+                    self.sample_stats.unlogged.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let dropped = pm.update(|v| core::mem::take(&mut v.dropped));
+                if dropped > 0 {
+                    let _ = log.emit(&PmclogRecord {
+                        tsc: meta.tsc,
+                        body: PmclogBody::Dropnotify,
+                    });
+                }
+                let cpuflags =
+                    pmc_callchain_to_cpuflags(cpu, if meta.user { PMC_CC_F_USERSPACE } else { 0 });
+                let pcs = PcList::from_words(&r.pcs[i * depth..i * depth + meta.npc]);
+                let body = PmclogBody::Callchain {
+                    pid: meta.pid,
+                    tid: meta.tid,
+                    pmcid: pm.id,
+                    cpuflags,
+                    pcs,
+                };
+                match log.emit(&PmclogRecord {
+                    tsc: meta.tsc,
+                    body,
+                }) {
+                    Ok(()) => self.sample_stats.logged.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => self.sample_stats.unlogged.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }
+        // Counters stalled on a full ring run again.
+        for slot in self.classes.iter() {
+            slot.dep.unstall(cpu);
+        }
+    }
+
+    /// Drains every CPU's rings (flush, release, exit, unload).
+    pub(crate) fn process_all_samples(&self) {
+        for cpu in 0..self.ncpu {
+            self.process_samples(cpu);
+        }
+    }
+
+    /// Samples still in the rings.
+    pub fn samples_pending(&self) -> usize {
+        self.rings
+            .iter()
+            .flat_map(|r| r.iter())
+            .map(|r| r.lock().count)
+            .sum()
+    }
+}
+
+/// Allocates the rings of every existing CPU.
+pub(crate) fn alloc_rings(
+    ncpu: u32,
+    nsamples: u32,
+    depth: u32,
+) -> KResult<KVec<KVec<SpinMutex<Ring>>>> {
+    let mut all = KVec::with_capacity(ncpu as usize, Wait::WaitOk)?;
+    for cpu in 0..ncpu {
+        let mut rings = KVec::with_capacity(NRINGS, Wait::WaitOk)?;
+        if kpi::cpu::exists(cpu) {
+            for _ in 0..NRINGS {
+                let _ = rings.push_within_capacity(SpinMutex::new(
+                    "pmc-samples",
+                    Ring::new(nsamples, depth)?,
+                ));
+            }
+        }
+        let _ = all.push_within_capacity(rings);
+    }
+    Ok(all)
+}

@@ -1,0 +1,324 @@
+//! Sampling: SOFT sampling PMCs take samples into per-CPU rings, call
+//! chains are captured (kernel at the interrupt, user at the return to user
+//! mode), the rings drain into CALLCHAIN records, and every sample is
+//! either logged or counted.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::*;
+use ksim::{FileKind, Location, MachineConfig};
+use uapi::pmc::*;
+use uapi::pmclog::{PmclogBody, PmclogType, records};
+
+const KPC: [u64; 5] = [
+    0xffff_ffff_8020_1010,
+    0xffff_ffff_8020_2020,
+    0xffff_ffff_8020_3030,
+    0xffff_ffff_8020_4040,
+    0xffff_ffff_8020_5050,
+];
+const UPC: [u64; 3] = [0x40_1010, 0x40_2020, 0x40_3030];
+
+fn kernel_loc() -> Location {
+    Location {
+        user_mode: false,
+        kernel_stack: KPC.to_vec(),
+        user_stack: UPC.to_vec(),
+    }
+}
+
+fn user_loc() -> Location {
+    Location {
+        user_mode: true,
+        kernel_stack: vec![],
+        user_stack: UPC.to_vec(),
+    }
+}
+
+fn sim(kenv: &[(&str, &str)]) -> Sim {
+    let mut env = vec![("kern.hwpmc.mincount", "1")];
+    env.extend_from_slice(kenv);
+    Sim::with(MachineConfig::default(), &env)
+}
+
+/// A system sampling PMC on `cpu` with reload `count`, its owner logging
+/// to a regular file.
+fn ss(s: &Sim, p: P, ev: &str, cpu: u32, count: u64, flags: PmcFlags) -> (PmcId, i32) {
+    let fd = s.open(p, FileKind::Regular, true);
+    s.configurelog(p, fd, 0).unwrap();
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Soft.raw();
+    a.pm_ev = s.soft(ev);
+    a.pm_mode = PmcMode::Ss.raw();
+    a.pm_cpu = cpu;
+    a.pm_flags = flags.bits();
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = count;
+    let id = s.allocate_raw(p, &a).unwrap();
+    s.start(p, id).unwrap();
+    (id, fd)
+}
+
+struct Chain {
+    pid: u32,
+    tid: u32,
+    pmcid: u32,
+    cpu: u32,
+    user: bool,
+    pcs: Vec<u64>,
+}
+
+fn chains(data: &[u8]) -> Vec<Chain> {
+    records(data)
+        .map(|r| r.expect("the log parses"))
+        .filter_map(|r| match r.body {
+            PmclogBody::Callchain {
+                pid,
+                tid,
+                pmcid,
+                cpuflags,
+                pcs,
+            } => Some(Chain {
+                pid,
+                tid,
+                pmcid,
+                cpu: cpuflags >> 16,
+                user: cpuflags & PMC_CC_F_USERSPACE != 0,
+                pcs: pcs.iter().map(|p| p as u64).collect(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_first_sample_comes_after_count_plus_one_events_then_every_count() {
+    let s = sim(&[]);
+    let (owner, w) = (s.root(), s.root());
+    let (id, fd) = ss(&s, owner, "CLOCK.HARD", 1, 3, PmcFlags::empty());
+    s.m.set_location(w.tid, user_loc());
+    s.run(w, 1, 10); // samples at ticks 4, 7 and 10
+    s.run(w, 2, 10); // another CPU: not this PMC's
+    s.flushlog(owner).unwrap();
+    let c = chains(&s.file(owner, fd));
+    assert_eq!(c.len(), 3);
+    for ch in &c {
+        assert_eq!(
+            (ch.pid, ch.tid, ch.pmcid, ch.cpu, ch.user),
+            (w.pid, w.tid, id, 1, true)
+        );
+        assert_eq!(ch.pcs, [UPC[0]], "without CALLCHAIN, just the PC");
+    }
+    s.finish();
+}
+
+#[test]
+fn kernel_call_chains_are_taken_at_the_interrupt_and_cut_at_callchaindepth() {
+    let s = sim(&[("kern.hwpmc.callchaindepth", "3")]);
+    let (owner, w) = (s.root(), s.root());
+    let (_, fd) = ss(&s, owner, "CLOCK.HARD", 1, 1, PmcFlags::CALLCHAIN);
+    s.m.set_location(w.tid, kernel_loc());
+    s.run(w, 1, 4);
+    s.flushlog(owner).unwrap();
+    let c = chains(&s.file(owner, fd));
+    assert_eq!(c.len(), 3, "events 2, 3 and 4");
+    for ch in &c {
+        assert!(!ch.user);
+        assert_eq!(ch.pcs, KPC[..3], "the innermost 3 frames");
+    }
+    s.finish();
+}
+
+#[test]
+fn user_call_chains_are_completed_at_the_return_to_user_mode() {
+    let s = sim(&[]);
+    let (owner, w) = (s.root(), s.root());
+    let (_, fd) = ss(&s, owner, "CLOCK.HARD", 1, 1, PmcFlags::CALLCHAIN);
+    s.m.set_location(w.tid, user_loc());
+    s.run(w, 1, 3);
+    s.flushlog(owner).unwrap();
+    let c = chains(&s.file(owner, fd));
+    assert_eq!(c.len(), 2);
+    for ch in &c {
+        assert!(ch.user);
+        assert_eq!(ch.pcs, UPC, "the whole user stack");
+    }
+    assert!(
+        s.module()
+            .driver()
+            .sample_stats()
+            .merges
+            .load(Ordering::Relaxed)
+            >= 2
+    );
+    s.finish();
+}
+
+#[test]
+fn usercallchain_appends_the_user_stack_to_a_kernel_chain() {
+    let s = sim(&[]);
+    let (owner, w) = (s.root(), s.root());
+    let (_, fd) = ss(
+        &s,
+        owner,
+        "CLOCK.HARD",
+        1,
+        1,
+        PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN,
+    );
+    s.m.set_location(w.tid, kernel_loc());
+    s.run(w, 1, 2);
+    // The thread goes back to user mode: its AST completes the chain.
+    s.m.set_location(w.tid, user_loc());
+    s.run(w, 1, 1);
+    s.flushlog(owner).unwrap();
+    let c = chains(&s.file(owner, fd));
+    assert!(!c.is_empty());
+    let first = &c[0];
+    assert!(!first.user);
+    let mut want = KPC.to_vec();
+    want.extend_from_slice(&UPC);
+    assert_eq!(first.pcs, want, "kernel frames, then user frames");
+    s.finish();
+}
+
+#[test]
+fn a_full_ring_drops_and_counts_then_recovers_after_draining() {
+    let s = sim(&[("kern.hwpmc.nsamples", "4")]);
+    let (owner, w) = (s.root(), s.root());
+    let (_, fd) = ss(&s, owner, "PAGE_FAULT.ALL", 0, 1, PmcFlags::empty());
+    s.m.set_location(w.tid, user_loc());
+    s.m.switch_in(0, w.tid);
+    for _ in 0..10 {
+        s.m.soft_event(0, "PAGE_FAULT.ALL");
+    }
+    let st = s.stats(owner);
+    assert_eq!(
+        st.pm_intr_bufferfull, 1,
+        "one dropped, then the counter stalls"
+    );
+    let d = s.module().driver();
+    assert_eq!(d.sample_stats().taken.load(Ordering::Relaxed), 4);
+    assert_eq!(d.samples_pending(), 4);
+    s.m.tick(0); // hardclock drains the ring and restarts the counter
+    assert_eq!(d.samples_pending(), 0);
+    s.m.soft_event(0, "PAGE_FAULT.ALL");
+    s.m.switch_out(0);
+    s.flushlog(owner).unwrap();
+    let kinds: Vec<PmclogType> = records(&s.file(owner, fd))
+        .map(|r| r.unwrap().kind())
+        .collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == PmclogType::Callchain)
+            .count(),
+        5
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == PmclogType::Dropnotify)
+            .count(),
+        1
+    );
+    s.finish();
+}
+
+#[test]
+fn samples_of_an_owner_without_a_log_are_counted_not_lost() {
+    let s = sim(&[]);
+    let p = s.root();
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Soft.raw();
+    a.pm_ev = s.soft("CLOCK.HARD");
+    a.pm_mode = PmcMode::Ts.raw();
+    a.pm_cpu = PMC_CPU_ANY;
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = 1;
+    let id = s.allocate_raw(p, &a).unwrap();
+    s.start(p, id).unwrap();
+    s.m.set_location(p.tid, user_loc());
+    s.run(p, 2, 9);
+    let d = s.module().driver();
+    let ss = d.sample_stats();
+    assert!(ss.taken.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        ss.taken.load(Ordering::Relaxed),
+        ss.unlogged.load(Ordering::Relaxed) + d.samples_pending() as u64
+    );
+    s.finish();
+}
+
+#[test]
+fn a_long_run_logs_every_sample_and_parses_completely() {
+    let s = sim(&[("kern.hwpmc.nsamples", "64")]);
+    let owner = s.root();
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    let ev = s.soft("CLOCK.HARD");
+    let mut ids = Vec::new();
+    for cpu in 0..4 {
+        let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+        a.pm_class = PmcClass::Soft.raw();
+        a.pm_ev = ev;
+        a.pm_mode = PmcMode::Ss.raw();
+        a.pm_cpu = cpu;
+        a.pm_flags = PmcFlags::CALLCHAIN.bits();
+        a.pm_caps = PmcCaps::READ.bits();
+        a.pm_count = 2;
+        let id = s.allocate_raw(owner, &a).unwrap();
+        s.start(owner, id).unwrap();
+        ids.push(id);
+    }
+    let root = s.root();
+    let mut live = vec![root];
+    for round in 0..60u32 {
+        let parent = live[(round as usize * 7) % live.len()];
+        let child = s.fork(parent);
+        s.m.set_location(
+            child.tid,
+            if round % 2 == 0 {
+                kernel_loc()
+            } else {
+                user_loc()
+            },
+        );
+        live.push(child);
+        for (i, p) in live.iter().enumerate() {
+            s.run(*p, (i as u32 + round) % 4, 1 + (round % 3));
+        }
+        if round % 5 == 4 {
+            s.m.exec(child.pid, "/usr/bin/true", None);
+        }
+        if round % 4 == 3 && live.len() > 3 {
+            let gone = live.remove(1);
+            s.m.exit(gone.pid);
+        }
+    }
+    s.configurelog(owner, -1, 0).unwrap();
+    let data = s.file(owner, fd);
+    let recs: Vec<_> = records(&data)
+        .collect::<Result<_, _>>()
+        .expect("no gap, overlap or torn record");
+    assert_eq!(recs.first().unwrap().kind(), PmclogType::Initialize);
+    assert_eq!(recs.last().unwrap().kind(), PmclogType::Closelog);
+    let logged = recs
+        .iter()
+        .filter(|r| r.kind() == PmclogType::Callchain)
+        .count() as u64;
+    let d = s.module().driver();
+    let st = d.sample_stats();
+    assert!(logged > 500, "{logged} samples");
+    assert_eq!(st.logged.load(Ordering::Relaxed), logged);
+    assert_eq!(
+        st.taken.load(Ordering::Relaxed),
+        st.logged.load(Ordering::Relaxed)
+            + st.unlogged.load(Ordering::Relaxed)
+            + d.samples_pending() as u64,
+        "every sample taken is logged or counted"
+    );
+    s.finish();
+}
