@@ -26,6 +26,7 @@ pub mod hwpmc_class;
 mod hwpmc_logging;
 pub mod hwpmc_soft;
 pub mod hwpmc_tsc;
+mod maps;
 mod ops;
 mod procs;
 mod sampling;
@@ -279,6 +280,10 @@ struct Owner {
     log: Option<KArc<OwnerLog>>,
     /// Running system-sampling PMCs (`po_sscount`).
     sscount: u32,
+    /// Kernel mappings were logged (`PMC_PO_INITIAL_MAPPINGS_DONE`).
+    kernel_maps_logged: bool,
+    /// Every process's mappings were logged (`po_logprocmaps`).
+    procmaps_logged: bool,
 }
 
 impl Owner {
@@ -288,6 +293,8 @@ impl Owner {
             pmcs,
             log: None,
             sscount: 0,
+            kernel_maps_logged: false,
+            procmaps_logged: false,
         }
     }
     /// The log, if it takes records.
@@ -316,6 +323,8 @@ pub struct Hwpmc {
     pcpu: KVec<SpinMutex<KVec<PhwRow>>>,
     stats: KArc<Stats>,
     sample_stats: SampleStats,
+    /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
+    ss_running: core::sync::atomic::AtomicU32,
     logpool: KArc<LogPool>,
     rings: KVec<KVec<SpinMutex<Ring>>>,
     unloading: AtomicBool,
@@ -460,6 +469,7 @@ impl Module {
                 pcpu,
                 stats,
                 sample_stats: SampleStats::default(),
+                ss_running: core::sync::atomic::AtomicU32::new(0),
                 logpool,
                 rings,
                 unloading: AtomicBool::new(false),
@@ -613,14 +623,25 @@ impl Hwpmc {
             } => self.process_exec(credentials_changed, base, dyn_base),
             Hook::UserRet => self.user_callchain(),
             Hook::DoSamples => self.process_samples(kpi::cpu::curcpu()),
-            Hook::ThrCreate | Hook::ThrExit => {}
+            Hook::Mmap { addr } => self.process_mmap(addr),
+            Hook::Munmap { addr, size } => self.process_munmap(addr, size),
+            Hook::ThrCreate => self.ss_thread(true),
+            Hook::ThrExit => self.ss_thread(false),
         }
     }
 
     fn event(&self, e: &KernelEvent) {
         match *e {
-            KernelEvent::ProcessFork { parent, child } => self.process_fork(parent, child),
-            KernelEvent::ProcessExit { pid } => self.process_exit(pid),
+            KernelEvent::ProcessFork { parent, child } => {
+                self.ss_fork(parent, child);
+                self.process_fork(parent, child)
+            }
+            KernelEvent::ProcessExit { pid } => {
+                self.ss_exit(pid);
+                self.process_exit(pid)
+            }
+            KernelEvent::KldLoad { addr } => self.kld_changed(addr, None),
+            KernelEvent::KldUnload { addr, size } => self.kld_changed(addr, Some(size)),
         }
     }
 }

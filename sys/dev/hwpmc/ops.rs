@@ -618,6 +618,9 @@ impl Hwpmc {
                     pathname: p.path.as_bytes(),
                 },
             });
+            if pm.mode.is_sampling() {
+                Self::log_process_mappings(&log, pid);
+            }
         }
         Ok(())
     }
@@ -706,6 +709,9 @@ impl Hwpmc {
         if pm.vals().flags.contains(PmcFlags::NEEDS_LOGFILE) && !owner_has_log {
             return Err(EDOOFUS);
         }
+        if pm.mode.is_sampling() {
+            self.log_kernel_mappings(core, at.owner, pm.mode == PmcMode::Ss);
+        }
         if pm.mode.is_virtual() {
             if Self::pmc_at(core, at).targets.is_empty() {
                 if pm.vals().flags.contains(PmcFlags::ATTACH_DONE) {
@@ -726,6 +732,9 @@ impl Hwpmc {
         }
         if pm.mode == PmcMode::Ss {
             core.owners[at.owner].sscount += 1;
+            self.ss_running
+                .fetch_add(1, core::sync::atomic::Ordering::AcqRel);
+            self.log_all_process_mappings(core, at.owner);
         }
         let _bind = kpi::cpu::bind(cpu);
         let (dep, adjri) = self.classdep(pm.ri)?;
@@ -772,6 +781,8 @@ impl Hwpmc {
         if pm.mode == PmcMode::Ss {
             let o = &mut core.owners[at.owner];
             o.sscount = o.sscount.saturating_sub(1);
+            self.ss_running
+                .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
         }
         Ok(())
     }
@@ -922,6 +933,8 @@ impl Hwpmc {
             if pm.mode == PmcMode::Ss && was == PmcState::Running {
                 let o = &mut core.owners[at.owner];
                 o.sscount = o.sscount.saturating_sub(1);
+                self.ss_running
+                    .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
             }
             core.rowdisp[pm.ri as usize] += 1;
         } else {

@@ -40,6 +40,19 @@ pub enum Hook {
     /// PMC_FN_DO_SAMPLES: hardclock on a CPU marked with samples
     /// (interrupt context).
     DoSamples,
+    /// PMC_FN_MMAP: the current process mapped an executable object at
+    /// `addr` ([`crate::proc::mappings`] names it).
+    Mmap {
+        /// Start address.
+        addr: u64,
+    },
+    /// PMC_FN_MUNMAP: the current process unmapped `[addr, addr + size)`.
+    Munmap {
+        /// Start address.
+        addr: u64,
+        /// Length.
+        size: u64,
+    },
 }
 
 /// An event handler call.
@@ -56,6 +69,18 @@ pub enum KernelEvent {
     ProcessExit {
         /// Process.
         pid: Pid,
+    },
+    /// kld_load: a kernel module was loaded at `addr`.
+    KldLoad {
+        /// Load address.
+        addr: u64,
+    },
+    /// kld_unload: the module at `[addr, addr + size)` is gone.
+    KldUnload {
+        /// Load address.
+        addr: u64,
+        /// Size.
+        size: u64,
     },
 }
 

@@ -82,6 +82,10 @@ pub mod kern_pmc {
     pub fn soft_event_running(code: u32, delta: i32) {
         super::backend::soft_event_running(code, delta);
     }
+    /// The kernel and its loaded modules (`linker_hwpmc_list_objects`).
+    pub fn kernel_objects() -> Vec<crate::proc::Mapping> {
+        super::backend::kernel_objects()
+    }
     /// Tells hardclock that `cpu` has samples to process
     /// (`DPCPU_SET(pmc_sampled, 1)`), which makes it call the hook with
     /// [`crate::hooks::Hook::DoSamples`].

@@ -162,6 +162,8 @@ pub fn set_pmc_hook(hook: Option<HookFn>) {
                 ksim::HookCall::ThrExit => Hook::ThrExit,
                 ksim::HookCall::UserRet => Hook::UserRet,
                 ksim::HookCall::DoSamples => Hook::DoSamples,
+                ksim::HookCall::Mmap { addr } => Hook::Mmap { addr },
+                ksim::HookCall::Munmap { addr, size } => Hook::Munmap { addr, size },
             };
             h(&hook);
         }) as Rc<dyn Fn(&ksim::HookCall)>
@@ -175,6 +177,8 @@ pub fn eventhandler_register(handler: EventFn) -> u64 {
                 KernelEvent::ProcessFork { parent, child }
             }
             ksim::Event::ProcessExit { pid } => KernelEvent::ProcessExit { pid },
+            ksim::Event::KldLoad { addr } => KernelEvent::KldLoad { addr },
+            ksim::Event::KldUnload { addr, size } => KernelEvent::KldUnload { addr, size },
         };
         handler(&ev);
     }))
@@ -256,4 +260,21 @@ pub fn kernel_callchain(out: &mut [usize]) -> usize {
 }
 pub fn user_callchain(out: &mut [usize]) -> usize {
     fill(out, &kern::location().user_stack)
+}
+
+fn mapping(m: ksim::Mapping) -> crate::proc::Mapping {
+    crate::proc::Mapping {
+        start: m.start,
+        end: m.end,
+        path: m.path,
+    }
+}
+pub fn mappings(pid: u32) -> Vec<crate::proc::Mapping> {
+    kern::proc_mappings(pid).into_iter().map(mapping).collect()
+}
+pub fn all_pids() -> Vec<u32> {
+    kern::all_pids()
+}
+pub fn kernel_objects() -> Vec<crate::proc::Mapping> {
+    kern::kernel_objects().into_iter().map(mapping).collect()
 }

@@ -117,3 +117,24 @@ pub fn force_context_switch() {
 pub fn request_userret() {
     crate::backend::request_userret();
 }
+
+/// An executable mapping of a process, or a kernel object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Full path of the object (`vn_fullpath`).
+    pub path: String,
+}
+
+/// The executable mappings of `pid`.
+pub fn mappings(pid: Pid) -> Vec<Mapping> {
+    crate::backend::mappings(pid)
+}
+
+/// Every live process.
+pub fn all_pids() -> Vec<Pid> {
+    crate::backend::all_pids()
+}

@@ -821,3 +821,56 @@ mod tests {
         assert!(ok > 0 && ok < 5000, "{ok}");
     }
 }
+
+/// The address range of the first PT_LOAD segment of an ELF64 image
+/// (`[p_vaddr, p_vaddr + p_memsz)`), where exec maps it; `None` for
+/// anything that is not a well-formed little-endian ELF64 file.
+pub fn image_span(bytes: &[u8]) -> Option<(u64, u64)> {
+    let u16_at = |o: usize| {
+        bytes
+            .get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |o: usize| {
+        bytes
+            .get(o..o + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |o: usize| {
+        bytes
+            .get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    if bytes.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let phoff = u64_at(0x20)? as usize;
+    let phentsize = u16_at(0x36)? as usize;
+    let phnum = u16_at(0x38)? as usize;
+    (0..phnum).find_map(|i| {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(ph)? != 1 {
+            return None;
+        }
+        let vaddr = u64_at(ph + 0x10)?;
+        let memsz = u64_at(ph + 0x28)?;
+        Some((vaddr, vaddr.checked_add(memsz)?))
+    })
+}
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+
+    #[test]
+    fn the_load_segment_spans_the_text() {
+        let img = ImageBuilder::new("/usr/bin/x", ImageKind::Executable)
+            .function("main", 64)
+            .build();
+        let (start, end) = image_span(&img.bytes).unwrap();
+        assert_eq!(start, EXECUTABLE_BASE);
+        assert!(end >= img.text_end);
+        assert_eq!(image_span(b"not elf"), None);
+        assert_eq!(image_span(&img.bytes[..40]), None);
+    }
+}

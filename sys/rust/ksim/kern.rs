@@ -492,3 +492,19 @@ pub fn set_cpu_sampled(cpu: u32) {
         *f = true;
     }
 }
+
+/// The executable mappings of a process (`vm_map` entries backed by
+/// executable vnodes).
+pub fn proc_mappings(pid: u32) -> Vec<crate::machine::Mapping> {
+    current().st().maps(pid)
+}
+
+/// Live processes.
+pub fn all_pids() -> Vec<u32> {
+    current().st().live_pids()
+}
+
+/// The kernel and its modules (`linker_hwpmc_list_objects`).
+pub fn kernel_objects() -> Vec<crate::machine::Mapping> {
+    current().st().klds.clone()
+}

@@ -150,6 +150,29 @@ pub enum HookCall {
     /// PMC_FN_DO_SAMPLES: hardclock on a CPU with pending samples
     /// (interrupt context).
     DoSamples,
+    /// PMC_FN_MMAP: an executable mapping was made at `addr`.
+    Mmap {
+        /// Start address.
+        addr: u64,
+    },
+    /// PMC_FN_MUNMAP: `[addr, addr + size)` was unmapped.
+    Munmap {
+        /// Start address.
+        addr: u64,
+        /// Length.
+        size: u64,
+    },
+}
+
+/// An executable mapping of a process, or a kernel object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Path of the mapped object.
+    pub path: String,
 }
 
 /// Where a thread is when an interrupt catches it: the mode it runs in and
@@ -186,6 +209,18 @@ pub enum Event {
     ProcessExit {
         /// Process.
         pid: u32,
+    },
+    /// kld_load: a kernel module was loaded at `addr`.
+    KldLoad {
+        /// Load address.
+        addr: u64,
+    },
+    /// kld_unload: the module at `[addr, addr + size)` was unloaded.
+    KldUnload {
+        /// Load address.
+        addr: u64,
+        /// Size.
+        size: u64,
     },
 }
 
@@ -255,6 +290,7 @@ struct Proc {
     umem: BTreeMap<u64, Vec<u8>>,
     next_uaddr: u64,
     fds: BTreeMap<i32, u64>,
+    maps: Vec<Mapping>,
 }
 
 #[derive(Debug)]
@@ -313,6 +349,10 @@ pub(crate) struct State {
     pub(crate) next_kproc: u64,
     /// Per CPU: samples are waiting (DPCPU pmc_sampled).
     pub(crate) sampled: Vec<bool>,
+    /// The kernel and its loaded modules.
+    pub(crate) klds: Vec<Mapping>,
+    /// Files by path (executables, libraries, the kernel), for tools.
+    pub(crate) vfs: BTreeMap<String, Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -426,6 +466,12 @@ impl Machine {
             kprocs: BTreeMap::new(),
             next_kproc: 1,
             sampled: vec![false; cpu_count],
+            klds: vec![Mapping {
+                start: crate::elf::KERNEL_BASE,
+                end: crate::elf::KERNEL_BASE + 0x100_0000,
+                path: "/boot/kernel/kernel".into(),
+            }],
+            vfs: BTreeMap::new(),
         };
         let m = Machine(Rc::new(Inner {
             st: RefCell::new(st),
@@ -485,6 +531,7 @@ impl Machine {
                 umem: BTreeMap::new(),
                 next_uaddr: 0x1000_0000,
                 fds: BTreeMap::new(),
+                maps: Vec::new(),
             },
         );
         tid
@@ -519,7 +566,13 @@ impl Machine {
             pid
         };
         let tid = self.insert_proc(pid, parent, info.cred, &info.comm, &info.path, false);
-        self.st().procs.get_mut(&pid).unwrap().info.sugid = info.sugid;
+        {
+            let mut st = self.st();
+            let maps = st.maps(parent);
+            let child = st.procs.get_mut(&pid).unwrap();
+            child.info.sugid = info.sugid;
+            child.maps = maps;
+        }
         self.with_ctx(ptid, || {
             self.event(&Event::ProcessFork { parent, child: pid })
         });
@@ -548,6 +601,20 @@ impl Machine {
             }
             p.info.threads[0]
         };
+        {
+            let mut st = self.st();
+            let image = st.vfs.get(path).and_then(|b| crate::elf::image_span(b));
+            let (start, end) = image.unwrap_or((
+                crate::elf::EXECUTABLE_BASE,
+                crate::elf::EXECUTABLE_BASE + 0x1000,
+            ));
+            let p = st.procs.get_mut(&pid).unwrap();
+            p.maps = vec![Mapping {
+                start,
+                end,
+                path: path.into(),
+            }];
+        }
         let changed = setid.is_some();
         self.with_ctx(tid, || {
             self.hook(&HookCall::ProcessExec {
@@ -960,6 +1027,77 @@ impl Machine {
         }
     }
 
+    /// Installs a file (an executable, a library, a kernel module).
+    pub fn install(&self, path: &str, bytes: Vec<u8>) {
+        self.st().vfs.insert(path.into(), bytes);
+    }
+
+    /// A file's contents.
+    pub fn read_file(&self, path: &str) -> Option<Vec<u8>> {
+        self.0.st.borrow().vfs.get(path).cloned()
+    }
+
+    /// mmap(2) of an executable object at `[addr, addr + len)` by `pid`
+    /// (PMC_FN_MMAP in the process's context).
+    pub fn mmap(&self, pid: u32, path: &str, addr: u64, len: u64) {
+        let tid = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("mmap in unknown pid");
+            p.maps.push(Mapping {
+                start: addr,
+                end: addr + len,
+                path: path.into(),
+            });
+            p.info.threads[0]
+        };
+        self.with_ctx(tid, || self.hook(&HookCall::Mmap { addr }));
+        self.settle();
+    }
+
+    /// munmap(2) of `[addr, addr + len)` (PMC_FN_MUNMAP).
+    pub fn munmap(&self, pid: u32, addr: u64, len: u64) {
+        let tid = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("munmap in unknown pid");
+            p.maps.retain(|m| m.end <= addr || m.start >= addr + len);
+            p.info.threads[0]
+        };
+        self.with_ctx(tid, || self.hook(&HookCall::Munmap { addr, size: len }));
+        self.settle();
+    }
+
+    /// kldload(2) of a module at `[addr, addr + len)`; the kld_load
+    /// handlers run in the context of `by`'s thread.
+    pub fn kld_load(&self, by: u32, path: &str, addr: u64, len: u64) {
+        self.st().klds.push(Mapping {
+            start: addr,
+            end: addr + len,
+            path: path.into(),
+        });
+        self.with_ctx(by, || self.event(&Event::KldLoad { addr }));
+        self.settle();
+    }
+
+    /// kldunload(2) of the module loaded at `addr`.
+    pub fn kld_unload(&self, by: u32, addr: u64) {
+        let m = {
+            let mut st = self.st();
+            let i = st
+                .klds
+                .iter()
+                .position(|m| m.start == addr)
+                .expect("no module there");
+            st.klds.remove(i)
+        };
+        self.with_ctx(by, || {
+            self.event(&Event::KldUnload {
+                addr,
+                size: m.end - m.start,
+            })
+        });
+        self.settle();
+    }
+
     /// Kernel processes alive, by name.
     pub fn kprocs(&self) -> Vec<String> {
         let st = self.0.st.borrow();
@@ -1200,6 +1338,21 @@ impl State {
 
     pub(crate) fn proc_fd(&self, pid: u32, fd: i32) -> Option<u64> {
         self.procs.get(&pid).and_then(|p| p.fds.get(&fd).copied())
+    }
+
+    pub(crate) fn maps(&self, pid: u32) -> Vec<Mapping> {
+        self.procs
+            .get(&pid)
+            .map(|p| p.maps.clone())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn live_pids(&self) -> Vec<u32> {
+        self.procs
+            .values()
+            .filter(|p| !p.info.zombie)
+            .map(|p| p.info.pid)
+            .collect()
     }
 
     pub(crate) fn children(&self, pid: u32) -> Vec<u32> {
