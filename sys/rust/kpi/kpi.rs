@@ -77,6 +77,11 @@ pub mod kern_pmc {
     pub fn soft_events() -> Vec<(String, u32)> {
         super::backend::soft_events()
     }
+    /// Whether a software event with `code` is registered
+    /// (`pmc_soft_ev_acquire`); allocates nothing.
+    pub fn soft_event_registered(code: u32) -> bool {
+        super::backend::soft_event_registered(code)
+    }
     /// Marks a software event used (`delta` +1) or unused (-1): its probe
     /// calls the hook only while used (`ps_running`).
     pub fn soft_event_running(code: u32, delta: i32) {

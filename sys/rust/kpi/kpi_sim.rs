@@ -198,6 +198,9 @@ pub fn pmc_cpuid() -> String {
 pub fn soft_events() -> Vec<(String, u32)> {
     kern::soft_events()
 }
+pub fn soft_event_registered(code: u32) -> bool {
+    kern::soft_event_registered(code)
+}
 pub fn soft_event_running(code: u32, delta: i32) {
     kern::soft_event_running(code, delta);
 }

@@ -321,6 +321,11 @@ pub fn soft_events() -> Vec<(String, u32)> {
         .collect()
 }
 
+/// Whether a soft event with `code` is registered (`pmc_soft_ev_acquire`).
+pub fn soft_event_registered(code: u32) -> bool {
+    current().st().soft_events.iter().any(|e| e.code == code)
+}
+
 /// Adjusts a soft event's `ps_running` count.
 pub fn soft_event_running(code: u32, delta: i32) {
     let m = current();

@@ -34,6 +34,9 @@ pub struct MachineConfig {
     pub kernel_pmc_version: u32,
     /// CPU identification string (`kern.hwpmc.cpuid`).
     pub cpuid: String,
+    /// Whether the lock witness checks lock orders (benchmarks turn it off
+    /// to measure the kernel code rather than the checker).
+    pub witness: bool,
 }
 
 impl Default for MachineConfig {
@@ -45,6 +48,7 @@ impl Default for MachineConfig {
             hwpmc_hooks: true,
             kernel_pmc_version: 0x0A03_0000,
             cpuid: "GenuineIntel-6-55-4".into(),
+            witness: true,
         }
     }
 }
@@ -423,6 +427,7 @@ impl Machine {
     /// Builds a machine with init (pid 1) running as root.
     pub fn new(cfg: MachineConfig) -> Machine {
         let cpu_count = cfg.cpus.len();
+        let witness_on = cfg.witness;
         let cpus = cfg
             .cpus
             .iter()
@@ -453,7 +458,7 @@ impl Machine {
             next_tid: FIRST_TID,
             ctx: None,
             in_intr: false,
-            witness: Witness::default(),
+            witness: Witness::new(witness_on),
             kmem: Kmem::default(),
             console: Vec::new(),
             signals: Vec::new(),

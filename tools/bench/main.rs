@@ -1,0 +1,263 @@
+//! Benchmark scenarios for tools/bench/run. Each scenario sets up a
+//! simulated machine with hwpmc loaded, then repeats one operation a given
+//! number of times; the script runs every scenario under callgrind with and
+//! without the driver work and divides the difference in instructions by
+//! the number of operations.
+//!
+//!     hwpmc-bench csw PMCS SWITCHES     context switches of a target with
+//!                                       PMCS process counting PMCs (0 = none)
+//!     hwpmc-bench sample ON TICKS       clock ticks of a thread under a
+//!                                       system sampling PMC with call chains
+//!                                       (ON = 0: the PMC is not started)
+//!     hwpmc-bench pipeline              the log pipeline at increasing sample
+//!                                       rates: samples logged per second of
+//!                                       host time, and where drops begin
+
+use std::mem::size_of;
+use std::time::Instant;
+
+use hwpmc::Module;
+use ksim::{Cred, FileKind, Location, Machine, MachineConfig};
+use uapi::pmc::*;
+
+struct Bench {
+    m: Machine,
+    sysnum: u32,
+    module: Option<Module>,
+}
+
+impl Bench {
+    fn new(kenv: &[(&str, &str)]) -> (Bench, ksim::machine_guard::Entered) {
+        // The witness is the simulator's checker, not kernel work.
+        let m = Machine::new(MachineConfig {
+            witness: false,
+            ..MachineConfig::default()
+        });
+        let e = m.enter();
+        for (k, v) in kenv {
+            m.kenv_set(k, v);
+        }
+        let (_, t) = m.spawn(Cred::root(), "kldload");
+        let module = m.in_thread(t, Module::load).expect("load");
+        let sysnum = module.syscall_number();
+        (
+            Bench {
+                m,
+                sysnum,
+                module: Some(module),
+            },
+            e,
+        )
+    }
+
+    fn call(&self, pid: u32, tid: u32, op: PmcOp, bytes: &mut [u8]) -> Result<(), i32> {
+        let ua = self.m.user_alloc(pid, bytes.len());
+        self.m.user_write(pid, ua, bytes);
+        let r = self.m.syscall(tid, self.sysnum, &[op.raw() as u64, ua]);
+        bytes.copy_from_slice(&self.m.user_read(pid, ua, bytes.len()));
+        r.map(|_| ())
+    }
+
+    fn allocate(
+        &self,
+        (pid, tid): (u32, u32),
+        ev: u32,
+        mode: PmcMode,
+        cpu: u32,
+        flags: PmcFlags,
+        count: u64,
+    ) -> PmcId {
+        let mut b = vec![0u8; size_of::<PmcOpPmcallocate>()];
+        let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_caps),
+            &PmcCaps::READ.bits().to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_cpu),
+            &(if mode.is_virtual() { PMC_CPU_ANY } else { cpu }).to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_class),
+            &PmcClass::Soft.raw().to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_ev),
+            &ev.to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_flags),
+            &flags.bits().to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_mode),
+            &mode.raw().to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_count),
+            &count.to_ne_bytes(),
+        );
+        self.call(pid, tid, PmcOp::Pmcallocate, &mut b)
+            .expect("allocate");
+        let off = core::mem::offset_of!(PmcOpPmcallocate, pm_pmcid);
+        u32::from_ne_bytes(b[off..off + 4].try_into().unwrap())
+    }
+
+    fn simple(&self, pid: u32, tid: u32, op: PmcOp, id: PmcId) {
+        let mut b = id.to_ne_bytes();
+        self.call(pid, tid, op, &mut b).expect("op");
+    }
+
+    fn soft(&self, name: &str) -> u32 {
+        self.m
+            .soft_events()
+            .iter()
+            .find(|e| e.name == name)
+            .unwrap()
+            .code
+    }
+
+    fn log_to_file(&self, pid: u32, tid: u32) -> i32 {
+        let fd = self.m.open(pid, FileKind::Regular, true);
+        let mut b = [0u8; 8];
+        b[4..8].copy_from_slice(&fd.to_ne_bytes());
+        self.call(pid, tid, PmcOp::Configurelog, &mut b)
+            .expect("configurelog");
+        fd
+    }
+
+    fn finish(mut self) {
+        if let Some(module) = self.module.take() {
+            let (_, t) = self.m.spawn(Cred::root(), "kldunload");
+            self.m.in_thread(t, || module.unload());
+        }
+        assert!(self.m.violations().is_empty());
+    }
+}
+
+fn kernel_location() -> Location {
+    Location {
+        user_mode: false,
+        kernel_stack: vec![
+            0xffff_ffff_8020_1010,
+            0xffff_ffff_8020_2020,
+            0xffff_ffff_8020_3030,
+            0xffff_ffff_8020_4040,
+        ],
+        user_stack: vec![0x40_1010, 0x40_2020],
+    }
+}
+
+fn csw(pmcs: u32, switches: u32) {
+    let (b, _e) = Bench::new(&[]);
+    let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+    let (tpid, ttid) = b.m.spawn(Cred::root(), "target");
+    let ev = b.soft("CLOCK.STAT");
+    for _ in 0..pmcs {
+        let id = b.allocate((opid, otid), ev, PmcMode::Tc, 0, PmcFlags::empty(), 0);
+        let mut a = [0u8; 8];
+        a[0..4].copy_from_slice(&id.to_ne_bytes());
+        a[4..8].copy_from_slice(&(tpid as i32).to_ne_bytes());
+        b.call(opid, otid, PmcOp::Pmcattach, &mut a)
+            .expect("attach");
+        b.simple(opid, otid, PmcOp::Pmcstart, id);
+    }
+    for _ in 0..switches {
+        b.m.switch_in(1, ttid);
+        b.m.switch_out(1);
+    }
+    b.finish();
+}
+
+fn sample(on: bool, ticks: u32) {
+    let (b, _e) = Bench::new(&[("kern.hwpmc.mincount", "1")]);
+    let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+    let (_, wtid) = b.m.spawn(Cred::root(), "worker");
+    b.log_to_file(opid, otid);
+    let id = b.allocate(
+        (opid, otid),
+        b.soft("CLOCK.HARD"),
+        PmcMode::Ss,
+        1,
+        PmcFlags::CALLCHAIN,
+        1,
+    );
+    if on {
+        b.simple(opid, otid, PmcOp::Pmcstart, id);
+    }
+    b.m.set_location(wtid, kernel_location());
+    b.m.switch_in(1, wtid);
+    for _ in 0..ticks {
+        b.m.tick(1);
+    }
+    b.m.switch_out(1);
+    b.finish();
+}
+
+/// Samples per clock tick on one CPU, raised until the ring overflows;
+/// reports host throughput of the whole pipeline (interrupt, ring, log
+/// buffers, writer) and the drops.
+fn pipeline() {
+    println!("events/tick  ticks  samples_logged  dropped  host_samples_per_s");
+    for per_tick in [16u32, 64, 128, 255, 256, 257, 512, 1024] {
+        let (b, _e) = Bench::new(&[("kern.hwpmc.mincount", "1")]);
+        let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+        let (_, wtid) = b.m.spawn(Cred::root(), "worker");
+        b.log_to_file(opid, otid);
+        let id = b.allocate(
+            (opid, otid),
+            b.soft("PAGE_FAULT.ALL"),
+            PmcMode::Ss,
+            1,
+            PmcFlags::CALLCHAIN,
+            1,
+        );
+        b.simple(opid, otid, PmcOp::Pmcstart, id);
+        b.m.set_location(wtid, kernel_location());
+        b.m.switch_in(1, wtid);
+        let ticks = 200u32;
+        let t0 = Instant::now();
+        for _ in 0..ticks {
+            for _ in 0..per_tick {
+                b.m.soft_event(1, "PAGE_FAULT.ALL");
+            }
+            b.m.tick(1);
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        b.m.switch_out(1);
+        let d = b.module.as_ref().unwrap().driver();
+        let logged = d
+            .sample_stats()
+            .logged
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let dropped = d
+            .stats()
+            .intr_bufferfull
+            .load(std::sync::atomic::Ordering::Relaxed);
+        println!(
+            "{per_tick:>11}  {ticks:>5}  {logged:>14}  {dropped:>7}  {:>18.0}",
+            logged as f64 / secs
+        );
+        b.finish();
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let num = |i: usize| {
+        args.get(i)
+            .and_then(|a| a.parse::<u32>().ok())
+            .unwrap_or_else(|| usage())
+    };
+    match args.get(1).map(String::as_str) {
+        Some("csw") => csw(num(2), num(3)),
+        Some("sample") => sample(num(2) != 0, num(3)),
+        Some("pipeline") => pipeline(),
+        _ => usage(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("usage: hwpmc-bench csw PMCS SWITCHES | sample ON TICKS | pipeline");
+    std::process::exit(2);
+}
