@@ -341,6 +341,40 @@ impl core::fmt::Debug for Hwpmc {
     }
 }
 
+/// The machine-dependent part of the driver (`struct pmc_mdep`): the CPU
+/// type and the hardware classes, which follow the SOFT class.
+pub struct MachineDep {
+    /// `pmd_cputype`.
+    pub cputype: PmcCputype,
+    /// The classes, in classdep order.
+    pub classes: KVec<KBox<dyn PmcClassDep>>,
+}
+
+impl core::fmt::Debug for MachineDep {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MachineDep")
+            .field("cputype", &self.cputype)
+            .field("classes", &self.classes.len())
+            .finish()
+    }
+}
+
+impl MachineDep {
+    /// `pmc_md_initialize` for a machine without a supported PMU backend:
+    /// the generic CPU type and the time-stamp counter.
+    pub fn detect(_ncpu: u32) -> KResult<MachineDep> {
+        let mut classes = KVec::with_capacity(1, Wait::WaitOk)?;
+        let tsc = KBox::try_new_unsize(hwpmc_tsc::TscClass, Wait::WaitOk, |b| {
+            b as alloc::boxed::Box<dyn PmcClassDep>
+        })?;
+        let _ = classes.push_within_capacity(tsc);
+        Ok(MachineDep {
+            cputype: PmcCputype::Generic,
+            classes,
+        })
+    }
+}
+
 /// The loaded module: the driver and its registrations with the kernel.
 /// Dropping it without [`Module::unload`] leaves the registrations.
 #[derive(Debug)]
@@ -380,6 +414,12 @@ impl Module {
     /// system call, the hooks and the event handlers, and prints the
     /// banner.
     pub fn load() -> KResult<Module> {
+        Module::load_with(MachineDep::detect)
+    }
+
+    /// Module load with the machine-dependent part built by `md` (after
+    /// the kernel checks): the entry the hardware backends use.
+    pub fn load_with(md: fn(u32) -> KResult<MachineDep>) -> KResult<Module> {
         let kernel = kpi::kern_pmc::pmc_kernel_version();
         if kernel != PMC_VERSION {
             if kernel == 0 {
@@ -393,15 +433,21 @@ impl Module {
         }
         let tun = Tunables::fetch();
         let ncpu = kpi::cpu::ncpu_ids();
-        let mut classes: KVec<ClassSlot> = KVec::with_capacity(2, Wait::WaitOk)?;
+        let md = md(ncpu)?;
+        let mut classes: KVec<ClassSlot> = KVec::with_capacity(1 + md.classes.len(), Wait::WaitOk)?;
+        // The SOFT class comes first, as classdep index 0.
         let soft = KBox::try_new_unsize(hwpmc_soft::SoftClass::new(ncpu)?, Wait::WaitOk, |b| {
             b as alloc::boxed::Box<dyn PmcClassDep>
         })?;
-        let tsc = KBox::try_new_unsize(hwpmc_tsc::TscClass, Wait::WaitOk, |b| {
-            b as alloc::boxed::Box<dyn PmcClassDep>
-        })?;
-        let mut npmc = 0;
-        for dep in [soft, tsc] {
+        let mut npmc = soft.num();
+        let _ = classes.push_within_capacity(ClassSlot {
+            dep: soft,
+            first_ri: 0,
+        });
+        let cputype = md.cputype;
+        let mut md_classes = md.classes;
+        while !md_classes.is_empty() {
+            let dep = md_classes.remove(0);
             let num = dep.num();
             let _ = classes.push_within_capacity(ClassSlot {
                 dep,
@@ -460,7 +506,7 @@ impl Module {
         let driver = KArc::try_new(
             Hwpmc {
                 tun,
-                cputype: PmcCputype::Generic,
+                cputype,
                 classes,
                 npmc,
                 ncpu,

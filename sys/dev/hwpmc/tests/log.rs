@@ -378,3 +378,34 @@ fn closelog_drains_and_a_new_log_can_follow_deconfiguration() {
     assert_eq!(kinds(&s.file(p, fd2)), [PmclogType::Initialize]);
     s.finish();
 }
+
+#[test]
+fn a_hardware_class_pmc_is_logged_as_pmcallocate_with_its_rate() {
+    let s = Sim::new();
+    let p = s.root();
+    let fd = s.open(p, FileKind::Regular, true);
+    s.configurelog(p, fd, 0).unwrap();
+    let id = s
+        .allocate(
+            p,
+            PmcClass::Tsc,
+            uapi::pmc_events::PMC_EV_TSC_TSC,
+            PmcMode::Sc,
+            2,
+            PmcFlags::empty(),
+        )
+        .unwrap();
+    s.flushlog(p).unwrap();
+    let data = s.file(p, fd);
+    let recs = parse(&data);
+    assert_eq!(
+        recs[1].body,
+        PmclogBody::Pmcallocate {
+            pmcid: id,
+            event: uapi::pmc_events::PMC_EV_TSC_TSC,
+            flags: 0,
+            rate: 0
+        }
+    );
+    s.finish();
+}

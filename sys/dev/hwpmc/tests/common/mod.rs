@@ -35,13 +35,24 @@ impl Sim {
     /// A machine built from `cfg` with kernel environment `kenv`, and
     /// hwpmc loaded.
     pub fn with(cfg: MachineConfig, kenv: &[(&str, &str)]) -> Sim {
+        Sim::with_md(cfg, kenv, hwpmc::MachineDep::detect)
+    }
+
+    /// As [`Sim::with`], with the machine-dependent classes built by `md`.
+    pub fn with_md(
+        cfg: MachineConfig,
+        kenv: &[(&str, &str)],
+        md: fn(u32) -> kpi::KResult<hwpmc::MachineDep>,
+    ) -> Sim {
         let m = Machine::new(cfg);
         let enter = m.enter();
         for (k, v) in kenv {
             m.kenv_set(k, v);
         }
         let (_, kld) = m.spawn(Cred::root(), "kldload");
-        let module = m.in_thread(kld, Module::load).expect("hwpmc loads");
+        let module = m
+            .in_thread(kld, || Module::load_with(md))
+            .expect("hwpmc loads");
         let sysnum = module.syscall_number();
         Sim {
             m,
