@@ -22,6 +22,8 @@
 
 extern crate alloc;
 
+#[macro_use]
+mod debug;
 pub mod hwpmc_class;
 mod hwpmc_logging;
 pub mod hwpmc_soft;
@@ -328,6 +330,8 @@ pub struct Hwpmc {
     logpool: KArc<LogPool>,
     rings: KVec<KVec<SpinMutex<Ring>>>,
     unloading: AtomicBool,
+    debug: KArc<debug::DebugFlags>,
+    _debugflags: kpi::sysctl::StrKnob,
     mincount: IntKnob,
     _knobs: KVec<IntKnob>,
 }
@@ -503,6 +507,20 @@ impl Module {
             "kern.hwpmc.mincount",
             kpi::sysctl::tunable_int("kern.hwpmc.mincount").unwrap_or(PMC_MINCOUNT),
         );
+        let debug = KArc::try_new(debug::DebugFlags::default(), Wait::WaitOk)?;
+        let initial = kpi::sysctl::tunable_str("kern.hwpmc.debugflags").unwrap_or_default();
+        let valid = debug.set(&initial).is_ok();
+        if !valid {
+            say(format_args!(
+                "hwpmc: tunable debugflags=\"{initial}\" is not valid, ignored."
+            ));
+        }
+        let flags = debug.clone();
+        let debugflags = kpi::sysctl::StrKnob::new(
+            "kern.hwpmc.debugflags",
+            if valid { &initial } else { "" },
+            Arc::new(move |v: &str| flags.set(v)),
+        );
         let driver = KArc::try_new(
             Hwpmc {
                 tun,
@@ -519,6 +537,8 @@ impl Module {
                 logpool,
                 rings,
                 unloading: AtomicBool::new(false),
+                debug,
+                _debugflags: debugflags,
                 mincount,
                 _knobs: knobs,
             },
@@ -548,6 +568,14 @@ impl Module {
             );
         }
         kpi::printf(&banner);
+        pmcdbg!(
+            driver.debug,
+            "module",
+            "init",
+            "npmc={} ncpu={}",
+            driver.npmc,
+            ncpu
+        );
         Ok(Module {
             driver,
             syscall,
@@ -641,6 +669,14 @@ impl Hwpmc {
         let op = args.first().copied().unwrap_or(u64::MAX) as i32;
         let arg = kpi::uio::UserPtr(args.get(1).copied().unwrap_or(0));
         self.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+        pmcdbg!(
+            self.debug,
+            "module",
+            "syscall",
+            "op={} arg={:#x}",
+            op,
+            arg.0
+        );
         let r = match PmcOp::from_raw(op as u32).filter(|_| op >= 0) {
             Some(op) => self.dispatch(op, arg),
             None => Err(EINVAL),

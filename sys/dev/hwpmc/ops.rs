@@ -461,6 +461,13 @@ impl Hwpmc {
             msr_taken: false,
         });
         kpi::proc::set_flags(me, P_HWPMC, 0);
+        pmcdbg!(
+            self.debug,
+            "pmc",
+            "allocate",
+            "id={id:#x} ri={ri} mode={mode:?} ev={:#x}",
+            pa.pm_ev
+        );
         copyout(&id, arg.offset(offset_of!(PmcOpPmcallocate, pm_pmcid)))
     }
 
@@ -608,6 +615,7 @@ impl Hwpmc {
             v.flags |= PmcFlags::ATTACH_DONE;
         });
         kpi::proc::set_flags(pid, P_HWPMC, 0);
+        pmcdbg!(self.debug, "pmc", "attach", "id={:#x} pid={pid}", pm.id);
         let record = if log { pm.log() } else { None };
         if let (Some(log), Some(p)) = (record, kpi::proc::pfind(pid)) {
             let _ = log.emit(&PmclogRecord {
@@ -665,6 +673,13 @@ impl Hwpmc {
             }
         };
         drop(removed);
+        pmcdbg!(
+            self.debug,
+            "pmc",
+            "unlinktarget",
+            "id={:#x} pid={pid}",
+            pm.id
+        );
         self.unlink_target(core, at, pid);
         if let Some(log) = pm.log().filter(|_| log) {
             let _ = log.emit(&PmclogRecord {
@@ -699,6 +714,7 @@ impl Hwpmc {
     fn op_pmcstart(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
         let sp = copyin::<PmcOpSimple>(arg)?;
         let at = self.find_pmc(core, sp.pm_pmcid)?;
+        pmcdbg!(self.debug, "pmc", "start", "id={:#x}", sp.pm_pmcid);
         let pm = Self::pmc_at(core, at).pmc.clone();
         match pm.state() {
             PmcState::Running => return Ok(()),
@@ -753,6 +769,7 @@ impl Hwpmc {
     fn op_pmcstop(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
         let sp = copyin::<PmcOpSimple>(arg)?;
         let at = self.find_pmc(core, sp.pm_pmcid)?;
+        pmcdbg!(self.debug, "pmc", "stop", "id={:#x}", sp.pm_pmcid);
         let pm = Self::pmc_at(core, at).pmc.clone();
         match pm.state() {
             PmcState::Stopped => return Ok(()),
@@ -909,6 +926,14 @@ impl Hwpmc {
     /// gives the row back.
     fn release_pmc(&self, core: &mut Core, at: At) {
         let pm = Self::pmc_at(core, at).pmc.clone();
+        pmcdbg!(
+            self.debug,
+            "pmc",
+            "release",
+            "id={:#x} owner={}",
+            pm.id,
+            pm.owner
+        );
         if pm.mode.is_sampling() {
             // Its samples are logged before it goes.
             self.process_all_samples();
@@ -1012,6 +1037,13 @@ impl Hwpmc {
                 return Err(EBUSY);
             }
             let log = OwnerLog::configure(me, cl.pm_logfd, &self.logpool, &self.stats, self.ncpu)?;
+            pmcdbg!(
+                self.debug,
+                "logging",
+                "config",
+                "owner={me} fd={}",
+                cl.pm_logfd
+            );
             kpi::proc::set_flags(me, P_HWPMC, 0);
             let (sec, nsec) = kpi::time::nanotime();
             let cpuid = kpi::kern_pmc::pmc_cpuid();
@@ -1095,6 +1127,7 @@ impl Hwpmc {
     pub(crate) fn csw_in(&self) {
         let cpu = kpi::cpu::curcpu();
         let pid = kpi::proc::curproc();
+        pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let Some(pp) = procs.get_mut(pid) else { return };
         let mut rows = self.pcpu[cpu as usize].lock();
@@ -1134,6 +1167,7 @@ impl Hwpmc {
     pub(crate) fn csw_out(&self) {
         let cpu = kpi::cpu::curcpu();
         let pid = kpi::proc::curproc();
+        pmcdbg!(self.debug, "csw", "swo", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let mut rows = self.pcpu[cpu as usize].lock();
         for (ri, row) in rows.iter_mut().enumerate() {
@@ -1194,6 +1228,12 @@ impl Hwpmc {
     /// `pmc_process_fork`: a child of a target inherits the parent's
     /// DESCENDANTS PMCs.
     pub(crate) fn process_fork(&self, parent: Pid, child: Pid) {
+        pmcdbg!(
+            self.debug,
+            "process",
+            "fork",
+            "parent={parent} child={child}"
+        );
         if kpi::proc::pfind(parent).is_none_or(|p| p.flags & P_HWPMC == 0) {
             return;
         }
@@ -1382,6 +1422,7 @@ impl Hwpmc {
     /// with their last slice counted, it stops being a target, and the
     /// PMCs it owns are released.
     pub(crate) fn process_exit(&self, pid: Pid) {
+        pmcdbg!(self.debug, "process", "exit", "pid={pid}");
         if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
             return;
         }

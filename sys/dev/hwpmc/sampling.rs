@@ -129,6 +129,14 @@ impl Hwpmc {
         r.count += 1;
         drop(r);
         self.sample_stats.taken.fetch_add(1, Ordering::Relaxed);
+        pmcdbg!(
+            self.debug,
+            "sampling",
+            "sample",
+            "cpu={cpu} id={:#x} user={}",
+            pm.id,
+            intr.user_mode
+        );
         if pending {
             kpi::proc::request_userret();
         }

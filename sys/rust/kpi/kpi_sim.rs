@@ -281,3 +281,17 @@ pub fn all_pids() -> Vec<u32> {
 pub fn kernel_objects() -> Vec<crate::proc::Mapping> {
     kern::kernel_objects().into_iter().map(mapping).collect()
 }
+
+pub fn sysctl_str_register(name: &str, value: &str, handler: crate::sysctl::StrHandler) {
+    kern::sysctl_str_register(
+        name,
+        value,
+        Rc::new(move |v: &str| handler(v).map_err(|e| e.0)),
+    );
+}
+pub fn sysctl_str_remove(name: &str) {
+    kern::sysctl_str_remove(name);
+}
+pub fn ktr(line: &str) {
+    kern::ktr(line);
+}

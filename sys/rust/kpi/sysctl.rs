@@ -49,3 +49,32 @@ impl Drop for IntKnob {
         crate::backend::sysctl_remove(self.name);
     }
 }
+
+/// A writable string sysctl whose handler validates and applies new
+/// values (`SYSCTL_PROC` with `CTLTYPE_STRING`); removed when dropped.
+#[derive(Debug)]
+pub struct StrKnob {
+    name: &'static str,
+}
+
+/// The handler of a [`StrKnob`].
+pub type StrHandler = alloc::sync::Arc<dyn Fn(&str) -> crate::KResult<()> + Send + Sync>;
+
+impl StrKnob {
+    /// Publishes `name` with `value`; `handler` is called for each write.
+    pub fn new(name: &'static str, value: &str, handler: StrHandler) -> StrKnob {
+        crate::backend::sysctl_str_register(name, value, handler);
+        StrKnob { name }
+    }
+}
+
+impl Drop for StrKnob {
+    fn drop(&mut self) {
+        crate::backend::sysctl_str_remove(self.name);
+    }
+}
+
+/// `CTR*`: writes a ktr(4) trace entry.
+pub fn ktr(line: &str) {
+    crate::backend::ktr(line);
+}

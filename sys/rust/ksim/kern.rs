@@ -283,12 +283,16 @@ pub fn syscall_register(handler: SyscallHandler) -> u32 {
 
 /// `syscall_deregister`.
 pub fn syscall_deregister(num: u32) {
-    current().0.handlers.borrow_mut().syscalls.remove(&num);
+    // Dropped after the borrow ends: the handler may own the last
+    // reference to kernel state whose teardown calls back in here.
+    let old = current().0.handlers.borrow_mut().syscalls.remove(&num);
+    drop(old);
 }
 
 /// Sets `pmc_hook`; `None` clears it.
 pub fn set_pmc_hook(hook: Option<HookFn>) {
-    current().0.handlers.borrow_mut().hook = hook;
+    let old = std::mem::replace(&mut current().0.handlers.borrow_mut().hook, hook);
+    drop(old);
 }
 
 /// `EVENTHANDLER_REGISTER` for process_fork and process_exit; returns a tag.
@@ -303,12 +307,16 @@ pub fn eventhandler_register(handler: EventFn) -> u64 {
 
 /// `EVENTHANDLER_DEREGISTER`.
 pub fn eventhandler_deregister(tag: u64) {
-    current()
-        .0
-        .handlers
-        .borrow_mut()
-        .events
-        .retain(|e| e.0 != tag);
+    let m = current();
+    let old: Vec<_> = {
+        let mut h = m.0.handlers.borrow_mut();
+        let (gone, keep) = std::mem::take(&mut h.events)
+            .into_iter()
+            .partition(|e| e.0 == tag);
+        h.events = keep;
+        gone
+    };
+    drop(old);
 }
 
 /// The kernel's soft events (the registry of kern_pmc.c), as (name, code).
@@ -512,4 +520,28 @@ pub fn all_pids() -> Vec<u32> {
 /// The kernel and its modules (`linker_hwpmc_list_objects`).
 pub fn kernel_objects() -> Vec<crate::machine::Mapping> {
     current().st().klds.clone()
+}
+
+/// Publishes a writable string sysctl with its handler and initial value.
+pub fn sysctl_str_register(name: &str, value: &str, handler: crate::machine::SysctlStrFn) {
+    let m = current();
+    m.0.handlers
+        .borrow_mut()
+        .sysctl_str
+        .insert(name.into(), handler);
+    m.st().sysctl_str.insert(name.into(), value.into());
+}
+
+/// Removes a string sysctl.
+pub fn sysctl_str_remove(name: &str) {
+    if let Some(m) = crate::machine::try_current() {
+        let old = m.0.handlers.borrow_mut().sysctl_str.remove(name);
+        drop(old);
+        m.st().sysctl_str.remove(name);
+    }
+}
+
+/// `CTR*`: a ktr(4) trace entry.
+pub fn ktr(line: &str) {
+    current().st().ktr.push(line.into());
 }

@@ -25,7 +25,7 @@ pub mod machine_guard {
 
 pub use machine::{
     Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Location,
-    Machine, MachineConfig, Mapping, ProcInfo, SoftEvent, SyscallHandler, Violation,
+    Machine, MachineConfig, Mapping, ProcInfo, SoftEvent, SyscallHandler, SysctlStrFn, Violation,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

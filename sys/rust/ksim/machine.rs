@@ -357,10 +357,19 @@ pub(crate) struct State {
     pub(crate) klds: Vec<Mapping>,
     /// Files by path (executables, libraries, the kernel), for tools.
     pub(crate) vfs: BTreeMap<String, Vec<u8>>,
+    /// String sysctls with their current values.
+    pub(crate) sysctl_str: BTreeMap<String, String>,
+    /// ktr(4) trace entries.
+    pub(crate) ktr: Vec<String>,
 }
+
+/// The handler of a writable string sysctl (`SYSCTL_PROC`): validates
+/// and applies a new value.
+pub type SysctlStrFn = Rc<dyn Fn(&str) -> Result<(), i32>>;
 
 #[derive(Default)]
 pub(crate) struct Handlers {
+    pub(crate) sysctl_str: BTreeMap<String, SysctlStrFn>,
     pub(crate) kprocs: BTreeMap<u64, KprocFn>,
     pub(crate) settling: bool,
     pub(crate) syscalls: BTreeMap<u32, SyscallHandler>,
@@ -477,6 +486,8 @@ impl Machine {
                 path: "/boot/kernel/kernel".into(),
             }],
             vfs: BTreeMap::new(),
+            sysctl_str: BTreeMap::new(),
+            ktr: Vec::new(),
         };
         let m = Machine(Rc::new(Inner {
             st: RefCell::new(st),
@@ -1265,6 +1276,27 @@ impl Machine {
     /// Sets an integer sysctl such as `security.bsd.unprivileged_syspmcs`.
     pub fn sysctl_set(&self, name: &str, value: i64) {
         self.st().sysctl.insert(name.into(), value);
+    }
+
+    /// sysctl(8) writing a string sysctl: its handler validates the value
+    /// (an errno for a bad one) and the value is kept.
+    pub fn sysctl_write_str(&self, name: &str, value: &str) -> Result<(), i32> {
+        let handler = self.0.handlers.borrow().sysctl_str.get(name).cloned();
+        let handler = handler.ok_or(2)?; // ENOENT
+        let (_, tid) = self.spawn(Cred::root(), "sysctl");
+        self.in_thread(tid, || handler(value))?;
+        self.st().sysctl_str.insert(name.into(), value.into());
+        Ok(())
+    }
+
+    /// Reads a string sysctl.
+    pub fn sysctl_str(&self, name: &str) -> Option<String> {
+        self.0.st.borrow().sysctl_str.get(name).cloned()
+    }
+
+    /// The ktr(4) trace buffer.
+    pub fn ktr(&self) -> Vec<String> {
+        self.0.st.borrow().ktr.clone()
     }
 
     /// Reads an integer sysctl.

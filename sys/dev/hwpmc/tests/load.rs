@@ -203,3 +203,57 @@ fn sparse_cpus_are_supported() {
     assert_eq!(ci.pm_ncpu, 5, "the highest CPU id plus one");
     s.finish();
 }
+
+#[test]
+fn debugflags_select_the_traced_events() {
+    let s = Sim::with(
+        MachineConfig::default(),
+        &[("kern.hwpmc.debugflags", "module=init")],
+    );
+    assert!(
+        s.m.ktr()
+            .iter()
+            .any(|l| l.starts_with("module:init: npmc=17")),
+        "{:?}",
+        s.m.ktr()
+    );
+    assert_eq!(
+        s.m.sysctl_str("kern.hwpmc.debugflags").as_deref(),
+        Some("module=init")
+    );
+    s.m.sysctl_write_str("kern.hwpmc.debugflags", "pmc=allocate,release csw=*")
+        .unwrap();
+    let p = s.root();
+    let id = s.soft_tc(p);
+    s.start(p, id).unwrap();
+    s.release(p, id).unwrap();
+    let ktr = s.m.ktr();
+    assert!(
+        ktr.iter()
+            .any(|l| l.starts_with(&format!("pmc:allocate: id={id:#x}"))),
+        "{ktr:?}"
+    );
+    assert!(
+        ktr.iter()
+            .any(|l| l.starts_with(&format!("pmc:release: id={id:#x}")))
+    );
+    assert!(ktr.iter().any(|l| l.starts_with("csw:swi: ")));
+    assert!(
+        !ktr.iter().any(|l| l.starts_with("pmc:start")),
+        "start was not selected"
+    );
+    assert_eq!(
+        s.m.sysctl_write_str("kern.hwpmc.debugflags", "pmc=bogus"),
+        Err(EINVAL.0)
+    );
+    assert_eq!(
+        s.m.sysctl_str("kern.hwpmc.debugflags").as_deref(),
+        Some("pmc=allocate,release csw=*")
+    );
+    s.m.sysctl_write_str("kern.hwpmc.debugflags", "").unwrap();
+    let n = s.m.ktr().len();
+    let id = s.soft_tc(p);
+    s.release(p, id).unwrap();
+    assert_eq!(s.m.ktr().len(), n, "tracing is off");
+    s.finish();
+}

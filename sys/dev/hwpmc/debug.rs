@@ -1,0 +1,200 @@
+//! Trace points of the driver (HWPMC_DEBUG): `kern.hwpmc.debugflags`
+//! selects, per major group, which minor events are written to ktr(4).
+//! The value is a space-separated list of `major=minor,minor,...`
+//! specifiers, with `*` for every minor of a group; the empty string turns
+//! tracing off.
+
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use kpi::errno::{EINVAL, KResult};
+
+/// The major groups, in the order of their masks.
+pub(crate) const MAJORS: [&str; 9] = [
+    "cpu", "csw", "logging", "md", "module", "owner", "pmc", "process", "sampling",
+];
+
+/// The minor events, bit `i` of a group's mask being `MINORS[i]`.
+pub(crate) const MINORS: [&str; 32] = [
+    "allocaterow",
+    "allocate",
+    "attach",
+    "bind",
+    "config",
+    "exec",
+    "exit",
+    "find",
+    "flush",
+    "fork",
+    "getbuf",
+    "hook",
+    "init",
+    "intr",
+    "linktarget",
+    "mayberemove",
+    "ops",
+    "read",
+    "register",
+    "release",
+    "remove",
+    "sample",
+    "scheduleio",
+    "select",
+    "signal",
+    "swi",
+    "swo",
+    "start",
+    "stop",
+    "syscall",
+    "unlinktarget",
+    "write",
+];
+
+const fn index_of(list: &[&str], name: &str) -> usize {
+    let mut i = 0;
+    while i < list.len() {
+        let (a, b) = (list[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    panic!("unknown debug flag name");
+}
+
+/// The mask index of a major group (checked at compile time in `pmcdbg!`).
+pub(crate) const fn major(name: &str) -> usize {
+    index_of(&MAJORS, name)
+}
+
+/// The bit of a minor event (checked at compile time in `pmcdbg!`).
+pub(crate) const fn minor(name: &str) -> u32 {
+    1 << index_of(&MINORS, name)
+}
+
+/// The enabled minors of each major group.
+#[derive(Debug, Default)]
+pub(crate) struct DebugFlags {
+    masks: [AtomicU32; 9],
+}
+
+impl DebugFlags {
+    /// Parses and applies a `kern.hwpmc.debugflags` value; EINVAL for an
+    /// unknown group or event, leaving the flags as they were.
+    pub fn set(&self, value: &str) -> KResult<()> {
+        let mut masks = [0u32; 9];
+        for spec in value.split_whitespace() {
+            let (maj, mins) = spec.split_once('=').ok_or(EINVAL)?;
+            let m = MAJORS.iter().position(|x| *x == maj).ok_or(EINVAL)?;
+            for min in mins.split(',') {
+                if min == "*" {
+                    masks[m] = u32::MAX;
+                } else {
+                    let i = MINORS.iter().position(|x| *x == min).ok_or(EINVAL)?;
+                    masks[m] |= 1 << i;
+                }
+            }
+        }
+        for (slot, m) in self.masks.iter().zip(masks) {
+            slot.store(m, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Whether `major`'s event `bit` is traced.
+    pub fn enabled(&self, major: usize, bit: u32) -> bool {
+        self.masks[major].load(Ordering::Relaxed) & bit != 0
+    }
+}
+
+/// A fixed buffer for one trace line, so tracing never allocates (trace
+/// points run in interrupt context too).
+pub(crate) struct Line {
+    buf: [u8; 160],
+    len: usize,
+}
+
+impl Line {
+    pub fn new() -> Line {
+        Line {
+            buf: [0; 160],
+            len: 0,
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl Write for Line {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        // Longer lines are cut at a character boundary.
+        let room = self.buf.len() - self.len;
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// `PMCDBG`: a trace entry for `major`/`minor` when enabled.
+macro_rules! pmcdbg {
+    ($flags:expr, $major:literal, $minor:literal, $($fmt:tt)+) => {{
+        const MAJOR: usize = $crate::debug::major($major);
+        const MINOR: u32 = $crate::debug::minor($minor);
+        if $flags.enabled(MAJOR, MINOR) {
+            let mut line = $crate::debug::Line::new();
+            let _ = core::fmt::Write::write_fmt(&mut line, format_args!("{}:{}: ", $major, $minor));
+            let _ = core::fmt::Write::write_fmt(&mut line, format_args!($($fmt)+));
+            kpi::sysctl::ktr(line.as_str());
+        }
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_hwpmc4_examples_and_rejects_unknown_names() {
+        let f = DebugFlags::default();
+        f.set("pmc=allocate,release md=allocate,release").unwrap();
+        assert!(f.enabled(major("pmc"), minor("allocate")));
+        assert!(f.enabled(major("md"), minor("release")));
+        assert!(!f.enabled(major("pmc"), minor("attach")));
+        f.set("process=* csw=*").unwrap();
+        assert!(f.enabled(major("process"), minor("exit")));
+        assert!(
+            !f.enabled(major("pmc"), minor("allocate")),
+            "a new value replaces the old one"
+        );
+        assert_eq!(f.set("bogus=*"), Err(EINVAL));
+        assert_eq!(f.set("pmc=nosuch"), Err(EINVAL));
+        assert_eq!(f.set("pmc"), Err(EINVAL));
+        assert!(
+            f.enabled(major("csw"), minor("swi")),
+            "a rejected value changes nothing"
+        );
+        f.set("").unwrap();
+        assert!(!f.enabled(major("csw"), minor("swi")));
+    }
+
+    #[test]
+    fn long_lines_are_cut_not_overflowed() {
+        let mut l = Line::new();
+        for _ in 0..50 {
+            let _ = l.write_str("é1234");
+        }
+        assert!(l.as_str().len() <= 160);
+        assert!(l.as_str().starts_with("é1234"));
+    }
+}
