@@ -707,8 +707,14 @@ impl Hwpmc {
             Hook::DoSamples => self.process_samples(kpi::cpu::curcpu()),
             Hook::Mmap { addr } => self.process_mmap(addr),
             Hook::Munmap { addr, size } => self.process_munmap(addr, size),
-            Hook::ThrCreate => self.ss_thread(true),
-            Hook::ThrExit => self.ss_thread(false),
+            Hook::ThrCreate => {
+                self.ss_thread(true);
+                self.target_thread(true)
+            }
+            Hook::ThrExit => {
+                self.ss_thread(false);
+                self.target_thread(false)
+            }
         }
     }
 

@@ -575,7 +575,11 @@ impl Hwpmc {
         } else {
             Some(PidHash::prepare(
                 pid,
-                PmcProcess::new(self.npmc, Wait::WaitOk)?,
+                PmcProcess::new(
+                    self.npmc,
+                    &kpi::proc::pfind(pid).map(|p| p.threads).unwrap_or_default(),
+                    Wait::WaitOk,
+                )?,
                 Wait::WaitOk,
             )?)
         };
@@ -1148,8 +1152,13 @@ impl Hwpmc {
                 continue;
             }
             let value = if pm.mode == PmcMode::Ts {
-                let left = pp.slots[ri].pmcval;
-                pp.slots[ri].pmcval = v.reloadcount;
+                // A thread resumes its own count; a thread the driver has
+                // no descriptor for uses the process's.
+                let tid = kpi::proc::curthread();
+                let left = match pp.thread_mut(tid) {
+                    Some(t) => core::mem::take(&mut t.vals[ri]),
+                    None => core::mem::replace(&mut pp.slots[ri].pmcval, v.reloadcount),
+                };
                 if left > 0 { left } else { v.reloadcount }
             } else {
                 v.savedvalue
@@ -1184,11 +1193,22 @@ impl Hwpmc {
                 v.runcount = v.runcount.saturating_sub(1);
                 v.state == PmcState::Deleted
             });
-            let slot = procs
-                .get_mut(pid)
-                .map(|pp| &mut pp.slots[ri])
-                .filter(|s| s.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)));
-            if let (false, Some(slot)) = (deleted, slot) {
+            let pp = procs.get_mut(pid).filter(|pp| {
+                pp.slots[ri]
+                    .pmc
+                    .as_ref()
+                    .is_some_and(|c| KArc::ptr_eq(c, &pm))
+            });
+            if let (false, Some(pp)) = (deleted, pp) {
+                if pm.mode == PmcMode::Ts {
+                    // The remaining count belongs to the thread.
+                    let tid = kpi::proc::curthread();
+                    match pp.thread_mut(tid) {
+                        Some(t) => t.vals[ri] = hw,
+                        None => pp.slots[ri].pmcval = hw,
+                    }
+                }
+                let slot = &mut pp.slots[ri];
                 if pm.mode == PmcMode::Tc {
                     let delta = hw.wrapping_sub(row.saved) & width_mask(dep.width());
                     let flags = pm.update(|v| {
@@ -1211,8 +1231,6 @@ impl Hwpmc {
                             });
                         }
                     }
-                } else {
-                    slot.pmcval = hw;
                 }
             }
             let _ = dep.config_pmc(cpu, adjri, None);
@@ -1415,6 +1433,49 @@ impl Hwpmc {
                     body,
                 });
             }
+        }
+    }
+
+    /// PMC_FN_THR_CREATE and PMC_FN_THR_EXIT for a target: its thread
+    /// descriptors follow (`pmc_thread_descriptor_pool`). The new array is
+    /// allocated before the spin lock is taken.
+    pub(crate) fn target_thread(&self, created: bool) {
+        let (tid, pid) = (kpi::proc::curthread(), kpi::proc::curproc());
+        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+            return;
+        }
+        let _core = self.core.lock();
+        let Some(len) = self.procs.lock().get(pid).map(|pp| pp.threads.len()) else {
+            return;
+        };
+        if created {
+            let Ok(t) = crate::procs::PmcThread::new(tid, self.npmc, Wait::WaitOk) else {
+                return;
+            };
+            let Ok(mut grown) = KVec::with_capacity(len + 1, Wait::WaitOk) else {
+                return;
+            };
+            let mut procs = self.procs.lock();
+            let Some(pp) = procs.get_mut(pid) else { return };
+            while !pp.threads.is_empty() {
+                let _ = grown.push_within_capacity(pp.threads.remove(0));
+            }
+            let _ = grown.push_within_capacity(t);
+            let old = core::mem::replace(&mut pp.threads, grown);
+            drop(procs);
+            drop(old);
+        } else {
+            let gone = {
+                let mut procs = self.procs.lock();
+                let pp = procs.get_mut(pid);
+                pp.and_then(|pp| {
+                    pp.threads
+                        .iter()
+                        .position(|t| t.tid == tid)
+                        .map(|i| pp.threads.swap_remove(i))
+                })
+            };
+            drop(gone);
         }
     }
 

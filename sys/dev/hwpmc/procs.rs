@@ -27,15 +27,47 @@ pub(crate) struct PmcProcess {
     pub refcnt: u32,
     /// The owner enabled user-mode RDPMC (`PMC_PP_ENABLE_MSR_ACCESS`).
     pub msr_access: bool,
+    /// Per-thread state of process sampling PMCs (`struct pmc_thread`).
+    pub threads: KVec<PmcThread>,
+}
+
+/// `struct pmc_thread`: a thread's remaining sampling count per row.
+#[derive(Debug)]
+pub(crate) struct PmcThread {
+    /// The thread.
+    pub tid: u32,
+    /// Remaining count per row (0: start from the reload count).
+    pub vals: KVec<u64>,
+}
+
+impl PmcThread {
+    /// A descriptor for `tid` with `npmc` rows.
+    pub fn new(tid: u32, npmc: u32, wait: Wait) -> KResult<PmcThread> {
+        Ok(PmcThread {
+            tid,
+            vals: KVec::from_fn(npmc as usize, wait, |_| 0)?,
+        })
+    }
 }
 
 impl PmcProcess {
-    /// A descriptor with `npmc` empty slots.
-    pub fn new(npmc: u32, wait: Wait) -> KResult<PmcProcess> {
+    /// The descriptor of thread `tid`.
+    pub fn thread_mut(&mut self, tid: u32) -> Option<&mut PmcThread> {
+        self.threads.iter_mut().find(|t| t.tid == tid)
+    }
+
+    /// A descriptor with `npmc` empty slots and a thread descriptor for
+    /// each of `tids`.
+    pub fn new(npmc: u32, tids: &[u32], wait: Wait) -> KResult<PmcProcess> {
+        let mut threads = KVec::with_capacity(tids.len(), wait)?;
+        for &tid in tids {
+            let _ = threads.push_within_capacity(PmcThread::new(tid, npmc, wait)?);
+        }
         Ok(PmcProcess {
             slots: KVec::from_fn(npmc as usize, wait, |_| PpSlot::default())?,
             refcnt: 0,
             msr_access: false,
+            threads,
         })
     }
 }

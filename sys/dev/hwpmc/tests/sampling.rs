@@ -322,3 +322,46 @@ fn a_long_run_logs_every_sample_and_parses_completely() {
     );
     s.finish();
 }
+
+#[test]
+fn each_thread_of_a_target_keeps_its_own_sampling_count() {
+    let s = sim(&[]);
+    let owner = s.root();
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    let target = s.root();
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Soft.raw();
+    a.pm_ev = s.soft("CLOCK.HARD");
+    a.pm_mode = PmcMode::Ts.raw();
+    a.pm_cpu = PMC_CPU_ANY;
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = 3;
+    let id = s.allocate_raw(owner, &a).unwrap();
+    s.attach(owner, id, target.pid as i32).unwrap();
+    s.start(owner, id).unwrap();
+    // A thread created after the attach gets its own count too.
+    let second = P {
+        pid: target.pid,
+        tid: s.m.thread_create(target.pid),
+    };
+    for t in [target, second] {
+        s.m.set_location(t.tid, user_loc());
+    }
+    // Interleaved time slices: 4 events each, so each thread's first
+    // sample falls on its own 4th event (count + 1).
+    for _ in 0..2 {
+        s.run(target, 1, 2);
+        s.run(second, 2, 2);
+    }
+    s.flushlog(owner).unwrap();
+    let c = chains(&s.file(owner, fd));
+    let per = |tid| c.iter().filter(|ch| ch.tid == tid).count();
+    assert_eq!(
+        (per(target.tid), per(second.tid)),
+        (1, 1),
+        "one sample per thread"
+    );
+    s.m.thread_exit(second.tid);
+    s.finish();
+}
