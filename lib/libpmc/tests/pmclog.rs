@@ -1,0 +1,568 @@
+//! pmclog(3) reader: every record type, any fragmentation, malformed
+//! logs, descriptors and the C entry points.
+
+use core::ffi::{CStr, c_char, c_int, c_void};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+
+use pmc::pmclog::{
+    PMCLOG_FD_NONE, Parser, PmclogEv, PmclogState, pmclog_close, pmclog_feed, pmclog_open,
+    pmclog_read,
+};
+use uapi::pmc::PMC_VERSION;
+use uapi::pmclog::{PcList, PmclogBody as B, PmclogRecord, PmclogType, Timespec};
+
+const FREQ: u64 = 2_000_000_000;
+const T0: u64 = 1_000_000;
+const PCS: [usize; 3] = [0x40_1000, 0x40_2000, 0xffff_ffff_8000_0000];
+
+fn cstr(a: &[c_char]) -> &[u8] {
+    let bytes: &[u8] = bytemuck_chars(a);
+    CStr::from_bytes_until_nul(bytes).unwrap().to_bytes()
+}
+
+fn bytemuck_chars(a: &[c_char]) -> &[u8] {
+    // SAFETY: c_char and u8 have the same size and alignment, and every
+    // bit pattern is valid for both.
+    unsafe { core::slice::from_raw_parts(a.as_ptr().cast::<u8>(), a.len()) }
+}
+
+/// One record of every type, INITIALIZE first and CLOSELOG last, each
+/// 1/1000 s after the previous one.
+fn every_record() -> Vec<PmclogRecord<'static>> {
+    let bodies = [
+        B::Initialize {
+            version: PMC_VERSION,
+            cpu: 0x10,
+            tsc_freq: FREQ,
+            ts: Timespec {
+                tv_sec: 1_700_000_000,
+                tv_nsec: 999_000_000,
+            },
+            cpuid: b"GenuineIntel-6-55-4",
+        },
+        B::Pmcallocate {
+            pmcid: 0x100,
+            event: 0x2000,
+            flags: 0x20,
+            rate: 65536,
+        },
+        B::Pmcallocatedyn {
+            pmcid: 0x200,
+            event: 0x3000,
+            flags: 0x10,
+            evname: b"inst_retired.any",
+        },
+        B::Pmcattach {
+            pmcid: 0x100,
+            pid: 42,
+            pathname: b"/usr/bin/make",
+        },
+        B::Pmcdetach {
+            pmcid: 0x100,
+            pid: 42,
+        },
+        B::Proccsw {
+            value: 123_456_789,
+            pmcid: 0x100,
+            pid: 42,
+            tid: 100_042,
+        },
+        B::Procexec {
+            pid: 42,
+            pmcid: 0x100,
+            base: 0x20_0000,
+            dyn_base: 0x8000_0000,
+            pathname: b"/bin/sh",
+        },
+        B::Procexit {
+            pmcid: 0x100,
+            pid: 42,
+            value: 987,
+        },
+        B::Procfork {
+            oldpid: 42,
+            newpid: 43,
+        },
+        B::Sysexit { pid: 43 },
+        B::Userdata {
+            userdata: 0xdead_beef,
+        },
+        B::MapIn {
+            pid: 42,
+            start: 0x80_0000,
+            pathname: b"/lib/libc.so.7",
+        },
+        B::MapOut {
+            pid: 42,
+            start: 0x80_0000,
+            end: 0x90_0000,
+        },
+        B::Callchain {
+            pid: 42,
+            tid: 100_042,
+            pmcid: 0x100,
+            cpuflags: (3 << 16) | 1,
+            pcs: PcList::from_words(&PCS),
+        },
+        B::ThrCreate {
+            tid: 100_043,
+            pid: 42,
+            flags: 0,
+            tdname: b"worker",
+        },
+        B::ThrExit { tid: 100_043 },
+        B::ProcCreate {
+            pid: 44,
+            flags: 0,
+            pcomm: b"cc",
+        },
+        B::Dropnotify,
+        B::Closelog,
+    ];
+    bodies
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| PmclogRecord {
+            tsc: T0 + i as u64 * (FREQ / 1000),
+            body,
+        })
+        .collect()
+}
+
+fn encode(records: &[PmclogRecord<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in records {
+        let mut buf = vec![0u8; r.encoded_len()];
+        assert_eq!(r.encode(&mut buf).unwrap(), buf.len());
+        out.extend_from_slice(&buf);
+    }
+    out
+}
+
+/// Reads events until the parser stops, feeding `chunk` bytes at a time
+/// whenever it asks for data.
+fn read_all(log: &[u8], chunk: usize) -> (Vec<Box<PmclogEv>>, Vec<Vec<u8>>, PmclogState) {
+    let mut parser = Parser::new(PMCLOG_FD_NONE);
+    let mut rest = log;
+    let (mut events, mut data) = (Vec::new(), Vec::new());
+    loop {
+        let mut ev = PmclogEv::zeroed();
+        match parser.read(&mut ev) {
+            PmclogState::Ok => {
+                // SAFETY: pl_data points to pl_len bytes the parser keeps
+                // until the next read.
+                let bytes = unsafe {
+                    core::slice::from_raw_parts(ev.pl_data.cast::<u8>(), ev.pl_len as usize)
+                };
+                data.push(bytes.to_vec());
+                events.push(ev);
+            }
+            PmclogState::RequireData if !rest.is_empty() => {
+                let n = chunk.min(rest.len());
+                parser.feed(&rest[..n]);
+                rest = &rest[n..];
+            }
+            state => {
+                assert_eq!(ev.pl_state, state as u32);
+                return (events, data, state);
+            }
+        }
+    }
+}
+
+fn check_every_record(events: &[Box<PmclogEv>], data: &[Vec<u8>], log: &[u8]) {
+    let records = every_record();
+    // CLOSELOG ends the log and is not an event.
+    assert_eq!(events.len(), records.len() - 1);
+    let mut offset = 0usize;
+    for (i, (ev, rec)) in events.iter().zip(&records).enumerate() {
+        let len = rec.encoded_len();
+        assert_eq!(ev.pl_type, rec.kind().raw(), "event {i}");
+        assert_eq!(ev.pl_count, i + 1);
+        assert_eq!(ev.pl_len as usize, len);
+        assert_eq!(data[i], log[offset..offset + len], "pl_data of event {i}");
+        offset += len;
+        assert_eq!(ev.pl_offset as usize, offset, "event {i}");
+        assert_eq!(
+            ev.pl_ts,
+            Timespec {
+                tv_sec: rec.tsc as isize,
+                tv_nsec: 0
+            },
+            "event {i}"
+        );
+        // SAFETY: each arm reads the union member pl_type selects.
+        unsafe {
+            let u = &ev.pl_u;
+            match rec.body {
+                B::Initialize {
+                    version,
+                    cpu,
+                    tsc_freq,
+                    ts,
+                    cpuid,
+                } => {
+                    assert_eq!(
+                        (u.pl_i.pl_version, u.pl_i.pl_arch, u.pl_i.pl_tsc_freq),
+                        (version, cpu, tsc_freq)
+                    );
+                    assert_eq!(u.pl_i.pl_ts, ts);
+                    assert_eq!(cstr(&u.pl_i.pl_cpuid), cpuid);
+                }
+                B::Pmcallocate {
+                    pmcid,
+                    event,
+                    flags,
+                    rate,
+                } => {
+                    let a = u.pl_a;
+                    assert_eq!(
+                        (a.pl_pmcid, a.pl_event, a.pl_flags, a.pl_rate),
+                        (pmcid, event, flags, rate)
+                    );
+                    assert_eq!(CStr::from_ptr(a.pl_evname), c"");
+                }
+                B::Pmcallocatedyn {
+                    pmcid,
+                    event,
+                    flags,
+                    evname,
+                } => {
+                    let a = u.pl_ad;
+                    assert_eq!((a.pl_pmcid, a.pl_event, a.pl_flags), (pmcid, event, flags));
+                    assert_eq!(cstr(&a.pl_evname), evname);
+                }
+                B::Pmcattach {
+                    pmcid,
+                    pid,
+                    pathname,
+                } => {
+                    assert_eq!((u.pl_t.pl_pmcid, u.pl_t.pl_pid), (pmcid, pid as i32));
+                    assert_eq!(cstr(&u.pl_t.pl_pathname), pathname);
+                }
+                B::Pmcdetach { pmcid, pid } => {
+                    assert_eq!((u.pl_d.pl_pmcid, u.pl_d.pl_pid), (pmcid, pid as i32))
+                }
+                B::Proccsw {
+                    value,
+                    pmcid,
+                    pid,
+                    tid,
+                } => {
+                    let c = u.pl_c;
+                    assert_eq!(
+                        (c.pl_value, c.pl_pmcid, c.pl_pid, c.pl_tid),
+                        (value, pmcid, pid as i32, tid as i32)
+                    );
+                }
+                B::Procexec {
+                    pid,
+                    pmcid,
+                    base,
+                    dyn_base,
+                    pathname,
+                } => {
+                    let x = &u.pl_x;
+                    assert_eq!(
+                        (x.pl_pid, x.pl_pmcid, x.pl_baseaddr, x.pl_dynaddr),
+                        (pid as i32, pmcid, base, dyn_base)
+                    );
+                    assert_eq!(cstr(&x.pl_pathname), pathname);
+                }
+                B::Procexit { pmcid, pid, value } => {
+                    let e = u.pl_e;
+                    assert_eq!((e.pl_pmcid, e.pl_pid, e.pl_value), (pmcid, pid, value));
+                }
+                B::Procfork { oldpid, newpid } => assert_eq!(
+                    (u.pl_f.pl_oldpid, u.pl_f.pl_newpid),
+                    (oldpid as i32, newpid as i32)
+                ),
+                B::Sysexit { pid } => assert_eq!(u.pl_se.pl_pid, pid as i32),
+                B::Userdata { userdata } => assert_eq!(u.pl_u.pl_userdata, userdata),
+                B::MapIn {
+                    pid,
+                    start,
+                    pathname,
+                } => {
+                    assert_eq!((u.pl_mi.pl_pid, u.pl_mi.pl_start), (pid as i32, start));
+                    assert_eq!(cstr(&u.pl_mi.pl_pathname), pathname);
+                }
+                B::MapOut { pid, start, end } => {
+                    assert_eq!(
+                        (u.pl_mo.pl_pid, u.pl_mo.pl_start, u.pl_mo.pl_end),
+                        (pid as i32, start, end)
+                    );
+                }
+                B::Callchain {
+                    pid,
+                    tid,
+                    pmcid,
+                    cpuflags,
+                    pcs,
+                } => {
+                    let c = &u.pl_cc;
+                    assert_eq!(
+                        (c.pl_pid, c.pl_tid, c.pl_pmcid, c.pl_cpuflags),
+                        (pid, tid, pmcid, cpuflags)
+                    );
+                    assert_eq!(c.pl_npc as usize, pcs.len());
+                    assert_eq!(&c.pl_pc[..pcs.len()], &PCS);
+                }
+                B::ThrCreate {
+                    tid,
+                    pid,
+                    flags,
+                    tdname,
+                } => {
+                    let t = &u.pl_tc;
+                    assert_eq!(
+                        (t.pl_tid, t.pl_pid, t.pl_flags),
+                        (tid as i32, pid as i32, flags)
+                    );
+                    assert_eq!(cstr(&t.pl_tdname), tdname);
+                }
+                B::ThrExit { tid } => assert_eq!(u.pl_te.pl_tid, tid as i32),
+                B::ProcCreate { pid, flags, pcomm } => {
+                    assert_eq!((u.pl_pc.pl_pid, u.pl_pc.pl_flags), (pid as i32, flags));
+                    assert_eq!(cstr(&u.pl_pc.pl_pcomm), pcomm);
+                }
+                B::Dropnotify => {}
+                B::Closelog => unreachable!("CLOSELOG is not delivered"),
+            }
+        }
+    }
+}
+
+#[test]
+fn every_record_type_in_one_buffer() {
+    let log = encode(&every_record());
+    let (events, data, end) = read_all(&log, log.len());
+    assert_eq!(end, PmclogState::Eof);
+    check_every_record(&events, &data, &log);
+}
+
+#[test]
+fn any_fragmentation_gives_the_same_events() {
+    let log = encode(&every_record());
+    for chunk in [1, 3, 4, 7, 16, 63, 4096] {
+        let (events, data, end) = read_all(&log, chunk);
+        assert_eq!(end, PmclogState::Eof, "chunk {chunk}");
+        check_every_record(&events, &data, &log);
+    }
+}
+
+#[test]
+fn a_partial_record_asks_for_more_data() {
+    let log = encode(&every_record());
+    let mut parser = Parser::new(PMCLOG_FD_NONE);
+    let mut ev = PmclogEv::zeroed();
+    assert_eq!(parser.read(&mut ev), PmclogState::RequireData);
+    parser.feed(&log[..10]);
+    assert_eq!(parser.read(&mut ev), PmclogState::RequireData);
+    assert_eq!(ev.pl_state, PmclogState::RequireData as u32);
+    parser.feed(&log[10..]);
+    assert_eq!(parser.read(&mut ev), PmclogState::Ok);
+    assert_eq!(ev.pl_type, PmclogType::Initialize.raw());
+}
+
+#[test]
+fn events_after_closelog_are_not_read() {
+    let mut records = every_record();
+    records.push(PmclogRecord {
+        tsc: 0,
+        body: B::Userdata { userdata: 7 },
+    });
+    let log = encode(&records);
+    let (events, _, end) = read_all(&log, log.len());
+    assert_eq!(end, PmclogState::Eof);
+    assert_eq!(events.len(), records.len() - 2);
+}
+
+#[test]
+fn malformed_logs_put_the_parser_in_the_error_state() {
+    let good = encode(&every_record());
+    let init_len = every_record()[0].encoded_len();
+    let header_of_second = init_len;
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut bad_magic = good.clone();
+    bad_magic[header_of_second + 3] = 0xEF;
+    cases.push(("bad magic", bad_magic));
+    let mut zero_len = good.clone();
+    zero_len[header_of_second..header_of_second + 2].copy_from_slice(&[0, 0]);
+    cases.push(("zero length", zero_len));
+    let mut odd_len = good.clone();
+    odd_len[header_of_second] |= 1;
+    cases.push(("unaligned length", odd_len));
+    let mut bad_type = good.clone();
+    bad_type[header_of_second + 2] = 4;
+    cases.push(("retired type 4", bad_type));
+    let mut long_path = good.clone();
+    // PMCATTACH (the fourth record) claiming a path longer than PATH_MAX.
+    let attach: usize = every_record()[..3].iter().map(|r| r.encoded_len()).sum();
+    long_path[attach..attach + 2].copy_from_slice(&(24u16 + 1028).to_le_bytes());
+    cases.push(("oversized path", long_path));
+    for (what, log) in cases {
+        let (events, _, end) = read_all(&log, 5);
+        assert_eq!(end, PmclogState::Error, "{what}");
+        let delivered = if what == "oversized path" { 3 } else { 1 };
+        assert_eq!(events.len(), delivered, "{what}");
+        // The error is sticky.
+        let mut parser = Parser::new(PMCLOG_FD_NONE);
+        parser.feed(&log);
+        let mut ev = PmclogEv::zeroed();
+        while parser.read(&mut ev) == PmclogState::Ok {}
+        assert_eq!(parser.read(&mut ev), PmclogState::Error, "{what}");
+    }
+}
+
+fn temp_log(bytes: &[u8]) -> std::fs::File {
+    let path = std::env::temp_dir().join(format!(
+        "pmclog-test-{}-{}",
+        std::process::id(),
+        bytes.len()
+    ));
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(bytes).unwrap();
+    drop(f);
+    let f = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    f
+}
+
+#[test]
+fn reads_a_log_from_a_descriptor() {
+    // Enough records that the file is read in several chunks.
+    let mut records = every_record();
+    let closelog = records.pop().unwrap();
+    let extra: Vec<_> = (0..500)
+        .map(|i| PmclogRecord {
+            tsc: T0 + 100 * FREQ,
+            body: B::Userdata { userdata: i },
+        })
+        .collect();
+    records.extend(extra);
+    records.push(closelog);
+    let log = encode(&records);
+    assert!(log.len() > 3 * 4096);
+    let file = temp_log(&log);
+    let mut parser = Parser::new(file.as_raw_fd());
+    let mut ev = PmclogEv::zeroed();
+    let mut n = 0;
+    while parser.read(&mut ev) == PmclogState::Ok {
+        n += 1;
+    }
+    assert_eq!(ev.pl_state, PmclogState::Eof as u32);
+    assert_eq!(n, records.len() - 1);
+
+    // Without CLOSELOG the end of the file ends the log.
+    let log = encode(&records[..records.len() - 1]);
+    let file = temp_log(&log);
+    let mut parser = Parser::new(file.as_raw_fd());
+    let mut n = 0;
+    while parser.read(&mut ev) == PmclogState::Ok {
+        n += 1;
+    }
+    assert_eq!(
+        (PmclogState::Eof as u32, n),
+        (ev.pl_state, records.len() - 1)
+    );
+
+    // A file that ends inside a record ends before it (as in FreeBSD);
+    // once the rest is written the record is read.
+    let path = std::env::temp_dir().join(format!("pmclog-grow-{}", std::process::id()));
+    let mut writer = std::fs::File::create(&path).unwrap();
+    writer.write_all(&log[..log.len() - 2]).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let mut parser = Parser::new(file.as_raw_fd());
+    let mut n = 0;
+    while parser.read(&mut ev) == PmclogState::Ok {
+        n += 1;
+    }
+    assert_eq!(
+        (PmclogState::Eof as u32, n),
+        (ev.pl_state, records.len() - 2)
+    );
+    writer.write_all(&log[log.len() - 2..]).unwrap();
+    assert_eq!(parser.read(&mut ev), PmclogState::Ok);
+    // SAFETY: the event is USERDATA.
+    assert_eq!(unsafe { ev.pl_u.pl_u.pl_userdata }, 499);
+    assert_eq!(ev.pl_offset as usize, log.len());
+    assert_eq!(parser.read(&mut ev), PmclogState::Eof);
+}
+
+#[test]
+fn a_pipe_that_would_block_asks_for_data() {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is the pipe's read end, just created.
+    let set = unsafe { libc::fcntl(fds[0], libc::F_SETFL, libc::O_NONBLOCK) };
+    assert_eq!(set, 0);
+    let log = encode(&every_record());
+    let mut parser = Parser::new(fds[0]);
+    let mut ev = PmclogEv::zeroed();
+    assert_eq!(parser.read(&mut ev), PmclogState::RequireData);
+    // SAFETY: fds[1] is the write end; `log` holds the bytes written.
+    let written = unsafe { libc::write(fds[1], log.as_ptr().cast(), log.len()) };
+    assert_eq!(written, log.len() as isize);
+    let mut n = 0;
+    while parser.read(&mut ev) == PmclogState::Ok {
+        n += 1;
+    }
+    assert_eq!(
+        (ev.pl_state, n),
+        (PmclogState::Eof as u32, every_record().len() - 1)
+    );
+    // SAFETY: both descriptors are ours and closed once.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+#[test]
+fn c_entry_points() {
+    let log = encode(&every_record());
+    let cookie = pmclog_open(PMCLOG_FD_NONE);
+    assert!(!cookie.is_null());
+    let mut ev = PmclogEv::zeroed();
+    let evp: *mut PmclogEv = &mut *ev;
+    // SAFETY: `cookie` is live until pmclog_close, `evp` is writable and
+    // the fed buffer holds `len` bytes.
+    unsafe {
+        assert_eq!(pmclog_read(cookie, evp), -1);
+        assert_eq!((*evp).pl_state, PmclogState::RequireData as u32);
+        assert_eq!(
+            pmclog_feed(cookie, log.as_ptr().cast_mut().cast(), log.len() as c_int),
+            0
+        );
+        assert_eq!(pmclog_feed(cookie, log.as_ptr().cast_mut().cast(), -1), -1);
+        assert_eq!(
+            pmclog_feed(
+                core::ptr::null_mut::<c_void>(),
+                log.as_ptr().cast_mut().cast(),
+                1
+            ),
+            -1
+        );
+        let mut n = 0;
+        while pmclog_read(cookie, evp) == 0 {
+            assert_eq!((*evp).pl_state, PmclogState::Ok as u32);
+            n += 1;
+        }
+        assert_eq!((*evp).pl_state, PmclogState::Eof as u32);
+        assert_eq!(n, every_record().len() - 1);
+        assert_eq!(pmclog_read(core::ptr::null_mut(), evp), -1);
+        pmclog_close(cookie);
+    }
+    // A descriptor-backed parser takes no fed data.
+    let file = temp_log(&log);
+    let cookie = pmclog_open(file.as_raw_fd());
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(pmclog_feed(cookie, log.as_ptr().cast_mut().cast(), 4), -1);
+        pmclog_close(cookie);
+    }
+}

@@ -1,0 +1,192 @@
+//! A log the driver writes, read back through libpmc's pmclog(3) reader:
+//! every record arrives as an event with the bytes and values the
+//! driver wrote, however the log is split, and CLOSELOG ends it.
+
+mod common;
+
+use common::*;
+use ksim::FileKind;
+use ksim::elf::{ImageBuilder, ImageKind};
+use ksim::workload::Program;
+use pmc::pmclog::{PMCLOG_FD_NONE, Parser, PmclogEv, PmclogState};
+use uapi::pmc::*;
+use uapi::pmclog::{PmclogBody, PmclogType, records};
+
+/// A profiling session's log: process-sampling with call chains on a
+/// program that runs, forks and exits, a counting PMC logging context
+/// switches and exits, user data and CLOSELOG.
+fn session_log() -> Vec<u8> {
+    let s = Sim::with(
+        ksim::MachineConfig::default(),
+        &[("kern.hwpmc.mincount", "1")],
+    );
+    let img = ImageBuilder::new("/usr/bin/work", ImageKind::Executable)
+        .function("main", 64)
+        .function("compute", 256)
+        .build();
+    s.m.install("/usr/bin/work", img.bytes.clone());
+    let owner = s.root();
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    let worker = s.root();
+    s.m.exec(worker.pid, "/usr/bin/work", None);
+    let prog = Program::builder(&img, 0, 7)
+        .func("compute", 80, &["main"])
+        .func("main", 20, &[])
+        .build();
+    s.m.set_activity(worker.tid, Box::new(prog));
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Soft.raw();
+    a.pm_ev = s.soft("CLOCK.HARD");
+    a.pm_mode = PmcMode::Ts.raw();
+    a.pm_cpu = PMC_CPU_ANY;
+    a.pm_flags = (PmcFlags::CALLCHAIN | PmcFlags::DESCENDANTS).bits();
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = 1;
+    let sampler = s.allocate_raw(owner, &a).unwrap();
+    // Context-switch and exit values are logged for counting PMCs.
+    a.pm_mode = PmcMode::Tc.raw();
+    a.pm_flags = (PmcFlags::DESCENDANTS | PmcFlags::LOG_PROCCSW | PmcFlags::LOG_PROCEXIT).bits();
+    a.pm_count = 0;
+    let counter = s.allocate_raw(owner, &a).unwrap();
+    for id in [sampler, counter] {
+        s.attach(owner, id, worker.pid as i32).unwrap();
+        s.start(owner, id).unwrap();
+    }
+    for round in 0..50 {
+        s.run(worker, round % 2, 10);
+    }
+    let child = s.fork(worker);
+    s.run(child, 1, 10);
+    s.writelog(owner, 0x1234_5678).unwrap();
+    s.m.exit(child.pid);
+    s.closelog(owner).unwrap();
+    let data = s.file(owner, fd);
+    s.finish();
+    data
+}
+
+fn read_fed(log: &[u8], chunk: usize) -> (Vec<(u32, Vec<u8>, i64)>, PmclogState) {
+    let mut parser = Parser::new(PMCLOG_FD_NONE);
+    let mut ev = PmclogEv::zeroed();
+    let mut rest = log;
+    let mut events = Vec::new();
+    loop {
+        match parser.read(&mut ev) {
+            PmclogState::Ok => {
+                // SAFETY: pl_data holds pl_len bytes until the next read.
+                let bytes = unsafe {
+                    core::slice::from_raw_parts(ev.pl_data.cast::<u8>(), ev.pl_len as usize)
+                };
+                events.push((ev.pl_type, bytes.to_vec(), ev.pl_offset));
+            }
+            PmclogState::RequireData if !rest.is_empty() => {
+                let n = chunk.min(rest.len());
+                parser.feed(&rest[..n]);
+                rest = &rest[n..];
+            }
+            end => return (events, end),
+        }
+    }
+}
+
+#[test]
+fn the_driver_log_reads_back_event_by_event() {
+    let log = session_log();
+    let recs: Vec<_> = records(&log).collect::<Result<_, _>>().unwrap();
+    assert_eq!(recs.last().unwrap().kind(), PmclogType::Closelog);
+    let kinds: Vec<PmclogType> = recs.iter().map(|r| r.kind()).collect();
+    for want in [
+        PmclogType::Initialize,
+        PmclogType::Pmcallocatedyn,
+        PmclogType::Pmcattach,
+        PmclogType::Callchain,
+        PmclogType::Proccsw,
+        PmclogType::Procfork,
+        PmclogType::Userdata,
+        PmclogType::Procexit,
+    ] {
+        assert!(kinds.contains(&want), "{want:?} missing from {kinds:?}");
+    }
+    for chunk in [1, 5, 512, log.len()] {
+        let (events, end) = read_fed(&log, chunk);
+        assert_eq!(end, PmclogState::Eof, "chunk {chunk}");
+        assert_eq!(
+            events.len(),
+            recs.len() - 1,
+            "all but CLOSELOG, chunk {chunk}"
+        );
+        let mut offset = 0usize;
+        for ((ty, bytes, end_offset), rec) in events.iter().zip(&recs) {
+            assert_eq!(*ty, rec.kind().raw());
+            assert_eq!(bytes[..], log[offset..offset + bytes.len()]);
+            offset += rec.encoded_len().max(bytes.len());
+            assert_eq!(*end_offset as usize, offset);
+        }
+    }
+}
+
+#[test]
+fn driver_values_arrive_in_the_event_union() {
+    let log = session_log();
+    let mut parser = Parser::new(PMCLOG_FD_NONE);
+    parser.feed(&log);
+    let mut ev = PmclogEv::zeroed();
+    let mut seen = 0;
+    for rec in records(&log) {
+        let rec = rec.unwrap();
+        let state = parser.read(&mut ev);
+        if rec.kind() == PmclogType::Closelog {
+            assert_eq!(state, PmclogState::Eof);
+            break;
+        }
+        assert_eq!(state, PmclogState::Ok);
+        assert_eq!(ev.pl_ts.tv_sec as u64, rec.tsc);
+        // SAFETY: each arm reads the union member of the record's type.
+        unsafe {
+            match rec.body {
+                PmclogBody::Callchain {
+                    pid, pmcid, pcs, ..
+                } => {
+                    let cc = &ev.pl_u.pl_cc;
+                    assert_eq!(
+                        (cc.pl_pid, cc.pl_pmcid, cc.pl_npc as usize),
+                        (pid, pmcid, pcs.len())
+                    );
+                    assert!(pcs.iter().eq(cc.pl_pc[..pcs.len()].iter().copied()));
+                    seen |= 1;
+                }
+                PmclogBody::Procfork { oldpid, newpid } => {
+                    assert_eq!(
+                        (ev.pl_u.pl_f.pl_oldpid, ev.pl_u.pl_f.pl_newpid),
+                        (oldpid as i32, newpid as i32)
+                    );
+                    seen |= 2;
+                }
+                PmclogBody::Userdata { userdata } => {
+                    assert_eq!(ev.pl_u.pl_u.pl_userdata, 0x1234_5678);
+                    assert_eq!(userdata, 0x1234_5678);
+                    seen |= 4;
+                }
+                PmclogBody::Proccsw {
+                    value,
+                    pmcid,
+                    pid,
+                    tid,
+                } => {
+                    let c = ev.pl_u.pl_c;
+                    assert_eq!(
+                        (c.pl_value, c.pl_pmcid, c.pl_pid, c.pl_tid),
+                        (value, pmcid, pid as i32, tid as i32)
+                    );
+                    seen |= 8;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(
+        seen, 15,
+        "call chain, fork, user data and context switch were all checked"
+    );
+}
