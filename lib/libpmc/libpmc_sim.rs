@@ -1,0 +1,163 @@
+//! The simulator transport: the real hwpmc driver on a simulated FreeBSD
+//! machine, in this process.
+//!
+//! The machine lives on a thread of its own (it is not shareable), and the
+//! transport talks to it over a channel, so libpmc's global state stays
+//! `Send` and any thread of the program may call pmc(3). The calling
+//! program is a root process of the simulated machine; its system calls
+//! carry their argument block through the machine's user memory, as on
+//! FreeBSD.
+
+use core::ffi::c_int;
+use std::sync::Mutex;
+use std::sync::mpsc::{Sender, channel};
+
+use ksim::{CpuState, Cred, Machine, MachineConfig};
+
+use crate::transport::Transport;
+
+/// Environment variable with the simulated machine's CPU count.
+pub const CPUS_ENV: &str = "LIBPMC_SIM_CPUS";
+
+/// What the simulated machine looks like.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Number of CPUs, all present.
+    pub cpus: u32,
+    /// Name of the calling program's simulated process.
+    pub comm: String,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            cpus: 4,
+            comm: "pmcclient".into(),
+        }
+    }
+}
+
+enum Request {
+    Call {
+        op: u32,
+        arg: Vec<u8>,
+        reply: Sender<(Vec<u8>, Result<(), c_int>)>,
+    },
+    Advance {
+        ticks: u32,
+        reply: Sender<()>,
+    },
+}
+
+/// A simulated machine with hwpmc loaded, and this program as one of its
+/// processes.
+#[derive(Debug)]
+pub struct SimTransport {
+    requests: Mutex<Sender<Request>>,
+}
+
+impl SimTransport {
+    /// Boots a machine as `LIBPMC_SIM_CPUS` (default 4) describes it.
+    pub fn from_environment() -> Result<SimTransport, c_int> {
+        let mut cfg = SimConfig::default();
+        if let Ok(v) = std::env::var(CPUS_ENV) {
+            cfg.cpus = match v.parse() {
+                Ok(n) if (1..=256).contains(&n) => n,
+                _ => return Err(libc::EINVAL),
+            };
+        }
+        if let Some(name) = std::env::args().next() {
+            let base = name.rsplit('/').next().unwrap_or(&name);
+            cfg.comm = base.chars().take(19).collect();
+        }
+        SimTransport::boot(cfg)
+    }
+
+    /// Boots a machine, loads hwpmc on it and starts this program's
+    /// process; the errno of the module load on failure.
+    pub fn boot(cfg: SimConfig) -> Result<SimTransport, c_int> {
+        let (tx, rx) = channel::<Request>();
+        let (ready_tx, ready_rx) = channel::<Result<(), c_int>>();
+        std::thread::Builder::new()
+            .name("ksim".into())
+            .spawn(move || {
+                let machine_cfg = MachineConfig {
+                    cpus: vec![CpuState::Online; cfg.cpus as usize],
+                    ..MachineConfig::default()
+                };
+                let m = Machine::new(machine_cfg);
+                let _entered = m.enter();
+                let (_, kld) = m.spawn(Cred::root(), "kldload");
+                let module = match m.in_thread(kld, hwpmc::Module::load) {
+                    Ok(module) => module,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.0));
+                        return;
+                    }
+                };
+                let sysnum = module.syscall_number();
+                let (pid, tid) = m.spawn(Cred::root(), &cfg.comm);
+                let _ = ready_tx.send(Ok(()));
+                // Serve until every transport is gone; the module stays
+                // loaded for as long as the program can call it.
+                for req in rx {
+                    match req {
+                        Request::Call { op, mut arg, reply } => {
+                            let uaddr = if arg.is_empty() {
+                                0
+                            } else {
+                                m.user_alloc(pid, arg.len())
+                            };
+                            if !arg.is_empty() {
+                                m.user_write(pid, uaddr, &arg);
+                            }
+                            let r = m.syscall(tid, sysnum, &[u64::from(op), uaddr]);
+                            if !arg.is_empty() {
+                                arg = m.user_read(pid, uaddr, arg.len());
+                            }
+                            let _ = reply.send((arg, r.map(|_| ())));
+                        }
+                        Request::Advance { ticks, reply } => {
+                            // The program itself runs, so PMCs attached to
+                            // it count.
+                            m.run(tid, 0, ticks);
+                            let _ = reply.send(());
+                        }
+                    }
+                }
+                let (_, unload) = m.spawn(Cred::root(), "kldunload");
+                m.in_thread(unload, || module.unload());
+            })
+            .map_err(|_| libc::EAGAIN)?;
+        ready_rx.recv().map_err(|_| libc::ENXIO)??;
+        Ok(SimTransport {
+            requests: Mutex::new(tx),
+        })
+    }
+
+    fn send(&self, req: Request) -> Result<(), c_int> {
+        let tx = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        tx.send(req).map_err(|_| libc::ENXIO)
+    }
+}
+
+impl Transport for SimTransport {
+    fn call(&self, op: u32, arg: &mut [u8]) -> Result<(), c_int> {
+        let (reply, answer) = channel();
+        self.send(Request::Call {
+            op,
+            arg: arg.to_vec(),
+            reply,
+        })?;
+        let (bytes, result) = answer.recv().map_err(|_| libc::ENXIO)?;
+        arg.copy_from_slice(&bytes);
+        result
+    }
+
+    fn advance(&self, ticks: u32) {
+        let (reply, answer) = channel();
+        if self.send(Request::Advance { ticks, reply }).is_ok() {
+            let _ = answer.recv();
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! pmc(3) through the Rust API on the simulator transport: the version
+//! handshake, event specifications, counting with SOFT and TSC PMCs, the
+//! row table, and the errors FreeBSD's library reports.
+
+use pmc::libpmc_sim::{SimConfig, SimTransport};
+use pmc::pmc::{Pmc, event_name_matches};
+use uapi::pmc::*;
+
+fn machine(cpus: u32) -> Pmc {
+    let t = SimTransport::boot(SimConfig {
+        cpus,
+        comm: "pmc_api".into(),
+    })
+    .expect("the simulated machine boots");
+    Pmc::init(Box::new(t)).expect("pmc_init on the simulator")
+}
+
+#[test]
+fn init_reads_the_machine() {
+    let pmc = machine(3);
+    let ci = pmc.cpuinfo();
+    assert_eq!(ci.pm_ncpu, 3);
+    let classes: Vec<u32> = ci.pm_classes[..ci.pm_nclass as usize]
+        .iter()
+        .map(|c| c.pm_class)
+        .collect();
+    assert!(classes.contains(&PmcClass::Soft.raw()), "{classes:?}");
+    assert!(classes.contains(&PmcClass::Tsc.raw()), "{classes:?}");
+    let soft: Vec<_> = pmc
+        .events_of_class(PmcClass::Soft)
+        .unwrap()
+        .iter()
+        .map(|e| e.name.to_str().unwrap().to_owned())
+        .collect();
+    for want in ["CLOCK.HARD", "CLOCK.STAT", "PAGE_FAULT.ALL"] {
+        assert!(
+            soft.iter().any(|s| s == want),
+            "{want} missing from {soft:?}"
+        );
+    }
+    assert_eq!(pmc.events_of_class(PmcClass::K8).unwrap_err(), libc::EINVAL);
+    // Every row of every CPU is described.
+    let rows = pmc.pmcinfo(2).unwrap();
+    assert_eq!(rows.len(), ci.pm_npmc as usize);
+    assert!(rows.iter().all(|r| r.pm_rowdisp == PmcDisp::Free.raw()));
+    assert_eq!(pmc.pmcinfo(3).unwrap_err(), libc::EINVAL);
+}
+
+#[test]
+fn event_names_match_as_in_freebsd() {
+    assert!(event_name_matches("clock.hard", "CLOCK.HARD"));
+    assert!(event_name_matches("Clock-Hard", "CLOCK.HARD"));
+    assert!(event_name_matches("CLOCK_HARD", "CLOCK.HARD"));
+    assert!(!event_name_matches("CLOCK.HAR", "CLOCK.HARD"));
+    assert!(!event_name_matches("CLOCKXHARD", "CLOCK.HARD"));
+}
+
+#[test]
+fn specifications_become_allocation_requests() {
+    let pmc = machine(2);
+    let hard = pmc
+        .events_of_class(PmcClass::Soft)
+        .unwrap()
+        .iter()
+        .find(|e| e.name.to_bytes() == b"CLOCK.HARD")
+        .unwrap()
+        .code;
+    for spec in [
+        "SOFT-CLOCK.HARD",
+        "soft-clock-hard",
+        "CLOCK.HARD",
+        "instructions",
+        "SOFT-CLOCK.HARD,usr",
+    ] {
+        let a = pmc
+            .parse_spec(spec, PmcMode::Ts, 0, PMC_CPU_ANY, 100)
+            .unwrap();
+        assert_eq!(
+            (a.pm_class, a.pm_ev),
+            (PmcClass::Soft.raw(), hard),
+            "{spec}"
+        );
+        assert_eq!(
+            a.pm_caps,
+            (PmcCaps::INTERRUPT | PmcCaps::READ | PmcCaps::WRITE).bits(),
+            "{spec}"
+        );
+        assert_eq!(
+            (a.pm_mode, a.pm_count, a.pm_cpu),
+            (PmcMode::Ts.raw(), 100, PMC_CPU_ANY)
+        );
+    }
+    for spec in ["TSC", "tsc-tsc", "TSC-TSC"] {
+        let a = pmc.parse_spec(spec, PmcMode::Sc, 0, 1, 0).unwrap();
+        assert_eq!(
+            (a.pm_class, a.pm_ev, a.pm_caps),
+            (PmcClass::Tsc.raw(), 0x1000, PmcCaps::READ.bits()),
+            "{spec}"
+        );
+    }
+    for bad in [
+        "",
+        "NO-SUCH-EVENT",
+        "SOFT-TSC",
+        "TSC,usr",
+        "SOFT-",
+        "K8-FP_DISPATCHED_FPU_OPS",
+    ] {
+        assert_eq!(
+            pmc.parse_spec(bad, PmcMode::Sc, 0, 0, 0).unwrap_err(),
+            libc::EINVAL,
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        pmc.allocate("SOFT-CLOCK.HARD", 9, 0, -1, 0).unwrap_err(),
+        libc::EINVAL,
+        "bad mode"
+    );
+}
+
+#[test]
+fn a_soft_pmc_counts_the_programs_ticks() {
+    let pmc = machine(2);
+    let id = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    assert_eq!(pmc_id_to_class(id), PmcClass::Soft.raw());
+    // Attaching to pid 0 means the caller itself.
+    pmc.attach(id, 0).unwrap();
+    pmc.start(id).unwrap();
+    pmc.transport().advance(25);
+    let first = pmc.read(id).unwrap();
+    assert_eq!(first, 25, "one CLOCK.HARD per tick the program ran");
+    pmc.transport().advance(5);
+    assert_eq!(pmc.read(id).unwrap(), 30);
+    pmc.stop(id).unwrap();
+    pmc.transport().advance(5);
+    assert_eq!(pmc.read(id).unwrap(), 30, "a stopped PMC does not count");
+    // A write or a read-and-write of a stopped PMC.
+    pmc.write(id, 1000).unwrap();
+    assert_eq!(pmc.rw(id, 7).unwrap(), 1000);
+    assert_eq!(pmc.read(id).unwrap(), 7);
+    assert_eq!(
+        pmc.capabilities(id).unwrap() & PmcCaps::READ.bits(),
+        PmcCaps::READ.bits()
+    );
+    assert!(pmc.width(id).unwrap() > 0);
+    pmc.detach(id, 0).unwrap();
+    pmc.release(id).unwrap();
+    // With its last PMC gone the program owns nothing: ESRCH, as in
+    // FreeBSD, where the owner lookup fails before the PMC lookup.
+    assert_eq!(pmc.release(id).unwrap_err(), libc::ESRCH, "released twice");
+    assert_eq!(pmc.read(id).unwrap_err(), libc::ESRCH, "read after release");
+}
+
+#[test]
+fn a_tsc_pmc_reads_the_timestamp_counter() {
+    let pmc = machine(2);
+    let id = pmc.allocate("TSC", PmcMode::Sc.raw(), 0, 1, 0).unwrap();
+    pmc.start(id).unwrap();
+    let before = pmc.read(id).unwrap();
+    pmc.transport().advance(10);
+    let after = pmc.read(id).unwrap();
+    let cfg = ksim::MachineConfig::default();
+    // Ten ticks, plus the microsecond the simulator charges for each
+    // context switch and system call around them.
+    let ticks = 10 * cfg.tsc_freq / cfg.hz;
+    let delta = after - before;
+    assert!(
+        (ticks..ticks + 10 * cfg.tsc_freq / 1_000_000).contains(&delta),
+        "{delta} for {ticks}"
+    );
+    // Process-mode TSC PMCs do not exist.
+    assert_eq!(
+        pmc.allocate("TSC", PmcMode::Tc.raw(), 0, -1, 0)
+            .unwrap_err(),
+        libc::EINVAL
+    );
+    pmc.stop(id).unwrap();
+    pmc.release(id).unwrap();
+}
+
+#[test]
+fn rows_can_be_disabled_and_enabled() {
+    let pmc = machine(2);
+    let rows = pmc.pmcinfo(1).unwrap();
+    let soft_row = rows
+        .iter()
+        .position(|r| r.pm_class == PmcClass::Soft.raw())
+        .unwrap() as i32;
+    pmc.admin(1, soft_row, PmcState::Disabled).unwrap();
+    assert_eq!(pmc.pmcinfo(1).unwrap()[soft_row as usize].pm_enabled, 0);
+    pmc.admin(1, soft_row, PmcState::Free).unwrap();
+    assert_ne!(pmc.pmcinfo(1).unwrap()[soft_row as usize].pm_enabled, 0);
+    assert_eq!(
+        pmc.admin(5, 0, PmcState::Free).unwrap_err(),
+        libc::EINVAL,
+        "no CPU 5"
+    );
+}
+
+#[test]
+fn driver_statistics_count_system_calls() {
+    let pmc = machine(1);
+    let before = pmc.driver_stats().unwrap();
+    let _ = pmc.read(0x1234);
+    let after = pmc.driver_stats().unwrap();
+    assert_eq!(
+        after.pm_syscalls - before.pm_syscalls,
+        2,
+        "the failed read and this call"
+    );
+    assert_eq!(after.pm_syscall_errors - before.pm_syscall_errors, 1);
+}
