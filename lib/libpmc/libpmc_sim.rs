@@ -18,6 +18,10 @@ use crate::transport::Transport;
 
 /// Environment variable with the simulated machine's CPU count.
 pub const CPUS_ENV: &str = "LIBPMC_SIM_CPUS";
+/// Environment variable with the clock ticks the program runs before each
+/// of its hwpmc calls: how simulated time passes for a program that cannot
+/// ask for it (default 0).
+pub const TICKS_PER_CALL_ENV: &str = "LIBPMC_SIM_TICKS_PER_CALL";
 
 /// What the simulated machine looks like.
 #[derive(Debug, Clone)]
@@ -26,6 +30,8 @@ pub struct SimConfig {
     pub cpus: u32,
     /// Name of the calling program's simulated process.
     pub comm: String,
+    /// Clock ticks the program runs (on CPU 0) before each call.
+    pub ticks_per_call: u32,
 }
 
 impl Default for SimConfig {
@@ -33,6 +39,7 @@ impl Default for SimConfig {
         SimConfig {
             cpus: 4,
             comm: "pmcclient".into(),
+            ticks_per_call: 0,
         }
     }
 }
@@ -57,7 +64,8 @@ pub struct SimTransport {
 }
 
 impl SimTransport {
-    /// Boots a machine as `LIBPMC_SIM_CPUS` (default 4) describes it.
+    /// Boots a machine as `LIBPMC_SIM_CPUS` (default 4) and
+    /// `LIBPMC_SIM_TICKS_PER_CALL` (default 0) describe it.
     pub fn from_environment() -> Result<SimTransport, c_int> {
         let mut cfg = SimConfig::default();
         if let Ok(v) = std::env::var(CPUS_ENV) {
@@ -65,6 +73,9 @@ impl SimTransport {
                 Ok(n) if (1..=256).contains(&n) => n,
                 _ => return Err(libc::EINVAL),
             };
+        }
+        if let Ok(v) = std::env::var(TICKS_PER_CALL_ENV) {
+            cfg.ticks_per_call = v.parse().map_err(|_| libc::EINVAL)?;
         }
         if let Some(name) = std::env::args().next() {
             let base = name.rsplit('/').next().unwrap_or(&name);
@@ -103,6 +114,9 @@ impl SimTransport {
                 for req in rx {
                     match req {
                         Request::Call { op, mut arg, reply } => {
+                            if cfg.ticks_per_call > 0 {
+                                m.run(tid, 0, cfg.ticks_per_call);
+                            }
                             let uaddr = if arg.is_empty() {
                                 0
                             } else {

@@ -10,6 +10,7 @@ fn machine(cpus: u32) -> Pmc {
     let t = SimTransport::boot(SimConfig {
         cpus,
         comm: "pmc_api".into(),
+        ticks_per_call: 0,
     })
     .expect("the simulated machine boots");
     Pmc::init(Box::new(t)).expect("pmc_init on the simulator")

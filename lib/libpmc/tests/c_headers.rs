@@ -1,7 +1,8 @@
-//! `pmclog.h` compiled against FreeBSD's headers lays `struct pmclog_ev`
-//! out as the Rust reader does: every offset and size the Rust side has
-//! becomes a static assertion in a C translation unit for FreeBSD on the
-//! host's architecture.
+//! The C headers. `pmclog.h` compiled against FreeBSD's headers lays
+//! `struct pmclog_ev` out as the Rust reader does: every offset and size
+//! the Rust side has becomes a static assertion in a C translation unit
+//! for FreeBSD on the host's architecture. `pmc.h` builds both against
+//! FreeBSD's `<sys/pmc.h>` and against the generated host copy.
 
 use core::mem::{offset_of, size_of};
 use std::fmt::Write as _;
@@ -95,6 +96,70 @@ fn c_header_has_the_rust_layout() {
     assert!(
         out.status.success(),
         "pmclog.h disagrees with the Rust layout:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `pmc.h` compiles against FreeBSD's own `<sys/pmc.h>` (as on FreeBSD)
+/// and against the generated host copy (as on this host), and its structs
+/// have the layout of the system call's structs the library fills them
+/// from.
+#[test]
+fn pmc_h_builds_on_freebsd_and_on_the_host() {
+    let zig_target = match std::env::consts::ARCH {
+        "x86_64" => "x86_64-freebsd",
+        "aarch64" => "aarch64-freebsd",
+        other => panic!("no FreeBSD target for a {other} host"),
+    };
+    let c = "#include <stddef.h>\n#include <pmc.h>\n\
+        _Static_assert(sizeof(struct pmc_cpuinfo) == sizeof(struct pmc_op_getcpuinfo), \"cpuinfo\");\n\
+        _Static_assert(sizeof(struct pmc_driverstats) == sizeof(struct pmc_op_getdriverstats), \"driverstats\");\n\
+        _Static_assert(offsetof(struct pmc_pmcinfo, pm_pmcs) == offsetof(struct pmc_op_getpmcinfo, pm_pmcs), \"pmcinfo\");\n\
+        int (*const alloc_fn)(const char *, enum pmc_mode, uint32_t, int, pmc_id_t *, uint64_t) = pmc_allocate;\n";
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pmc_h");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("pmc_h.c");
+    std::fs::write(&src, c).unwrap();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let zig = std::env::var("ABI_CHECK_ZIG_CC").unwrap_or_else(|_| "python3 -m ziglang cc".into());
+    let mut words = zig.split_whitespace();
+    let out = Command::new(words.next().unwrap())
+        .args(words)
+        .args(["-target", zig_target, "-c", "-Werror", "-o"])
+        .arg(dir.join("pmc_h.o"))
+        .arg("-I")
+        .arg(manifest)
+        .arg(&src)
+        .output()
+        .expect("run the zig C compiler");
+    assert!(
+        out.status.success(),
+        "pmc.h on FreeBSD:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The host copy of <sys/pmc.h> has no op structs; check that pmc.h and
+    // the generated header compile together with the host compiler.
+    let host_src = dir.join("pmc_h_host.c");
+    std::fs::write(
+        &host_src,
+        "#include <pmc.h>\nint (*const f)(void) = pmc_init;\n",
+    )
+    .unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-c", "-o"])
+        .arg(dir.join("pmc_h_host.o"))
+        .arg("-I")
+        .arg(manifest)
+        .arg("-I")
+        .arg(manifest.join("host-include"))
+        .arg(&host_src)
+        .output()
+        .expect("run the host C compiler");
+    assert!(
+        out.status.success(),
+        "pmc.h on the host:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

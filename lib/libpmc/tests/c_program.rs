@@ -1,0 +1,85 @@
+//! A C program written against pmc.h as for FreeBSD, compiled with the
+//! host's C compiler, linked with libpmc.a and run unmodified on the
+//! simulated machine (LIBPMC_TRANSPORT=sim).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The libpmc.a built with this test: cargo builds the library's
+/// static archive beside the test binary (target/<profile>/deps) without
+/// always copying it up, so take the newest archive of either place.
+fn static_library() -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("libpmc-") && name.ends_with(".a")
+        })
+        .collect();
+    candidates.push(deps.parent().unwrap().join("libpmc.a"));
+    candidates
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .expect("libpmc.a was built")
+}
+
+#[test]
+fn pmc_counting_c_program_runs_on_the_simulator() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = static_library();
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_program");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join("pmc_counting");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let build = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg("-I")
+        .arg(manifest)
+        .arg("-I")
+        .arg(manifest.join("host-include"))
+        .arg(manifest.join("tests/c/pmc_counting.c"))
+        .arg(&lib)
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        build.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+
+    let run = Command::new(&exe)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_CPUS", "2")
+        .env("LIBPMC_SIM_TICKS_PER_CALL", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "the program failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.starts_with("cpus 2 "), "{stdout}");
+    assert!(stdout.contains("soft SOFT: "), "{stdout}");
+    assert!(stdout.contains("tsc TSC: "), "{stdout}");
+    assert!(stdout.ends_with("ok\n"), "{stdout}");
+
+    // Without the simulator there is no hwpmc on this host: pmc_init
+    // fails and the program says so.
+    let run = Command::new(&exe)
+        .env_remove("LIBPMC_TRANSPORT")
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("pmc_init() == 0"));
+}
