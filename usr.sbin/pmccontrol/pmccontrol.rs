@@ -1,0 +1,342 @@
+//! pmccontrol(8): lists the PMC classes and their events (-L), the rows of
+//! every CPU (-l), the driver's statistics (-s), and enables or disables
+//! rows (-e, -d, per CPU with -c). Options, messages, output and exit
+//! codes are FreeBSD's.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use pmc::pmc::Pmc;
+use uapi::pmc::{PmcClass, PmcCputype, PmcDisp, PmcMode, PmcState, c_field_str};
+
+const PROGRAM: &str = "pmccontrol";
+
+// sysexits(3).
+const EX_USAGE: u8 = 64;
+const EX_DATAERR: u8 = 65;
+const EX_UNAVAILABLE: u8 = 69;
+const EX_OSERR: u8 = 71;
+const EX_CONFIG: u8 = 78;
+
+const USAGE: &str = "Usage:\n       pmccontrol -L\n       pmccontrol -l\n       pmccontrol -s\n       pmccontrol [-e pmc | -d pmc | -c cpu] ...";
+
+/// A failure: the message for stderr and the exit status.
+struct Exit(String, u8);
+
+fn errx(code: u8, msg: impl Into<String>) -> Exit {
+    Exit(format!("{PROGRAM}: {}", msg.into()), code)
+}
+
+/// err(3): the message followed by the error's description.
+fn err(code: u8, msg: impl Into<String>, errno: i32) -> Exit {
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    // Rust appends " (os error N)"; err(3) prints strerror(3) alone.
+    let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
+    Exit(format!("{PROGRAM}: {}: {text}", msg.into()), code)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Command {
+    Usage,
+    ListEvents,
+    ListState,
+    EnableDisable,
+    Statistics,
+}
+
+/// One -e or -d: CPU (None for all), row (None for all), enable or not.
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    cpu: Option<u32>,
+    row: Option<u32>,
+    enable: bool,
+}
+
+/// strtoul(3) with base 0 over the whole argument.
+fn parse_number(s: &str) -> Option<u32> {
+    let (digits, radix) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (h, 16)
+    } else if s.len() > 1 && s.starts_with('0') {
+        (&s[1..], 8)
+    } else {
+        (s, 10)
+    };
+    u32::from_str_radix(digits, radix).ok()
+}
+
+fn parse(args: &[String]) -> Result<(Command, Vec<Op>), Exit> {
+    let mut command = Command::Usage;
+    let mut cpu: Option<u32> = None;
+    let mut ops = Vec::new();
+    let mut conflict = false;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg == "--" {
+            break;
+        }
+        if !arg.starts_with('-') || arg.len() < 2 {
+            break;
+        }
+        for (at, opt) in arg[1..].char_indices() {
+            let takes_value = matches!(opt, 'c' | 'd' | 'e');
+            let value = if takes_value {
+                let rest = &arg[1 + at + 1..];
+                let v = if !rest.is_empty() {
+                    rest.to_owned()
+                } else {
+                    i += 1;
+                    args.get(i).cloned().ok_or_else(|| {
+                        errx(EX_USAGE, format!("Missing argument to option '-{opt}'"))
+                    })?
+                };
+                Some(v)
+            } else {
+                None
+            };
+            match opt {
+                'L' | 'l' | 's' => {
+                    if command != Command::Usage {
+                        conflict = true;
+                    } else {
+                        command = match opt {
+                            'L' => Command::ListEvents,
+                            'l' => Command::ListState,
+                            _ => Command::Statistics,
+                        };
+                    }
+                }
+                'c' | 'd' | 'e' => {
+                    if command != Command::Usage && command != Command::EnableDisable {
+                        conflict = true;
+                    } else {
+                        command = Command::EnableDisable;
+                        let v = value.expect("option with a value");
+                        let n = if v.starts_with('*') {
+                            None
+                        } else {
+                            Some(v.as_str())
+                        };
+                        let n = match n {
+                            None => None,
+                            Some(s) => Some(parse_number(s).ok_or_else(|| {
+                                let what = if opt == 'c' { "CPU" } else { "PMC" };
+                                errx(EX_DATAERR, format!("\"{s}\" is not a valid {what} id"))
+                            })?),
+                        };
+                        if opt == 'c' {
+                            cpu = n;
+                        } else {
+                            ops.push(Op {
+                                cpu,
+                                row: n,
+                                enable: opt == 'e',
+                            });
+                        }
+                    }
+                }
+                other => {
+                    eprintln!("{PROGRAM}: Unrecognized option \"-{other}\"");
+                    return Err(errx(EX_USAGE, USAGE));
+                }
+            }
+            if takes_value {
+                break;
+            }
+        }
+        i += 1;
+    }
+    if command == Command::Usage {
+        return Err(errx(EX_USAGE, USAGE));
+    }
+    if conflict {
+        return Err(Exit(String::new(), EX_USAGE));
+    }
+    Ok((command, ops))
+}
+
+fn list_events(pmc: &Pmc, out: &mut impl Write) -> Result<(), Exit> {
+    let ci = pmc.cpuinfo();
+    for c in &ci.pm_classes[..ci.pm_nclass as usize] {
+        let name = PmcClass::from_raw(c.pm_class).map_or("", PmcClass::name);
+        let _ = writeln!(out, "{name}");
+        let class = PmcClass::from_raw(c.pm_class);
+        let events = class
+            .ok_or(libc::EINVAL)
+            .and_then(|cl| pmc.events_of_class(cl));
+        let events = events.map_err(|e| {
+            err(
+                EX_OSERR,
+                format!("ERROR: Cannot find information for event class \"{name}\""),
+                e,
+            )
+        })?;
+        for e in events {
+            let _ = writeln!(out, "\t{}", e.name.to_string_lossy());
+        }
+    }
+    Ok(())
+}
+
+fn list_state(pmc: &Pmc, out: &mut impl Write) -> Result<(), Exit> {
+    let ci = pmc.cpuinfo();
+    let cputype = PmcCputype::from_raw(ci.pm_cputype).map_or("", PmcCputype::name);
+    let _ = writeln!(
+        out,
+        "{} {} CPUs present, with {} PMCs per CPU",
+        ci.pm_ncpu, cputype, ci.pm_npmc
+    );
+    let mut shown = 0;
+    for cpu in 0..ci.pm_ncpu {
+        let rows = match pmc.pmcinfo(cpu as i32) {
+            Ok(rows) => rows,
+            // An absent or halted CPU.
+            Err(libc::ENXIO) => continue,
+            Err(e) => {
+                return Err(err(
+                    EX_OSERR,
+                    format!("Unable to get PMC status for CPU {cpu}"),
+                    e,
+                ));
+            }
+        };
+        let _ = writeln!(out, "#CPU {shown}:");
+        shown += 1;
+        let _ = writeln!(out, "#N  NAME             CLASS  STATE    ROW-DISP");
+        for (n, row) in rows.iter().enumerate() {
+            let name = String::from_utf8_lossy(c_field_str(&row.pm_name));
+            let class = PmcClass::from_raw(row.pm_class).map_or("", PmcClass::name);
+            let state = if row.pm_enabled != 0 {
+                "ENABLED"
+            } else {
+                "DISABLED"
+            };
+            let disp = PmcDisp::from_raw(row.pm_rowdisp).map_or("", PmcDisp::name);
+            let _ = write!(out, " {n:<2} {name:<16} {class:<6} {state:<8} {disp:<10}");
+            if row.pm_ownerpid != -1 {
+                let _ = write!(out, " (pid {})", row.pm_ownerpid);
+                let _ = write!(out, " {:<32}", pmc.event_name(row.pm_event).unwrap_or(""));
+                if PmcMode::from_raw(row.pm_mode).is_some_and(PmcMode::is_sampling) {
+                    let _ = write!(out, " (reload count {})", row.pm_reloadcount as i64);
+                }
+            }
+            let _ = writeln!(out);
+        }
+    }
+    Ok(())
+}
+
+fn statistics(pmc: &Pmc, out: &mut impl Write) -> Result<(), Exit> {
+    let s = pmc
+        .driver_stats()
+        .map_err(|e| err(EX_OSERR, "ERROR: cannot retrieve driver statistics", e))?;
+    for (label, value) in [
+        ("interrupts processed:", s.pm_intr_processed),
+        ("non-PMC interrupts:", s.pm_intr_ignored),
+        (
+            "sampling stalls due to space shortages:",
+            s.pm_intr_bufferfull,
+        ),
+        ("system calls:", s.pm_syscalls),
+        ("system calls with errors:", s.pm_syscall_errors),
+        ("buffer requests:", s.pm_buffer_requests),
+        ("buffer requests failed:", s.pm_buffer_requests_failed),
+        ("sampling log sweeps:", s.pm_log_sweeps),
+    ] {
+        // FreeBSD prints the unsigned counters with %d.
+        let _ = writeln!(out, "{label:<40} {}", value as i32);
+    }
+    Ok(())
+}
+
+fn enable_disable(pmc: &Pmc, ops: &[Op]) -> Result<(), Exit> {
+    if ops.is_empty() {
+        return Err(errx(EX_USAGE, "No PMCs specified to enable or disable"));
+    }
+    let ncpu = pmc.cpuinfo().pm_ncpu;
+    let npmc = pmc.cpuinfo().pm_npmc;
+    if npmc == 0 {
+        return Err(errx(EX_CONFIG, "No PMCs found"));
+    }
+    // CPUs that answer are the active ones; "all CPUs" means those.
+    let active: Vec<bool> = (0..ncpu).map(|c| pmc.pmcinfo(c as i32).is_ok()).collect();
+    // Later options override earlier ones for the same CPU and row.
+    let mut map: Vec<Option<bool>> = vec![None; (ncpu * npmc) as usize];
+    for op in ops {
+        if let Some(c) = op.cpu.filter(|&c| c >= ncpu) {
+            return Err(errx(EX_DATAERR, format!("CPU id too large: \"{c}\"")));
+        }
+        if let Some(r) = op.row.filter(|&r| r >= npmc) {
+            return Err(errx(EX_DATAERR, format!("PMC id too large: \"{r}\"")));
+        }
+        let cpus: Vec<u32> = match op.cpu {
+            Some(c) => vec![c],
+            None => (0..ncpu).filter(|&c| active[c as usize]).collect(),
+        };
+        for c in cpus {
+            let rows: Vec<u32> = op.row.map_or_else(|| (0..npmc).collect(), |r| vec![r]);
+            for r in rows {
+                map[(c * npmc + r) as usize] = Some(op.enable);
+            }
+        }
+    }
+    for c in 0..ncpu {
+        for r in 0..npmc {
+            let Some(enable) = map[(c * npmc + r) as usize] else {
+                continue;
+            };
+            let state = if enable {
+                PmcState::Free
+            } else {
+                PmcState::Disabled
+            };
+            pmc.admin(c as i32, r as i32, state).map_err(|e| {
+                let what = if enable { "Enable" } else { "Disable" };
+                err(EX_OSERR, format!("{what} of PMC {r} on CPU {c} failed"), e)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn run(args: &[String]) -> Result<(), Exit> {
+    let (command, ops) = parse(args)?;
+    if pmc::pmc_init() < 0 {
+        let errno = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        return Err(err(
+            EX_UNAVAILABLE,
+            "Initialization of the pmc(3) library failed",
+            errno,
+        ));
+    }
+    let pmc = pmc::library_handle().map_err(|e| {
+        err(
+            EX_UNAVAILABLE,
+            "Initialization of the pmc(3) library failed",
+            e,
+        )
+    })?;
+    let mut out = std::io::stdout().lock();
+    match command {
+        Command::ListEvents => list_events(pmc, &mut out),
+        Command::ListState => list_state(pmc, &mut out),
+        Command::Statistics => statistics(pmc, &mut out),
+        Command::EnableDisable => enable_disable(pmc, &ops),
+        Command::Usage => unreachable!("handled by parse"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Exit(msg, code)) => {
+            if !msg.is_empty() {
+                eprintln!("{msg}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}

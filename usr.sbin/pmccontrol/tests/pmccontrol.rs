@@ -1,0 +1,174 @@
+//! pmccontrol(8) end to end: the binary run on the simulated machine
+//! (LIBPMC_TRANSPORT=sim), its output checked against FreeBSD's formats
+//! and the machine's known classes, events and CPUs, and its usage errors
+//! and exit codes against FreeBSD's.
+
+use std::process::{Command, Output};
+
+fn pmccontrol(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+        .args(args)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_CPUS", "4")
+        .output()
+        .expect("run pmccontrol")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn list_events_prints_each_class_and_its_events() {
+    let o = pmccontrol(&["-L"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    let soft = lines
+        .iter()
+        .position(|l| *l == "SOFT")
+        .expect("the SOFT class");
+    let tsc = lines
+        .iter()
+        .position(|l| *l == "TSC")
+        .expect("the TSC class");
+    // The kernel's soft events, under their class, tab-indented.
+    let soft_events: Vec<&str> = lines[soft + 1..]
+        .iter()
+        .take_while(|l| l.starts_with('\t'))
+        .map(|l| &l[1..])
+        .collect();
+    for e in [
+        "CLOCK.HARD",
+        "CLOCK.STAT",
+        "CLOCK.PROF",
+        "PAGE_FAULT.ALL",
+        "PAGE_FAULT.READ",
+        "PAGE_FAULT.WRITE",
+    ] {
+        assert!(soft_events.contains(&e), "{e} in {soft_events:?}");
+    }
+    assert_eq!(lines[tsc + 1], "\tTSC");
+}
+
+#[test]
+fn list_state_prints_every_cpus_rows() {
+    let o = pmccontrol(&["-l"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let mut lines = out.lines();
+    let first = lines.next().unwrap();
+    let words: Vec<&str> = first.split(' ').collect();
+    assert_eq!(&words[..3], ["4", "GENERIC", "CPUs"], "{first}");
+    assert_eq!(&words[4..7], ["with", words[5], "PMCs"]);
+    let npmc: usize = words[5].parse().unwrap();
+    assert!(npmc >= 2);
+    let rest: Vec<&str> = lines.collect();
+    assert_eq!(
+        rest.len(),
+        4 * (2 + npmc),
+        "4 CPUs, each a title, a header and its rows"
+    );
+    for cpu in 0..4 {
+        let block = &rest[cpu * (2 + npmc)..(cpu + 1) * (2 + npmc)];
+        assert_eq!(block[0], format!("#CPU {cpu}:"));
+        assert_eq!(block[1], "#N  NAME             CLASS  STATE    ROW-DISP");
+        for (n, row) in block[2..].iter().enumerate() {
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[0], n.to_string(), "{row}");
+            assert!(["SOFT", "TSC"].contains(&cols[2]), "{row}");
+            assert_eq!(&cols[3..5], ["ENABLED", "FREE"], "{row}");
+            // FreeBSD's columns: " %-2d %-16s %-6s %-8s %-10s".
+            assert_eq!(
+                row.len(),
+                1 + 2 + 1 + 16 + 1 + 6 + 1 + 8 + 1 + 10,
+                "{row:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn statistics_are_eight_labelled_counters() {
+    let o = pmccontrol(&["-s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let labels = [
+        "interrupts processed:",
+        "non-PMC interrupts:",
+        "sampling stalls due to space shortages:",
+        "system calls:",
+        "system calls with errors:",
+        "buffer requests:",
+        "buffer requests failed:",
+        "sampling log sweeps:",
+    ];
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), labels.len());
+    for (line, label) in lines.iter().zip(labels) {
+        assert_eq!(&line[..label.len()], label);
+        assert_eq!(
+            line.as_bytes()[40],
+            b' ',
+            "labels are padded to 40: {line:?}"
+        );
+        let value: i64 = line[41..].parse().unwrap();
+        assert!(value >= 0);
+    }
+    // pmc_init's handshake, CPU and event queries went before.
+    let syscalls: i64 = lines[3][41..].parse().unwrap();
+    assert!(syscalls >= 3, "{syscalls}");
+}
+
+#[test]
+fn enabling_and_disabling_rows_succeeds_in_range() {
+    for args in [
+        &["-c", "1", "-d", "0"][..],
+        &["-c", "*", "-e", "*"],
+        &["-d", "1", "-e", "1"],
+        &["-c", "0x2", "-d", "00"],
+    ] {
+        let o = pmccontrol(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty());
+    }
+}
+
+#[test]
+fn bad_usage_is_refused_as_freebsd_refuses_it() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&[], 64, "Usage:"),
+        (&["-q"], 64, "Unrecognized option \"-q\""),
+        (&["-c"], 64, "Missing argument to option '-c'"),
+        (&["-c", "x", "-d", "0"], 65, "\"x\" is not a valid CPU id"),
+        (&["-e", "1z"], 65, "\"1z\" is not a valid PMC id"),
+        (&["-c", "9", "-d", "0"], 65, "CPU id too large: \"9\""),
+        (&["-d", "99"], 65, "PMC id too large: \"99\""),
+        (&["-c", "1"], 64, "No PMCs specified to enable or disable"),
+        (&["-l", "-s"], 64, ""),
+        (&["-d", "0", "-L"], 64, ""),
+    ];
+    for (args, code, msg) in cases {
+        let o = pmccontrol(args);
+        assert_eq!(o.status.code(), Some(*code), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(msg), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty());
+    }
+}
+
+#[test]
+fn without_a_driver_initialisation_fails() {
+    let o = Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+        .arg("-l")
+        .env_remove("LIBPMC_TRANSPORT")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(69));
+    assert_eq!(
+        stderr(&o),
+        "pmccontrol: Initialization of the pmc(3) library failed: No such file or directory\n"
+    );
+}
