@@ -40,8 +40,9 @@ pub enum PmclogState {
 /// `PMCLOG_FD_NONE`: a parser fed from memory.
 pub const PMCLOG_FD_NONE: c_int = -1;
 
-/// Bytes read from a descriptor at a time.
-const PMCLOG_BUFFER_SIZE: usize = 4096;
+/// Bytes read from a descriptor at a time (FreeBSD reads 4096; larger
+/// reads save system calls and change nothing a caller sees).
+const PMCLOG_BUFFER_SIZE: usize = 64 * 1024;
 
 macro_rules! ev_struct {
     ($(#[$m:meta])* $name:ident { $($f:ident : $t:ty),* $(,)? }) => {
@@ -222,6 +223,17 @@ enum Source {
     Fd(c_int),
 }
 
+/// Where a parser is in its log.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Bytes of the records delivered so far.
+    offset: i64,
+    /// Records delivered so far.
+    count: usize,
+    /// A CLOSELOG record was read.
+    ended: bool,
+}
+
 /// A log parser (`struct pmclog_parse_state`).
 #[derive(Debug)]
 pub struct Parser {
@@ -229,10 +241,8 @@ pub struct Parser {
     /// Bytes not yet consumed; records are decoded from `buf[pos..]`.
     buf: Vec<u8>,
     pos: usize,
-    offset: i64,
-    count: usize,
+    progress: Progress,
     failed: bool,
-    ended: bool,
     /// The current record's bytes, for `pl_data`.
     record: Vec<u8>,
 }
@@ -250,10 +260,8 @@ impl Parser {
             source,
             buf: Vec::new(),
             pos: 0,
-            offset: 0,
-            count: 0,
+            progress: Progress::default(),
             failed: false,
-            ended: false,
             record: Vec::new(),
         }
     }
@@ -268,16 +276,21 @@ impl Parser {
     /// Reads more of the file: false at end of file, the errno of a
     /// failed read(2).
     fn fill(&mut self, fd: c_int) -> Result<bool, c_int> {
-        let mut chunk = [0u8; PMCLOG_BUFFER_SIZE];
-        // SAFETY: `chunk` is a writable buffer of exactly its length;
-        // read(2) writes at most that many bytes into it.
-        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        // Read straight into the buffer, after what is left of it.
+        self.buf.drain(..self.pos);
+        self.pos = 0;
+        let kept = self.buf.len();
+        self.buf.resize(kept + PMCLOG_BUFFER_SIZE, 0);
+        // SAFETY: the buffer has PMCLOG_BUFFER_SIZE writable bytes from
+        // `kept`; read(2) writes at most that many.
+        let n = unsafe { libc::read(fd, self.buf[kept..].as_mut_ptr().cast(), PMCLOG_BUFFER_SIZE) };
+        let got = if n < 0 { 0 } else { n as usize };
+        self.buf.truncate(kept + got);
         if n < 0 {
             return Err(std::io::Error::last_os_error()
                 .raw_os_error()
                 .unwrap_or(libc::EIO));
         }
-        self.feed(&chunk[..n as usize]);
         Ok(n > 0)
     }
 
@@ -292,26 +305,19 @@ impl Parser {
         if self.failed {
             return PmclogState::Error;
         }
-        if self.ended {
+        if self.progress.ended {
             return PmclogState::Eof;
         }
         loop {
             match decode(&self.buf[self.pos..]) {
-                Ok((_, len)) => {
-                    // Keep the record's bytes for `pl_data` and decode from
-                    // them, so the read buffer can be refilled meanwhile.
-                    let mut record = core::mem::take(&mut self.record);
-                    record.clear();
-                    record.extend_from_slice(&self.buf[self.pos..self.pos + len]);
+                Ok((rec, len)) => {
+                    // `pl_data` gets a copy: the read buffer is refilled
+                    // and moved by the next read or feed.
+                    self.record.clear();
+                    self.record
+                        .extend_from_slice(&self.buf[self.pos..self.pos + len]);
+                    let state = Self::deliver(&mut self.progress, &rec.body, rec.tsc, len, ev);
                     self.pos += len;
-                    let state = match decode(&record) {
-                        Ok((rec, _)) => self.deliver(&rec.body, rec.tsc, len, ev),
-                        Err(_) => {
-                            self.failed = true;
-                            PmclogState::Error
-                        }
-                    };
-                    self.record = record;
                     ev.pl_data = self.record.as_mut_ptr().cast();
                     return state;
                 }
@@ -338,7 +344,7 @@ impl Parser {
     }
 
     fn deliver(
-        &mut self,
+        progress: &mut Progress,
         body: &PmclogBody<'_>,
         tsc: u64,
         len: usize,
@@ -356,7 +362,7 @@ impl Parser {
         let ty = match *body {
             B::Closelog => {
                 ev.pl_type = PmclogType::Closelog.raw();
-                self.ended = true;
+                progress.ended = true;
                 return PmclogState::Eof;
             }
             B::Dropnotify => PmclogType::Dropnotify,
@@ -518,20 +524,22 @@ impl Parser {
                 cpuflags,
                 pcs,
             } => {
-                let mut c = PmclogEvCallchain {
-                    pl_pid: pid,
-                    pl_tid: tid,
-                    pl_pmcid: pmcid,
-                    pl_cpuflags: cpuflags,
-                    pl_cpuflags2: 0,
-                    pl_npc: 0,
-                    pl_pc: [0; PMC_CALLCHAIN_DEPTH_MAX],
-                };
-                for (slot, pc) in c.pl_pc.iter_mut().zip(pcs.iter()) {
+                // Filled in place: the member is 4 KiB, most of it the
+                // zeroed tail past the chain (FreeBSD zeroes it too).
+                // SAFETY: every field of the member is written here before
+                // the event is returned; integers have no invalid values.
+                let c = unsafe { &mut u.pl_cc };
+                c.pl_pid = pid;
+                c.pl_tid = tid;
+                c.pl_pmcid = pmcid;
+                c.pl_cpuflags = cpuflags;
+                c.pl_cpuflags2 = 0;
+                let n = pcs.len().min(PMC_CALLCHAIN_DEPTH_MAX);
+                for (slot, pc) in c.pl_pc[..n].iter_mut().zip(pcs.iter()) {
                     *slot = pc;
-                    c.pl_npc += 1;
                 }
-                u.pl_cc = c;
+                c.pl_pc[n..].fill(0);
+                c.pl_npc = n as u32;
                 PmclogType::Callchain
             }
             B::ThrCreate {
@@ -566,10 +574,10 @@ impl Parser {
             }
         };
         ev.pl_type = ty.raw();
-        self.offset += len as i64;
-        self.count += 1;
-        ev.pl_offset = self.offset;
-        ev.pl_count = self.count;
+        progress.offset += len as i64;
+        progress.count += 1;
+        ev.pl_offset = progress.offset;
+        ev.pl_count = progress.count;
         PmclogState::Ok
     }
 }

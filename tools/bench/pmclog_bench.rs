@@ -1,0 +1,153 @@
+//! pmclog_read throughput: writes a log of mixed records (mostly call
+//! chains) and reads it back through libpmc's reader from a descriptor, or
+//! reads the same file with plain read(2) calls as the bound.
+//!
+//!   pmclog-bench gen FILE MIB     write a log of at least MIB MiB
+//!   pmclog-bench read FILE        pmclog_read every record
+//!   pmclog-bench plain FILE       read(2) the file in 1 MiB chunks
+//!
+//! Each reading mode prints one line: records (or 0), bytes, seconds, and
+//! the peak resident set size (VmHWM) in KiB.
+
+use std::io::{BufWriter, Read, Write};
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use pmc::pmclog::{Parser, PmclogEv, PmclogState};
+use uapi::pmc::PMC_VERSION;
+use uapi::pmclog::{PcList, PmclogBody as B, PmclogRecord, Timespec};
+
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn encode(out: &mut impl Write, rec: &PmclogRecord<'_>) -> usize {
+    let mut buf = [0u8; uapi::pmclog::PMCLOG_MAX_RECORD];
+    let n = rec.encode(&mut buf).expect("bench records encode");
+    out.write_all(&buf[..n]).expect("write the log");
+    n
+}
+
+fn generate(path: &str, mib: u64) {
+    let file = std::fs::File::create(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut written = encode(
+        &mut out,
+        &PmclogRecord {
+            tsc: 0,
+            body: B::Initialize {
+                version: PMC_VERSION,
+                cpu: 0x10,
+                tsc_freq: 2_400_000_000,
+                ts: Timespec::default(),
+                cpuid: b"GenuineIntel-6-55-4",
+            },
+        },
+    ) as u64;
+    let pcs: Vec<usize> = (0..64).map(|i| 0x40_0000 + i * 0x140).collect();
+    let mut tsc = 1u64;
+    let mut i = 0u64;
+    // A deterministic mix: 4 call chains of 4..64 frames for each
+    // context switch, mapping, user datum or exec record.
+    while written < mib << 20 {
+        tsc += 997;
+        i += 1;
+        let depth = 4 + (i * 7919 % 61) as usize;
+        let body = match i % 8 {
+            0 => B::Proccsw {
+                value: i * 31,
+                pmcid: 0x100,
+                pid: (i % 500) as u32,
+                tid: 100_000 + (i % 900) as u32,
+            },
+            4 => match i % 3 {
+                0 => B::MapIn {
+                    pid: (i % 500) as u32,
+                    start: 0x80_0000,
+                    pathname: b"/lib/libc.so.7",
+                },
+                1 => B::Userdata { userdata: i as u32 },
+                _ => B::Procexec {
+                    pid: (i % 500) as u32,
+                    pmcid: 0x100,
+                    base: 0x20_0000,
+                    dyn_base: 0x8000_0000,
+                    pathname: b"/usr/bin/cc",
+                },
+            },
+            _ => B::Callchain {
+                pid: (i % 500) as u32,
+                tid: 100_000 + (i % 900) as u32,
+                pmcid: 0x100,
+                cpuflags: ((i % 4) << 16) as u32 | 1,
+                pcs: PcList::from_words(&pcs[..depth]),
+            },
+        };
+        written += encode(&mut out, &PmclogRecord { tsc, body }) as u64;
+    }
+    encode(
+        &mut out,
+        &PmclogRecord {
+            tsc: tsc + 1,
+            body: B::Closelog,
+        },
+    );
+    out.flush().expect("flush the log");
+}
+
+fn read_log(path: &str) {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut parser = Parser::new(file.as_raw_fd());
+    let mut ev = PmclogEv::zeroed();
+    let start = Instant::now();
+    let (mut records, mut bytes, mut check) = (0u64, 0u64, 0u64);
+    let end = loop {
+        match parser.read(&mut ev) {
+            PmclogState::Ok => {
+                records += 1;
+                bytes += ev.pl_len as u64;
+                check = check.wrapping_add(ev.pl_ts.tv_sec as u64);
+            }
+            other => break other,
+        }
+    };
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(end, PmclogState::Eof, "the log reads to its end");
+    println!("{records} {bytes} {secs:.3} {} {check}", peak_rss_kib());
+}
+
+fn read_plain(path: &str) {
+    let mut file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut buf = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    let (mut bytes, mut check) = (0u64, 0u64);
+    loop {
+        let n = file.read(&mut buf).expect("read the file");
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        // Touch the data once, as a reader must.
+        check = check.wrapping_add(buf[..n].iter().step_by(64).map(|&b| b as u64).sum::<u64>());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!("0 {bytes} {secs:.3} {} {check}", peak_rss_kib());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["gen", path, mib] => generate(path, mib.parse().expect("MiB")),
+        ["read", path] => read_log(path),
+        ["plain", path] => read_plain(path),
+        _ => {
+            eprintln!("usage: pmclog-bench gen FILE MIB | read FILE | plain FILE");
+            std::process::exit(64);
+        }
+    }
+}
