@@ -65,6 +65,16 @@ fn with_library(f: impl FnOnce(&Pmc) -> Result<(), Errno>) -> c_int {
     c_result(library().and_then(f))
 }
 
+/// EFAULT for a NULL result pointer, checked before the operation so that
+/// nothing happens that the caller cannot learn about.
+fn check_out<T>(ptr: *mut T) -> Result<(), Errno> {
+    if ptr.is_null() {
+        Err(libc::EFAULT)
+    } else {
+        Ok(())
+    }
+}
+
 /// Writes through an out-pointer, or fails with EFAULT for NULL.
 fn out<T>(ptr: *mut T, v: T) -> Result<(), Errno> {
     if ptr.is_null() {
@@ -115,6 +125,7 @@ pub unsafe extern "C" fn pmc_allocate(
         if ctrspec.is_null() {
             return Err(libc::EINVAL);
         }
+        check_out(pmcid)?;
         // SAFETY: a NUL-terminated string (the function's contract).
         let spec = unsafe { CStr::from_ptr(ctrspec) }
             .to_str()
@@ -158,7 +169,10 @@ pub extern "C" fn pmc_detach(pmc: PmcId, pid: libc::pid_t) -> c_int {
 /// `value` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_read(pmc: PmcId, value: *mut PmcValue) -> c_int {
-    with_library(|l| out(value, l.read(pmc)?))
+    with_library(|l| {
+        check_out(value)?;
+        out(value, l.read(pmc)?)
+    })
 }
 
 /// `pmc_write`.
@@ -173,7 +187,10 @@ pub extern "C" fn pmc_write(pmc: PmcId, value: PmcValue) -> c_int {
 /// `oldvalue` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_rw(pmc: PmcId, newvalue: PmcValue, oldvalue: *mut PmcValue) -> c_int {
-    with_library(|l| out(oldvalue, l.rw(pmc, newvalue)?))
+    with_library(|l| {
+        check_out(oldvalue)?;
+        out(oldvalue, l.rw(pmc, newvalue)?)
+    })
 }
 
 /// `pmc_set`: the initial (counting) or reload (sampling) count.
@@ -188,7 +205,10 @@ pub extern "C" fn pmc_set(pmc: PmcId, value: PmcValue) -> c_int {
 /// `caps` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_capabilities(pmc: PmcId, caps: *mut u32) -> c_int {
-    with_library(|l| out(caps, l.capabilities(pmc)?))
+    with_library(|l| {
+        check_out(caps)?;
+        out(caps, l.capabilities(pmc)?)
+    })
 }
 
 /// `pmc_width`.
@@ -197,7 +217,10 @@ pub unsafe extern "C" fn pmc_capabilities(pmc: PmcId, caps: *mut u32) -> c_int {
 /// `width` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_width(pmc: PmcId, width: *mut u32) -> c_int {
-    with_library(|l| out(width, l.width(pmc)?))
+    with_library(|l| {
+        check_out(width)?;
+        out(width, l.width(pmc)?)
+    })
 }
 
 /// `pmc_configure_logfile`.
@@ -230,7 +253,10 @@ pub extern "C" fn pmc_writelog(userdata: u32) -> c_int {
 /// `stats` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_get_driver_stats(stats: *mut pmc::PmcDriverstats) -> c_int {
-    with_library(|l| out(stats, l.driver_stats()?))
+    with_library(|l| {
+        check_out(stats)?;
+        out(stats, l.driver_stats()?)
+    })
 }
 
 /// `pmc_get_msr`.
@@ -239,7 +265,10 @@ pub unsafe extern "C" fn pmc_get_driver_stats(stats: *mut pmc::PmcDriverstats) -
 /// `msr` is writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_get_msr(pmc: PmcId, msr: *mut u32) -> c_int {
-    with_library(|l| out(msr, l.get_msr(pmc)?))
+    with_library(|l| {
+        check_out(msr)?;
+        out(msr, l.get_msr(pmc)?)
+    })
 }
 
 /// `pmc_enable`: makes a row available (PMCADMIN to FREE).

@@ -44,6 +44,15 @@ impl Default for SimConfig {
     }
 }
 
+/// A variable's value; EINVAL when it is not text.
+fn env_value(name: &str) -> Result<Option<String>, c_int> {
+    match std::env::var(name) {
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(libc::EINVAL),
+    }
+}
+
 enum Request {
     Call {
         op: u32,
@@ -68,16 +77,17 @@ impl SimTransport {
     /// `LIBPMC_SIM_TICKS_PER_CALL` (default 0) describe it.
     pub fn from_environment() -> Result<SimTransport, c_int> {
         let mut cfg = SimConfig::default();
-        if let Ok(v) = std::env::var(CPUS_ENV) {
+        if let Some(v) = env_value(CPUS_ENV)? {
             cfg.cpus = match v.parse() {
                 Ok(n) if (1..=256).contains(&n) => n,
                 _ => return Err(libc::EINVAL),
             };
         }
-        if let Ok(v) = std::env::var(TICKS_PER_CALL_ENV) {
+        if let Some(v) = env_value(TICKS_PER_CALL_ENV)? {
             cfg.ticks_per_call = v.parse().map_err(|_| libc::EINVAL)?;
         }
-        if let Some(name) = std::env::args().next() {
+        if let Some(name) = std::env::args_os().next() {
+            let name = name.to_string_lossy();
             let base = name.rsplit('/').next().unwrap_or(&name);
             cfg.comm = base.chars().take(19).collect();
         }

@@ -26,7 +26,11 @@ pub const TRANSPORT_ENV: &str = "LIBPMC_TRANSPORT";
 
 /// The transport the environment asks for.
 pub fn from_environment() -> Result<Box<dyn Transport>, c_int> {
-    match std::env::var(TRANSPORT_ENV).as_deref() {
+    let chosen = std::env::var(TRANSPORT_ENV);
+    if let Err(std::env::VarError::NotUnicode(_)) = chosen {
+        return Err(libc::EINVAL);
+    }
+    match chosen.as_deref() {
         #[cfg(feature = "sim")]
         Ok("sim") => Ok(Box::new(
             crate::libpmc_sim::SimTransport::from_environment()?

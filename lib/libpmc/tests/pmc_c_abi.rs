@@ -62,6 +62,34 @@ fn the_c_api_on_the_simulator() {
         assert_eq!(errno(), libc::EFAULT);
         assert_eq!(pmc_release(id), 0);
 
+        // A NULL result pointer fails before anything is done: no PMC is
+        // left allocated, no value written.
+        let owned_rows = || {
+            let mut info: *mut PmcOpGetpmcinfo = core::ptr::null_mut();
+            assert_eq!(pmc_pmcinfo(0, &mut info), 0);
+            let rows = core::slice::from_raw_parts((*info).pm_pmcs.as_ptr(), pmc_npmc(0) as usize);
+            let n = rows
+                .iter()
+                .filter(|r| r.pm_rowdisp != PmcDisp::Free.raw())
+                .count();
+            libc::free(info.cast());
+            n
+        };
+        let before = owned_rows();
+        assert_eq!(
+            pmc_allocate(
+                c"SOFT-CLOCK.HARD".as_ptr(),
+                PmcMode::Sc.raw(),
+                0,
+                0,
+                core::ptr::null_mut(),
+                0
+            ),
+            -1
+        );
+        assert_eq!(errno(), libc::EFAULT);
+        assert_eq!(owned_rows(), before, "nothing was allocated");
+
         // Errors: an unknown event allocates nothing; a bad mode.
         let mut other: PmcId = 0;
         assert_eq!(
