@@ -12,7 +12,8 @@ use core::ffi::c_int;
 use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
 
-use ksim::{CpuState, Cred, Machine, MachineConfig};
+use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
+use uapi::pmc::{PmcOp, PmcOpConfigurelog};
 
 use crate::transport::Transport;
 
@@ -41,6 +42,88 @@ impl Default for SimConfig {
             comm: "pmcclient".into(),
             ticks_per_call: 0,
         }
+    }
+}
+
+/// Where `pm_logfd` sits in `struct pmc_op_configurelog`.
+const LOGFD_AT: usize = core::mem::offset_of!(PmcOpConfigurelog, pm_logfd);
+const LOGFD_END: usize = LOGFD_AT + 4;
+
+/// What the simulated kernel should see for the program's descriptor
+/// `fd`: the kind of file and whether it was opened for writing; None when
+/// `fd` is not open.
+fn host_file(fd: c_int) -> Option<(FileKind, bool)> {
+    // SAFETY: fcntl(F_GETFL) only reads the descriptor's status flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return None;
+    }
+    let mut st = core::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a writable struct stat that fstat fills on success.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } < 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded, so it initialised `st`.
+    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
+    let kind = match mode {
+        libc::S_IFDIR => FileKind::Directory,
+        libc::S_IFIFO => FileKind::Pipe,
+        libc::S_IFSOCK => FileKind::Socket,
+        _ => FileKind::Regular,
+    };
+    Some((kind, flags & libc::O_ACCMODE != libc::O_RDONLY))
+}
+
+/// The program's log descriptor and the simulated file the driver writes:
+/// what the driver has written is copied to the descriptor after every
+/// request, so the program sees its log grow as on FreeBSD.
+struct LogBridge {
+    /// A duplicate of the program's descriptor (it may close its own).
+    host_fd: c_int,
+    file: u64,
+    copied: usize,
+}
+
+impl LogBridge {
+    fn new(fd: c_int, file: u64) -> Option<LogBridge> {
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor host_file found open.
+        let host_fd = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        (host_fd >= 0).then_some(LogBridge {
+            host_fd,
+            file,
+            copied: 0,
+        })
+    }
+
+    fn copy_out(&mut self, m: &Machine) {
+        let data = m.file_data_from(self.file, self.copied);
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            // SAFETY: `rest` is readable for its length; host_fd is ours.
+            let n = unsafe { libc::write(self.host_fd, rest.as_ptr().cast(), rest.len()) };
+            if n < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // The host refused the bytes: say so rather than lose them
+                // silently.
+                eprintln!(
+                    "libpmc: simulator log copy to descriptor {}: {}",
+                    self.host_fd,
+                    std::io::Error::last_os_error()
+                );
+                break;
+            }
+            rest = &rest[n as usize..];
+        }
+        self.copied += data.len() - rest.len();
+    }
+}
+
+impl Drop for LogBridge {
+    fn drop(&mut self) {
+        // SAFETY: the duplicate is ours and closed once.
+        unsafe { libc::close(self.host_fd) };
     }
 }
 
@@ -118,6 +201,7 @@ impl SimTransport {
                 };
                 let sysnum = module.syscall_number();
                 let (pid, tid) = m.spawn(Cred::root(), &cfg.comm);
+                let mut log: Option<LogBridge> = None;
                 let _ = ready_tx.send(Ok(()));
                 // Serve until every transport is gone; the module stays
                 // loaded for as long as the program can call it.
@@ -127,6 +211,25 @@ impl SimTransport {
                             if cfg.ticks_per_call > 0 {
                                 m.run(tid, 0, cfg.ticks_per_call);
                             }
+                            // A log descriptor is one of the program's: the
+                            // simulated process gets a file standing for it.
+                            let configure = (op == PmcOp::Configurelog.raw()
+                                && arg.len() >= LOGFD_END)
+                                .then(|| {
+                                    i32::from_ne_bytes(
+                                        arg[LOGFD_AT..LOGFD_END].try_into().expect("4 bytes"),
+                                    )
+                                });
+                            let standin = configure.filter(|&fd| fd >= 0).map(|fd| {
+                                let sim_fd = match host_file(fd) {
+                                    Some((kind, writable)) => m.open(pid, kind, writable),
+                                    // Not open here: a descriptor the
+                                    // simulated process does not have either.
+                                    None => i32::MAX - 1,
+                                };
+                                arg[LOGFD_AT..LOGFD_END].copy_from_slice(&sim_fd.to_ne_bytes());
+                                (fd, sim_fd)
+                            });
                             let uaddr = if arg.is_empty() {
                                 0
                             } else {
@@ -139,12 +242,36 @@ impl SimTransport {
                             if !arg.is_empty() {
                                 arg = m.user_read(pid, uaddr, arg.len());
                             }
+                            if let Some((fd, sim_fd)) = standin {
+                                arg[LOGFD_AT..LOGFD_END].copy_from_slice(&fd.to_ne_bytes());
+                                if r.is_ok() {
+                                    let file =
+                                        m.file_of(pid, sim_fd).expect("the stand-in is open");
+                                    log = LogBridge::new(fd, file);
+                                }
+                                // The kernel keeps its reference, as after
+                                // a close(2) of the program's descriptor.
+                                if m.file_of(pid, sim_fd).is_some() {
+                                    m.close(pid, sim_fd);
+                                }
+                            }
+                            if let Some(bridge) = log.as_mut() {
+                                bridge.copy_out(&m);
+                            }
+                            let log_ended =
+                                r.is_ok() && (op == PmcOp::Closelog.raw() || configure == Some(-1));
+                            if log_ended {
+                                log = None;
+                            }
                             let _ = reply.send((arg, r.map(|_| ())));
                         }
                         Request::Advance { ticks, reply } => {
                             // The program itself runs, so PMCs attached to
                             // it count.
                             m.run(tid, 0, ticks);
+                            if let Some(bridge) = log.as_mut() {
+                                bridge.copy_out(&m);
+                            }
                             let _ = reply.send(());
                         }
                     }

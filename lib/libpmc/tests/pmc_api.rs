@@ -220,3 +220,95 @@ fn driver_statistics_count_system_calls() {
     );
     assert_eq!(after.pm_syscall_errors - before.pm_syscall_errors, 1);
 }
+
+fn log_events(bytes: &[u8]) -> Vec<u32> {
+    use pmc::pmclog::{PMCLOG_FD_NONE, Parser, PmclogEv, PmclogState};
+    let mut parser = Parser::new(PMCLOG_FD_NONE);
+    parser.feed(bytes);
+    let mut ev = PmclogEv::zeroed();
+    let mut types = Vec::new();
+    loop {
+        match parser.read(&mut ev) {
+            PmclogState::Ok => types.push(ev.pl_type),
+            PmclogState::Eof => return types,
+            // All of a log still open has been read.
+            PmclogState::RequireData => return types,
+            other => panic!("log ends with {other:?} after {types:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_log_goes_to_the_programs_descriptor() {
+    use std::os::fd::AsRawFd;
+    use uapi::pmclog::PmclogType as T;
+    let pmc = machine(2);
+    let path = std::env::temp_dir().join(format!("pmc-api-log-{}", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    pmc.configure_logfile(file.as_raw_fd()).unwrap();
+    // The program may close its descriptor: the driver keeps the file.
+    let fd = file.as_raw_fd();
+    drop(file);
+    assert_eq!(
+        pmc.configure_logfile(fd).unwrap_err(),
+        libc::EBUSY,
+        "a log is configured already"
+    );
+    // The driver raises sampling counts below kern.hwpmc.mincount (1000)
+    // to it: 2500 ticks give two samples.
+    let id = pmc
+        .allocate("SOFT-CLOCK.HARD", PmcMode::Ts.raw(), 0, -1, 1)
+        .unwrap();
+    pmc.attach(id, 0).unwrap();
+    pmc.start(id).unwrap();
+    pmc.transport().advance(2500);
+    pmc.writelog(42).unwrap();
+    pmc.flush_logfile().unwrap();
+    // Flushed records are in the file before the log is closed.
+    let flushed = log_events(&std::fs::read(&path).unwrap());
+    assert_eq!(flushed[0], T::Initialize.raw());
+    assert_eq!(*flushed.last().unwrap(), T::Userdata.raw());
+    pmc.stop(id).unwrap();
+    pmc.release(id).unwrap();
+    pmc.close_logfile().unwrap();
+    let types = log_events(&std::fs::read(&path).unwrap());
+    std::fs::remove_file(&path).unwrap();
+    let count = |t: T| types.iter().filter(|&&x| x == t.raw()).count();
+    assert_eq!(types[0], T::Initialize.raw());
+    assert_eq!(count(T::Pmcallocatedyn), 1);
+    assert_eq!(count(T::Pmcattach), 1);
+    assert_eq!(count(T::Callchain), 2, "one sample per 1000 ticks");
+    assert_eq!(count(T::Userdata), 1);
+}
+
+#[test]
+fn log_descriptors_the_kernel_refuses() {
+    use std::os::fd::AsRawFd;
+    let pmc = machine(1);
+    let path = std::env::temp_dir().join(format!("pmc-api-ro-{}", std::process::id()));
+    std::fs::write(&path, b"").unwrap();
+    let read_only = std::fs::File::open(&path).unwrap();
+    assert_eq!(
+        pmc.configure_logfile(read_only.as_raw_fd()).unwrap_err(),
+        libc::EBADF,
+        "read-only"
+    );
+    std::fs::remove_file(&path).unwrap();
+    let dir = std::fs::File::open(std::env::temp_dir()).unwrap();
+    assert_eq!(
+        pmc.configure_logfile(dir.as_raw_fd()).unwrap_err(),
+        libc::EBADF,
+        "a directory"
+    );
+    assert_eq!(
+        pmc.configure_logfile(987).unwrap_err(),
+        libc::EBADF,
+        "not open"
+    );
+    // A program that never configured a log owns nothing to close.
+    assert_eq!(
+        machine(1).close_logfile().unwrap_err(),
+        libc::EINVAL,
+        "no log"
+    );
+}

@@ -1164,6 +1164,19 @@ impl Machine {
             .and_then(|p| p.fds.get(&fd).copied())
     }
 
+    /// The bytes of file `id` from `offset` on (nothing past its end), for
+    /// copying out a file that grows without re-reading all of it.
+    pub fn file_data_from(&self, id: u64, offset: usize) -> Vec<u8> {
+        self.0
+            .st
+            .borrow()
+            .files
+            .get(&id)
+            .and_then(|f| f.data.get(offset..))
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// Everything written to a file.
     pub fn file_data(&self, id: u64) -> Vec<u8> {
         self.0
