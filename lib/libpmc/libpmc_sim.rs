@@ -305,6 +305,12 @@ impl Transport for SimTransport {
         result
     }
 
+    fn sleep(&self, duration: std::time::Duration) {
+        let hz = MachineConfig::default().hz as u128;
+        let ticks = (duration.as_nanos() * hz / 1_000_000_000).max(1);
+        self.advance(u32::try_from(ticks).unwrap_or(u32::MAX));
+    }
+
     fn advance(&self, ticks: u32) {
         let (reply, answer) = channel();
         if self.send(Request::Advance { ticks, reply }).is_ok() {

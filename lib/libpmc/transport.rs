@@ -19,6 +19,12 @@ pub trait Transport: Send + Sync {
     /// Lets time pass on a simulated machine: the calling program runs for
     /// `ticks` clock ticks. On a real machine time passes by itself.
     fn advance(&self, _ticks: u32) {}
+
+    /// Waits for `duration`: the real clock on a real machine, simulated
+    /// clock ticks (the program running) on a simulated one.
+    fn sleep(&self, duration: std::time::Duration) {
+        std::thread::sleep(duration);
+    }
 }
 
 /// Environment variable naming the transport (`sim` or `syscall`).

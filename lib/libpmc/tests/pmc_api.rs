@@ -312,3 +312,34 @@ fn log_descriptors_the_kernel_refuses() {
         "no log"
     );
 }
+
+#[test]
+fn a_system_sampling_pmc_samples_the_running_program() {
+    use std::os::fd::AsRawFd;
+    use uapi::pmclog::PmclogType as T;
+    let pmc = machine(2);
+    let path = std::env::temp_dir().join(format!("pmc-api-ss-{}", std::process::id()));
+    // pmcstat allocates and releases one first to learn its capabilities,
+    // before it configures the log.
+    let probe = pmc
+        .allocate("SOFT-CLOCK.HARD", PmcMode::Ss.raw(), 0, 0, 1000)
+        .unwrap();
+    pmc.release(probe).unwrap();
+    let file = std::fs::File::create(&path).unwrap();
+    pmc.configure_logfile(file.as_raw_fd()).unwrap();
+    let id = pmc
+        .allocate("SOFT-CLOCK.HARD", PmcMode::Ss.raw(), 0, 0, 1000)
+        .unwrap();
+    pmc.set(id, 1000).unwrap();
+    pmc.start(id).unwrap();
+    pmc.transport().advance(3500);
+    pmc.stop(id).unwrap();
+    pmc.close_logfile().unwrap();
+    let types = log_events(&std::fs::read(&path).unwrap());
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(
+        types.iter().filter(|&&t| t == T::Callchain.raw()).count(),
+        3,
+        "{types:?}"
+    );
+}

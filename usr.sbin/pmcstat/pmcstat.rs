@@ -1,0 +1,990 @@
+//! pmcstat(8): counts and samples with hwpmc(4).
+//!
+//! Implemented: system and process PMCs in counting and sampling mode
+//! (-s -p -S -P) with -c, -C, -d, -E, -n, -N, -U, -W, -t pid, -w, -l, -o,
+//! -O file or host:port, -q, -v; -R file or host:port printing the text
+//! dump. Options, argument checks, messages, output formats and exit codes
+//! are FreeBSD's. The analysis plugins (-g -G -F -m -a -T and their
+//! helpers), -t with a regular expression and running a command are not
+//! implemented yet and are refused with a message saying so.
+
+mod pmcstat_log;
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use pmc::pmc::Pmc;
+use pmc::pmclog::{Parser, PmclogEv, PmclogState};
+use uapi::pmc::{PMC_CPU_ANY, PmcCaps, PmcFlags, PmcId, PmcMode};
+
+// sysexits(3).
+const EX_USAGE: u8 = 64;
+const EX_DATAERR: u8 = 65;
+const EX_UNAVAILABLE: u8 = 69;
+const EX_OSERR: u8 = 71;
+
+const DEFAULT_SAMPLE_COUNT: u64 = 65536;
+const DEFAULT_WAIT_INTERVAL: f64 = 5.0;
+/// Lines between headers when the output is not a terminal.
+const DEFAULT_DISPLAY_HEIGHT: usize = 256;
+
+/// A failure: message for stderr (already prefixed) and exit status.
+struct Exit(String, u8);
+
+fn errx(code: u8, msg: impl Into<String>) -> Exit {
+    Exit(format!("pmcstat: {}", msg.into()), code)
+}
+
+fn strerror(errno: i32) -> String {
+    let text = std::io::Error::from_raw_os_error(errno).to_string();
+    text.split(" (os error").next().unwrap_or(&text).to_owned()
+}
+
+/// err(3): the message and the description of `errno`.
+fn err(code: u8, msg: impl Into<String>, errno: i32) -> Exit {
+    Exit(
+        format!("pmcstat: {}: {}", msg.into(), strerror(errno)),
+        code,
+    )
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+const USAGE: &str = "[options] [commandline]\n\
+\t Measure process and/or system performance using hardware\n\
+\t performance monitoring counters.\n\
+\t Options include:\n\
+\t -C\t\t (toggle) show cumulative counts\n\
+\t -E\t\t (toggle) show counts at process exit\n\
+\t -N\t\t (toggle) capture callchains\n\
+\t -O file\t send log output to \"file\"\n\
+\t -P spec\t allocate a process-private sampling PMC\n\
+\t -R file\t read events from \"file\"\n\
+\t -S spec\t allocate a system-wide sampling PMC\n\
+\t -U\t\t (toggle) capture user-space callchains\n\
+\t -W\t\t (toggle) show counts per context switch\n\
+\t -c cpu-list\t set cpus for subsequent system-wide PMCs\n\
+\t -d\t\t (toggle) track descendants\n\
+\t -l secs\t set duration time\n\
+\t -n rate\t set sampling rate\n\
+\t -o file\t send print output to \"file\"\n\
+\t -p spec\t allocate a process-private counting PMC\n\
+\t -q\t\t suppress verbosity\n\
+\t -s spec\t allocate a system-wide counting PMC\n\
+\t -t process-spec attach to running processes matching \"process-spec\"\n\
+\t -v\t\t increase verbosity\n\
+\t -w secs\t set printing time interval";
+
+// What options need to be meaningful (FreeBSD's REQUIRED bits).
+const REQ_COUNTING: u32 = 1 << 0;
+const REQ_SAMPLING: u32 = 1 << 1;
+const REQ_PROCESS: u32 = 1 << 2;
+const REQ_SYSTEM: u32 = 1 << 3;
+const REQ_COMMANDLINE_OR_TARGET: u32 = 1 << 4;
+const REQ_OUTPUT_LOGFILE: u32 = 1 << 5;
+
+/// One PMC to allocate (a system spec has one per CPU).
+#[derive(Debug, Clone)]
+struct Event {
+    name: String,
+    spec: String,
+    mode: PmcMode,
+    flags: u32,
+    count: u64,
+    cpu: u32,
+    cumulative: bool,
+    id: PmcId,
+    saved: u64,
+    fieldwidth: usize,
+    fieldskip: usize,
+}
+
+/// Where printed output goes.
+enum PrintFile {
+    Stderr,
+    Stdout,
+    File(std::fs::File),
+}
+
+impl PrintFile {
+    fn fd(&self) -> RawFd {
+        match self {
+            PrintFile::Stderr => 2,
+            PrintFile::Stdout => 1,
+            PrintFile::File(f) => f.as_raw_fd(),
+        }
+    }
+    fn write_str(&mut self, s: &str) {
+        let _ = match self {
+            PrintFile::Stderr => std::io::stderr().write_all(s.as_bytes()),
+            PrintFile::Stdout => std::io::stdout().write_all(s.as_bytes()),
+            PrintFile::File(f) => f.write_all(s.as_bytes()),
+        };
+    }
+    fn flush(&mut self) {
+        let _ = match self {
+            PrintFile::Stderr => std::io::stderr().flush(),
+            PrintFile::Stdout => std::io::stdout().flush(),
+            PrintFile::File(f) => f.flush(),
+        };
+    }
+}
+
+#[derive(Default)]
+struct Args {
+    events: Vec<Event>,
+    required: u32,
+    has_process: bool,
+    has_system: bool,
+    has_counting: bool,
+    has_sampling: bool,
+    has_cpumask: bool,
+    cpumask: Option<Vec<u32>>,
+    callchain: bool,
+    usercallchain: bool,
+    descendants: bool,
+    log_procexit: bool,
+    log_proccsw: bool,
+    cumulative: bool,
+    sample_count: Option<u64>,
+    duration: Option<f64>,
+    interval: f64,
+    output_log: Option<String>,
+    read_log: Option<String>,
+    printfile: Option<PrintFile>,
+    do_print: bool,
+    targets: Vec<i32>,
+    has_target: bool,
+    command: Vec<String>,
+    verbosity: u32,
+}
+
+/// The library, initialised by the first PMC specification.
+fn library() -> Result<&'static Pmc, Exit> {
+    if pmc::pmc_init() < 0 {
+        return Err(err(
+            EX_UNAVAILABLE,
+            "ERROR: Initialization of the pmc(3) library failed",
+            last_errno(),
+        ));
+    }
+    pmc::library_handle().map_err(|e| {
+        err(
+            EX_UNAVAILABLE,
+            "ERROR: Initialization of the pmc(3) library failed",
+            e,
+        )
+    })
+}
+
+/// CPUs of the machine that answer (the root CPU set).
+fn all_cpus(pmc: &Pmc) -> Vec<u32> {
+    (0..pmc.cpuinfo().pm_ncpu)
+        .filter(|&c| pmc.pmcinfo(c as i32).is_ok())
+        .collect()
+}
+
+/// strtol(3) with base 0: the value and the unparsed rest.
+fn strtol(s: &str) -> Option<(i64, &str)> {
+    let t = s.trim_start();
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let (radix, digits) = if t.len() > 1
+        && (t.starts_with("0x") || t.starts_with("0X"))
+        && t.as_bytes()[2..].first().is_some_and(u8::is_ascii_hexdigit)
+    {
+        (16, &t[2..])
+    } else if t.starts_with('0') {
+        (8, t)
+    } else {
+        (10, t)
+    };
+    let end = digits
+        .find(|c: char| !c.is_digit(radix))
+        .unwrap_or(digits.len());
+    if end == 0 {
+        return None;
+    }
+    let v = i64::from_str_radix(&digits[..end], radix).ok()?;
+    Some((if neg { -v } else { v }, &digits[end..]))
+}
+
+fn parse_cpus(arg: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    let mut rest = arg;
+    while !rest.is_empty() {
+        let (v, r) = strtol(rest)?;
+        if v < 0 {
+            return None;
+        }
+        cpus.push(u32::try_from(v).ok()?);
+        rest = r.trim_start_matches([',', ' ', '\t']);
+    }
+    if cpus.is_empty() { None } else { Some(cpus) }
+}
+
+fn parse_seconds(arg: &str, what: &str) -> Result<f64, Exit> {
+    match arg.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(errx(EX_USAGE, format!("ERROR: Illegal {what} \"{arg}\"."))),
+    }
+}
+
+fn add_spec(a: &mut Args, opt: char, spec: &str) -> Result<(), Exit> {
+    let mode = match opt {
+        'p' => PmcMode::Tc,
+        's' => PmcMode::Sc,
+        'P' => PmcMode::Ts,
+        _ => PmcMode::Ss,
+    };
+    if mode.is_virtual() {
+        a.has_process = true;
+        a.required |= REQ_COMMANDLINE_OR_TARGET;
+    } else {
+        a.has_system = true;
+    }
+    if mode.is_sampling() {
+        a.has_sampling = true;
+        a.required |= REQ_OUTPUT_LOGFILE;
+    } else {
+        a.has_counting = true;
+    }
+    let pmc = library()?;
+    if pmc.cpuinfo().pm_npmc == 0 {
+        return Err(err(
+            EX_OSERR,
+            "ERROR: Cannot determine the number of PMCs on CPU 0",
+            libc::ENXIO,
+        ));
+    }
+    let mask = a.cpumask.get_or_insert_with(|| all_cpus(pmc)).clone();
+    let mut flags = 0;
+    if a.callchain {
+        flags |= PmcFlags::CALLCHAIN.bits();
+        if a.usercallchain {
+            flags |= PmcFlags::USERCALLCHAIN.bits();
+        }
+    }
+    if a.descendants {
+        flags |= PmcFlags::DESCENDANTS.bits();
+    }
+    if a.log_procexit {
+        flags |= PmcFlags::LOG_PROCEXIT.bits();
+    }
+    if a.log_proccsw {
+        flags |= PmcFlags::LOG_PROCCSW.bits();
+    }
+    let count = if mode.is_sampling() {
+        a.sample_count.unwrap_or(DEFAULT_SAMPLE_COUNT)
+    } else {
+        0
+    };
+    let name = spec
+        .split([',', ' ', '\t'])
+        .next()
+        .unwrap_or(spec)
+        .to_owned();
+    let first_cpu = mask.first().copied().unwrap_or(0);
+    let ev = Event {
+        name,
+        spec: spec.to_owned(),
+        mode,
+        flags,
+        count,
+        cpu: if mode.is_system() {
+            first_cpu
+        } else {
+            PMC_CPU_ANY
+        },
+        cumulative: a.cumulative,
+        id: 0,
+        saved: 0,
+        fieldwidth: 0,
+        fieldskip: 0,
+    };
+    let mut caps = 0;
+    if a.has_system {
+        // Whether the counter is system-wide decides the per-CPU copies.
+        let id = pmc
+            .allocate(spec, mode.raw(), flags, ev.cpu as i32, count)
+            .map_err(|e| {
+                err(
+                    EX_OSERR,
+                    format!("ERROR: Cannot allocate system-mode pmc with specification \"{spec}\""),
+                    e,
+                )
+            })?;
+        caps = pmc
+            .capabilities(id)
+            .map_err(|e| err(EX_OSERR, "ERROR: Cannot get pmc capabilities", e))?;
+        let _ = pmc.release(id);
+    }
+    a.events.push(ev.clone());
+    if caps & PmcCaps::SYSWIDE.bits() != 0 || !mode.is_system() {
+        return Ok(());
+    }
+    for &cpu in mask.iter().skip(1) {
+        a.events.push(Event { cpu, ..ev.clone() });
+    }
+    Ok(())
+}
+
+fn not_implemented(opt: char) -> Exit {
+    errx(
+        EX_USAGE,
+        format!("ERROR: option -{opt} is not implemented yet."),
+    )
+}
+
+fn parse(argv: &[String]) -> Result<Args, Exit> {
+    let mut a = Args {
+        callchain: true,
+        interval: DEFAULT_WAIT_INTERVAL,
+        verbosity: 1,
+        ..Args::default()
+    };
+    let with_value = "DFGMOPRSacfiklmnoprstuwz";
+    let mut i = 0;
+    while i < argv.len() {
+        let arg = &argv[i];
+        if arg == "--" {
+            i += 1;
+            break;
+        }
+        if !arg.starts_with('-') || arg.len() < 2 {
+            break;
+        }
+        let body = &arg[1..];
+        for (at, opt) in body.char_indices() {
+            let value = if with_value.contains(opt) {
+                let rest = &body[at + opt.len_utf8()..];
+                if rest.is_empty() {
+                    i += 1;
+                    match argv.get(i) {
+                        Some(v) => Some(v.clone()),
+                        None => {
+                            eprintln!("pmcstat: option requires an argument -- {opt}");
+                            return Err(errx(EX_USAGE, USAGE));
+                        }
+                    }
+                } else {
+                    Some(rest.to_owned())
+                }
+            } else {
+                None
+            };
+            let v = value.as_deref().unwrap_or("");
+            match opt {
+                'C' => {
+                    a.cumulative = !a.cumulative;
+                    a.required |= REQ_COUNTING;
+                }
+                'c' => {
+                    a.has_cpumask = true;
+                    a.required |= REQ_SYSTEM;
+                    if v == "*" {
+                        a.cpumask = None;
+                    } else {
+                        a.cpumask = Some(parse_cpus(v).ok_or_else(|| {
+                            errx(
+                                EX_USAGE,
+                                format!("ERROR: Illegal CPU specification \"{v}\"."),
+                            )
+                        })?);
+                    }
+                }
+                'd' => {
+                    a.descendants = !a.descendants;
+                    a.required |= REQ_PROCESS;
+                }
+                'E' => {
+                    a.log_procexit = !a.log_procexit;
+                    a.required |= REQ_PROCESS | REQ_COUNTING | REQ_OUTPUT_LOGFILE;
+                }
+                'W' => {
+                    a.log_proccsw = !a.log_proccsw;
+                    a.required |= REQ_PROCESS | REQ_COUNTING | REQ_OUTPUT_LOGFILE;
+                }
+                'l' => a.duration = Some(parse_seconds(v, "duration time value")?),
+                'n' => {
+                    let n = match strtol(v) {
+                        Some((n, "")) if n > 0 => n as u64,
+                        _ => {
+                            return Err(errx(
+                                EX_USAGE,
+                                format!("ERROR: Illegal count value \"{v}\"."),
+                            ));
+                        }
+                    };
+                    a.sample_count = Some(n);
+                    a.required |= REQ_SAMPLING;
+                }
+                'N' => {
+                    a.callchain = !a.callchain;
+                    a.required |= REQ_SAMPLING;
+                }
+                'U' => {
+                    a.usercallchain = !a.usercallchain;
+                    a.required |= REQ_SAMPLING;
+                }
+                'o' => {
+                    let f = std::fs::File::create(v).map_err(|_| {
+                        errx(EX_OSERR, format!("ERROR: cannot open \"{v}\" for writing."))
+                    })?;
+                    a.printfile = Some(PrintFile::File(f));
+                    a.do_print = true;
+                }
+                'O' => {
+                    if a.output_log.is_some() {
+                        return Err(errx(
+                            EX_USAGE,
+                            "ERROR: option -O may only be specified once.",
+                        ));
+                    }
+                    a.output_log = Some(v.to_owned());
+                }
+                'p' | 's' | 'P' | 'S' => add_spec(&mut a, opt, v)?,
+                'q' => a.verbosity = 0,
+                'v' => a.verbosity += 1,
+                'R' => {
+                    if a.read_log.is_some() {
+                        return Err(errx(
+                            EX_USAGE,
+                            "ERROR: option -R may only be specified once.",
+                        ));
+                    }
+                    if a.printfile.is_none() {
+                        a.printfile = Some(PrintFile::Stdout);
+                    }
+                    a.read_log = Some(v.to_owned());
+                }
+                't' => {
+                    a.has_target = true;
+                    a.required |= REQ_PROCESS;
+                    match strtol(v) {
+                        Some((pid, _)) if pid >= 0 => a.targets.insert(0, pid as i32),
+                        _ => {
+                            return Err(errx(
+                                EX_USAGE,
+                                format!(
+                                    "ERROR: -t with a regular expression (\"{v}\") is not implemented yet."
+                                ),
+                            ));
+                        }
+                    }
+                }
+                'w' => a.interval = parse_seconds(v, "wait interval value")?,
+                'k' => eprintln!(
+                    "pmcstat: WARNING: -k is obsolete, has no effect and will be removed in FreeBSD 15."
+                ),
+                'L' | 'u' => {
+                    return Err(errx(
+                        EX_USAGE,
+                        "pmu features not supported on host or hwpmc not loaded",
+                    ));
+                }
+                'A' | 'a' | 'D' | 'e' | 'F' | 'f' | 'G' | 'g' | 'I' | 'i' | 'M' | 'm' | 'r'
+                | 'T' | 'z' => return Err(not_implemented(opt)),
+                _ => {
+                    eprintln!("pmcstat: illegal option -- {opt}");
+                    return Err(errx(EX_USAGE, USAGE));
+                }
+            }
+            if value.is_some() {
+                break;
+            }
+        }
+        i += 1;
+    }
+    a.command = argv[i.min(argv.len())..].to_vec();
+    check(&a)?;
+    Ok(a)
+}
+
+/// FreeBSD's consistency checks, in its order.
+fn check(a: &Args) -> Result<(), Exit> {
+    let usage = |m: &str| Err(errx(EX_USAGE, m));
+    let has_command = !a.command.is_empty();
+    if a.output_log.is_some() && a.read_log.is_some() {
+        return usage("ERROR: options -O and -R are mutually exclusive.");
+    }
+    if a.read_log.is_some() {
+        if has_command {
+            return usage("ERROR: option -R may not be used with a command line specification.");
+        }
+        if a.has_target {
+            return usage("ERROR: option -R may not be used with option -t.");
+        }
+        if !a.events.is_empty() {
+            return usage("ERROR: option -R may not be used with a PMC event specification.");
+        }
+    } else if a.events.is_empty() {
+        return Err(errx(EX_USAGE, USAGE));
+    }
+    if a.has_target && a.required & REQ_PROCESS != 0 && !a.has_process {
+        return usage("ERROR: option -t requires a process mode PMC to be specified.");
+    }
+    if a.required & REQ_PROCESS != 0 && !has_command && !a.has_target {
+        return usage(
+            "ERROR: options -d, -E, -p, -P, and -W require a command line or target process.",
+        );
+    }
+    if a.required & REQ_COMMANDLINE_OR_TARGET != 0 && !has_command && !a.has_target {
+        return usage("ERROR: options -P and -p require a target process or a command line.");
+    }
+    if a.required & REQ_PROCESS != 0 && !a.has_process {
+        return usage(
+            "ERROR: options -d, -E, -t, and -W require a process mode PMC to be specified.",
+        );
+    }
+    if a.has_cpumask && !a.has_system && a.read_log.is_none() {
+        return usage("ERROR: option -c requires at least one system mode PMC to be specified.");
+    }
+    if a.required & REQ_COUNTING != 0 && !a.has_counting {
+        return usage(
+            "ERROR: options -C, -W and -o require at least one counting mode PMC to be specified.",
+        );
+    }
+    if a.required & REQ_SAMPLING != 0 && !a.has_sampling {
+        return usage(
+            "ERROR: options -N, -n and -O require at least one sampling mode PMC to be specified.",
+        );
+    }
+    if a.output_log.is_some() && a.required & REQ_OUTPUT_LOGFILE == 0 {
+        return usage("ERROR: option -O is used only with options -E, -P, -S and -W.");
+    }
+    if a.has_counting && a.has_sampling && a.output_log.is_none() {
+        return usage(
+            "ERROR: option -O is required if counting and sampling PMCs are specified together.",
+        );
+    }
+    if has_command {
+        return Err(errx(
+            EX_USAGE,
+            "ERROR: running a command is not implemented yet; measure a running process with -t pid or the system with -s/-S.",
+        ));
+    }
+    Ok(())
+}
+
+/// Opens a log path as FreeBSD does: "-", host:port, or a file.
+fn open_log(path: &str, write: bool) -> Result<RawFd, Exit> {
+    let what = if write { "writing" } else { "reading" };
+    let fail = |e: String| {
+        errx(
+            EX_OSERR,
+            format!("ERROR: Cannot open \"{path}\" for {what}: {e}."),
+        )
+    };
+    if path == "-" {
+        return Ok(if write { 1 } else { 0 });
+    }
+    let network = !path.starts_with('/') && !path.starts_with('.') && path.contains(':');
+    if network {
+        let (host, port) = path.rsplit_once(':').expect("contains ':'");
+        if host.is_empty() {
+            return Err(fail(strerror(libc::EINVAL)));
+        }
+        let addrs: Vec<_> = (
+            host,
+            port.parse::<u16>()
+                .map_err(|_| fail(strerror(libc::EINVAL)))?,
+        )
+            .to_socket_addrs()
+            .map_err(|e| fail(e.to_string()))?
+            .collect();
+        if write {
+            let s = TcpStream::connect(&addrs[..])
+                .map_err(|e| fail(strerror(e.raw_os_error().unwrap_or(libc::EIO))))?;
+            return Ok(s.into_raw_fd());
+        }
+        let l = TcpListener::bind(&addrs[..])
+            .map_err(|e| fail(strerror(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        let (s, _) = l
+            .accept()
+            .map_err(|e| fail(strerror(e.raw_os_error().unwrap_or(libc::EIO))))?;
+        return Ok(s.into_raw_fd());
+    }
+    let file = if write {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(path)
+    } else {
+        std::fs::File::open(path)
+    };
+    file.map(IntoRawFd::into_raw_fd)
+        .map_err(|e| fail(strerror(e.raw_os_error().unwrap_or(libc::EIO))))
+}
+
+/// Prints every event the parser has; Finished at the log's end.
+fn dump(parser: &mut Parser, ev: &mut PmclogEv, out: &mut PrintFile) -> Result<bool, Exit> {
+    let mut text = Vec::new();
+    let mut warn = Vec::new();
+    let finished = loop {
+        match parser.read(ev) {
+            PmclogState::Ok => {
+                let _ = pmcstat_log::print_event(&mut text, &mut warn, ev);
+            }
+            PmclogState::Eof => {
+                // CLOSELOG ends the log; it is printed like any record.
+                if ev.pl_type == uapi::pmclog::PmclogType::Closelog.raw() {
+                    let _ = pmcstat_log::print_event(&mut text, &mut warn, ev);
+                }
+                break true;
+            }
+            PmclogState::RequireData => break false,
+            PmclogState::Error => {
+                out.write_str(&String::from_utf8_lossy(&text));
+                return Err(errx(
+                    EX_DATAERR,
+                    format!(
+                        "ERROR: event parsing failed (record {}, offset {:#x}).",
+                        ev.pl_count + 1,
+                        ev.pl_offset
+                    ),
+                ));
+            }
+        }
+    };
+    out.write_str(&String::from_utf8_lossy(&text));
+    let _ = std::io::stderr().write_all(&warn);
+    Ok(finished)
+}
+
+fn read_log(a: &mut Args) -> Result<(), Exit> {
+    let path = a.read_log.clone().expect("-R");
+    let fd = open_log(&path, false)?;
+    let mut parser = Parser::new(fd);
+    let mut ev = PmclogEv::zeroed();
+    let out = a.printfile.get_or_insert(PrintFile::Stdout);
+    loop {
+        if dump(&mut parser, &mut ev, out)? {
+            break;
+        }
+        // A descriptor that would block (a socket): wait for more.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    out.flush();
+    Ok(())
+}
+
+fn display_height(out: &PrintFile) -> usize {
+    // SAFETY: isatty only inspects the descriptor.
+    if unsafe { libc::isatty(out.fd()) } == 1 {
+        let mut ws: libc::winsize = libc::winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCGWINSZ writes a struct winsize through the pointer.
+        if unsafe { libc::ioctl(out.fd(), libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 1 {
+            return usize::from(ws.ws_row) - 1;
+        }
+    }
+    DEFAULT_DISPLAY_HEIGHT
+}
+
+/// Bits per decimal digit, as FreeBSD's pmcstat writes it (log2(10) to
+/// six places); kept so column widths match.
+#[allow(clippy::approx_constant)]
+const DIGITS_PER_BIT_DIVISOR: f64 = 3.32193;
+
+fn set_widths(pmc: &Pmc, events: &mut [Event]) {
+    for e in events.iter_mut() {
+        let cw = pmc.width(e.id).unwrap_or(64) as f64;
+        let mut header_width = e.name.len() + 2;
+        let display_width = (cw / DIGITS_PER_BIT_DIVISOR).floor() as usize + 1;
+        if e.mode.is_system() {
+            header_width += 3;
+        }
+        if header_width > display_width {
+            e.fieldskip = 0;
+            e.fieldwidth = header_width;
+        } else {
+            e.fieldskip = display_width - header_width;
+            e.fieldwidth = display_width;
+        }
+    }
+}
+
+fn header(events: &[Event]) -> String {
+    let mut h = String::from("# ");
+    for e in events.iter().filter(|e| !e.mode.is_sampling()) {
+        h.push_str(&" ".repeat(e.fieldskip));
+        let w = e.fieldwidth - e.fieldskip - 2;
+        if e.mode.is_system() {
+            h.push_str(&format!(
+                "s/{:02}/{:<w$} ",
+                e.cpu,
+                e.name,
+                w = w.saturating_sub(3)
+            ));
+        } else {
+            h.push_str(&format!("p/{:>w$} ", e.name, w = w));
+        }
+    }
+    h
+}
+
+fn values(pmc: &Pmc, events: &mut [Event]) -> Result<String, Exit> {
+    let mut line = String::new();
+    let mut first = true;
+    for e in events.iter_mut().filter(|e| !e.mode.is_sampling()) {
+        let v = pmc.read(e.id).map_err(|er| {
+            err(
+                EX_OSERR,
+                format!("ERROR: Cannot read pmc \"{}\"", e.name),
+                er,
+            )
+        })?;
+        let shown = if e.cumulative {
+            v
+        } else {
+            let d = v.wrapping_sub(e.saved);
+            e.saved = v;
+            d
+        };
+        let w = if first {
+            e.fieldwidth + 2
+        } else {
+            e.fieldwidth
+        };
+        first = false;
+        line.push_str(&format!("{shown:>w$} "));
+    }
+    Ok(line)
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn measure(mut a: Args) -> Result<(), Exit> {
+    let pmc = library()?;
+    let mut printfile = a.printfile.take().unwrap_or(PrintFile::Stderr);
+    // The log: the -O destination, or a pipe printed as it fills.
+    let mut pipe_reader: Option<(RawFd, Parser)> = None;
+    let mut log_fd: Option<RawFd> = None;
+    if a.required & REQ_OUTPUT_LOGFILE != 0 {
+        let fd = match &a.output_log {
+            Some(path) => open_log(path, true)?,
+            None => {
+                let mut fds = [0; 2];
+                // SAFETY: `fds` has room for the two descriptors.
+                if unsafe { libc::pipe(fds.as_mut_ptr()) } < 0 {
+                    return Err(err(EX_OSERR, "ERROR: pipe(2) failed", last_errno()));
+                }
+                // SAFETY: fds[0] is the pipe's read end, just made.
+                if unsafe { libc::fcntl(fds[0], libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
+                    return Err(err(EX_OSERR, "ERROR: fcntl(2) failed", last_errno()));
+                }
+                pipe_reader = Some((fds[0], Parser::new(fds[0])));
+                a.do_print = true;
+                fds[1]
+            }
+        };
+        pmc.configure_logfile(fd)
+            .map_err(|e| err(EX_OSERR, "ERROR: Cannot configure log file", e))?;
+        log_fd = Some(fd);
+    }
+    for e in a.events.iter_mut() {
+        let kind = if e.mode.is_system() {
+            "system"
+        } else {
+            "process"
+        };
+        e.id = pmc
+            .allocate(&e.spec, e.mode.raw(), e.flags, e.cpu as i32, e.count)
+            .map_err(|er| {
+                err(
+                    EX_OSERR,
+                    format!(
+                        "ERROR: Cannot allocate {kind}-mode pmc with specification \"{}\"",
+                        e.spec
+                    ),
+                    er,
+                )
+            })?;
+        if e.mode.is_sampling() {
+            pmc.set(e.id, e.count).map_err(|er| {
+                err(
+                    EX_OSERR,
+                    format!("ERROR: Cannot set sampling count for PMC \"{}\"", e.name),
+                    er,
+                )
+            })?;
+        }
+    }
+    set_widths(pmc, &mut a.events);
+    let height = display_height(&printfile);
+    let stats_before = pmc.driver_stats().ok();
+    if a.has_target {
+        let mut attached = 0;
+        for &pid in &a.targets {
+            for e in a.events.iter().filter(|e| e.mode.is_virtual()) {
+                match pmc.attach(e.id, pid) {
+                    Ok(()) => attached += 1,
+                    Err(libc::ESRCH) => {}
+                    Err(er) => {
+                        return Err(err(
+                            EX_OSERR,
+                            format!("ERROR: cannot attach pmc \"{}\" to process {pid}", e.name),
+                            er,
+                        ));
+                    }
+                }
+            }
+        }
+        if attached == 0 {
+            return Err(errx(EX_DATAERR, "ERROR: No processes were attached to."));
+        }
+    }
+    for e in &a.events {
+        if let Err(er) = pmc.start(e.id) {
+            eprintln!(
+                "pmcstat: ERROR: Cannot start pmc {:#x} \"{}\": {}",
+                e.id,
+                e.name,
+                strerror(er)
+            );
+            return Err(Exit(String::new(), EX_OSERR));
+        }
+    }
+    // SAFETY: the handler only stores to an atomic.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+
+    let print_counts = a.has_counting && a.required & REQ_OUTPUT_LOGFILE == 0;
+    let mut linecount = 0usize;
+    let mut elapsed = 0.0f64;
+    let mut ev = PmclogEv::zeroed();
+    loop {
+        let step = match a.duration {
+            Some(d) => a.interval.min(d - elapsed),
+            None => a.interval,
+        };
+        pmc.transport()
+            .sleep(Duration::from_secs_f64(step.max(0.0)));
+        elapsed += step;
+        if let Some((_, parser)) = pipe_reader.as_mut() {
+            dump(parser, &mut ev, &mut printfile)?;
+        }
+        if print_counts {
+            linecount += 1;
+            if linecount > height {
+                printfile.write_str("\n");
+                linecount = 1;
+            }
+            if linecount == 1 {
+                printfile.write_str(&header(&a.events));
+            }
+            printfile.write_str("\n");
+            printfile.write_str(&values(pmc, &mut a.events)?);
+            printfile.flush();
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) || a.duration.is_some_and(|d| elapsed >= d - 1e-9) {
+            break;
+        }
+    }
+    if print_counts && !a.do_print {
+        printfile.write_str("\n");
+    }
+    // Shut down: close the log (its last records reach the pipe), stop
+    // and release every PMC.
+    if log_fd.is_some() {
+        pmc.close_logfile()
+            .map_err(|e| err(EX_OSERR, "ERROR: logging failed", e))?;
+    }
+    if let Some(fd) = log_fd.filter(|_| pipe_reader.is_some()) {
+        // SAFETY: our write end of the pipe, closed once.
+        unsafe { libc::close(fd) };
+    }
+    if let Some((_, parser)) = pipe_reader.as_mut() {
+        while !dump(parser, &mut ev, &mut printfile)? {
+            if parser.read(&mut ev) == PmclogState::Eof {
+                break;
+            }
+        }
+    }
+    for e in &a.events {
+        pmc.stop(e.id).map_err(|er| {
+            err(
+                EX_OSERR,
+                format!("ERROR: cannot stop pmc {:#x} \"{}\"", e.id, e.name),
+                er,
+            )
+        })?;
+        pmc.release(e.id).map_err(|er| {
+            err(
+                EX_OSERR,
+                format!("ERROR: cannot release pmc {:#x} \"{}\"", e.id, e.name),
+                er,
+            )
+        })?;
+    }
+    printfile.flush();
+    if a.verbosity > 0 && (a.has_sampling || a.output_log.is_some()) {
+        let after = pmc
+            .driver_stats()
+            .map_err(|e| err(EX_OSERR, "ERROR: Cannot retrieve driver statistics", e))?;
+        if let Some(before) = stats_before {
+            let stalls = after
+                .pm_intr_bufferfull
+                .wrapping_sub(before.pm_intr_bufferfull);
+            if stalls > 0 {
+                eprintln!(
+                    "pmcstat: WARNING: sampling was paused at least {stalls} time{}.\nPlease consider tuning the \"kern.hwpmc.nsamples\" tunable.",
+                    if stalls == 1 { "" } else { "s" }
+                );
+            }
+            let dropped = after
+                .pm_buffer_requests_failed
+                .wrapping_sub(before.pm_buffer_requests_failed);
+            if dropped > 0 {
+                eprintln!(
+                    "pmcstat: WARNING: at least {dropped} event{} were discarded while running.\nPlease consider tuning the \"kern.hwpmc.nbuffers_pcpu\" tunable.",
+                    if dropped == 1 { "" } else { "s" }
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run(argv: &[String]) -> Result<(), Exit> {
+    let mut a = parse(argv)?;
+    if a.read_log.is_some() {
+        return read_log(&mut a);
+    }
+    measure(a)
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match run(&argv) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Exit(msg, code)) => {
+            if !msg.is_empty() {
+                eprintln!("{msg}");
+            }
+            ExitCode::from(code)
+        }
+    }
+}

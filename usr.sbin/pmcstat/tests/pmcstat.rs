@@ -1,0 +1,462 @@
+//! pmcstat(8) end to end on the simulated machine (LIBPMC_TRANSPORT=sim,
+//! 4 CPUs, hz 1000): counting output in FreeBSD's column format, sampling
+//! logs to a file, a pipe and a TCP peer, the -R text dump, and FreeBSD's
+//! argument checks with their messages and exit codes.
+//!
+//! What the simulated machine does is known: while pmcstat waits it runs
+//! on CPU 0, so SOFT-CLOCK.HARD fires 1000 times per simulated second
+//! there and never on the idle CPUs.
+
+use std::process::{Command, Output};
+
+fn pmcstat(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(args)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_CPUS", "4")
+        .output()
+        .expect("run pmcstat")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tmp(name: &str) -> String {
+    std::env::temp_dir()
+        .join(format!("pmcstat-test-{}-{name}", std::process::id()))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// FreeBSD's column layout for a counter of `width` bits.
+/// Bits per decimal digit, as FreeBSD's pmcstat writes it (log2(10) to
+/// six places); kept so column widths match.
+#[allow(clippy::approx_constant)]
+const DIGITS_PER_BIT_DIVISOR: f64 = 3.32193;
+
+fn column(name: &str, system: bool, width: u32) -> (usize, usize) {
+    let mut header = name.len() + 2;
+    if system {
+        header += 3;
+    }
+    let display = (f64::from(width) / DIGITS_PER_BIT_DIVISOR).floor() as usize + 1;
+    if header > display {
+        (header, 0)
+    } else {
+        (display, display - header)
+    }
+}
+
+#[test]
+fn system_counting_prints_a_column_per_cpu_every_interval() {
+    let o = pmcstat(&["-s", "SOFT-CLOCK.HARD", "-w", "1", "-l", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.stdout.is_empty(), "counts go to stderr by default");
+    let err = text(&o.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    let (fw, skip) = column("SOFT-CLOCK.HARD", true, 64);
+    let mut want_header = String::from("# ");
+    for cpu in 0..4 {
+        want_header += &format!(
+            "{}s/{cpu:02}/{:<w$} ",
+            " ".repeat(skip),
+            "SOFT-CLOCK.HARD",
+            w = fw - skip - 5
+        );
+    }
+    assert_eq!(lines[0], want_header);
+    assert_eq!(lines.len(), 4, "header and one line per second: {err:?}");
+    for l in &lines[1..] {
+        assert_eq!(
+            *l,
+            format!(
+                "{:>w0$} {:>w$} {:>w$} {:>w$} ",
+                1000,
+                0,
+                0,
+                0,
+                w0 = fw + 2,
+                w = fw
+            )
+        );
+    }
+}
+
+#[test]
+fn cumulative_counts_grow() {
+    let o = pmcstat(&[
+        "-C",
+        "-c",
+        "0",
+        "-s",
+        "SOFT-CLOCK.HARD",
+        "-w",
+        "1",
+        "-l",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let values: Vec<u64> = err
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(values, [1000, 2000, 3000]);
+}
+
+#[test]
+fn process_counting_on_a_target() {
+    // pid 0 is the caller: pmcstat counts its own ticks.
+    let o = pmcstat(&[
+        "-p",
+        "SOFT-CLOCK.HARD",
+        "-t",
+        "0",
+        "-w",
+        "2",
+        "-l",
+        "4",
+        "-o",
+        &tmp("proc.out"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = std::fs::read_to_string(tmp("proc.out")).unwrap();
+    std::fs::remove_file(tmp("proc.out")).unwrap();
+    let (fw, skip) = column("SOFT-CLOCK.HARD", false, 64);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "# {}p/{:>w$} ",
+            " ".repeat(skip),
+            "SOFT-CLOCK.HARD",
+            w = fw - skip - 2
+        )
+    );
+    assert_eq!(
+        &lines[1..],
+        [
+            format!("{:>w$} ", 2000, w = fw + 2),
+            format!("{:>w$} ", 2000, w = fw + 2)
+        ]
+    );
+    assert!(!out.ends_with("\n\n"), "no extra newline with -o");
+
+    let o = pmcstat(&["-p", "SOFT-CLOCK.HARD", "-t", "99999", "-l", "1"]);
+    assert_eq!(o.status.code(), Some(65));
+    assert_eq!(
+        text(&o.stderr),
+        "pmcstat: ERROR: No processes were attached to.\n"
+    );
+}
+
+/// Checks a -R dump of a sampling run on CPU 0: `n` samples.
+fn check_dump(dump: &str, samples: usize) {
+    let lines: Vec<&str> = dump.lines().collect();
+    assert_eq!(lines[0], "initlog   0xa030000 \"GENERIC\"");
+    assert_eq!(*lines.last().unwrap(), "closelog  ");
+    let chains: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("callchain "))
+        .collect();
+    assert_eq!(chains.len(), samples, "{dump}");
+    for (i, l) in lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("callchain "))
+    {
+        let f: Vec<&str> = l.split(' ').filter(|s| !s.is_empty()).collect();
+        assert!(f[1].parse::<i32>().unwrap() > 0, "{l}");
+        assert!(f[2].starts_with("0x"), "{l}");
+        assert_eq!(
+            &f[3..],
+            ["0", "1", "s"],
+            "CPU 0, one frame, kernel mode: {l}"
+        );
+        assert!(lines[i + 1].starts_with("...       0x"), "{}", lines[i + 1]);
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("allocatedyn 0x") && l.contains("\"CLOCK.HARD\""))
+    );
+}
+
+#[test]
+fn sampling_to_a_file_then_reading_it_back() {
+    let log = tmp("samples.log");
+    let o = pmcstat(&[
+        "-c",
+        "0",
+        "-n",
+        "1000",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-l",
+        "3.5",
+        "-O",
+        &log,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = pmcstat(&["-R", &log]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // 3500 ticks at one sample per 1000.
+    check_dump(&text(&o.stdout), 3);
+    // -o sends the dump to a file.
+    let o = pmcstat(&["-R", &log, "-o", &tmp("dump.txt")]);
+    assert!(o.status.success() && o.stdout.is_empty());
+    check_dump(&std::fs::read_to_string(tmp("dump.txt")).unwrap(), 3);
+    std::fs::remove_file(tmp("dump.txt")).unwrap();
+    std::fs::remove_file(&log).unwrap();
+}
+
+#[test]
+fn sampling_without_a_log_file_prints_the_records_live() {
+    let o = pmcstat(&[
+        "-c",
+        "0",
+        "-n",
+        "1000",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-l",
+        "2.5",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.stdout.is_empty());
+    check_dump(&text(&o.stderr), 2);
+}
+
+#[test]
+fn sampling_to_a_tcp_peer() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let peer = format!("127.0.0.1:{port}");
+    let reader = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(["-R", &peer])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader listens once it has started.
+    let mut tries = 0;
+    loop {
+        let o = pmcstat(&[
+            "-c",
+            "0",
+            "-n",
+            "1000",
+            "-S",
+            "SOFT-CLOCK.HARD",
+            "-l",
+            "1.5",
+            "-O",
+            &peer,
+        ]);
+        if o.status.success() {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 100, "{}", text(&o.stderr));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = reader.wait_with_output().unwrap();
+    assert!(out.status.success());
+    check_dump(&text(&out.stdout), 1);
+}
+
+#[test]
+fn unreadable_and_corrupt_logs() {
+    let o = pmcstat(&["-R", "/nonexistent/log"]);
+    assert_eq!(o.status.code(), Some(71));
+    assert_eq!(
+        text(&o.stderr),
+        "pmcstat: ERROR: Cannot open \"/nonexistent/log\" for reading: No such file or directory.\n"
+    );
+    let log = tmp("corrupt.log");
+    let o = pmcstat(&[
+        "-c",
+        "0",
+        "-n",
+        "1000",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-l",
+        "1.5",
+        "-O",
+        &log,
+    ]);
+    assert!(o.status.success());
+    let mut bytes = std::fs::read(&log).unwrap();
+    // Break the magic byte of the second record, found from the first
+    // record's length.
+    let first_len = u16::from_ne_bytes([bytes[0], bytes[1]]) as usize;
+    bytes[first_len + 3] = 0x11;
+    std::fs::write(&log, &bytes).unwrap();
+    let o = pmcstat(&["-R", &log]);
+    std::fs::remove_file(&log).unwrap();
+    assert_eq!(o.status.code(), Some(65));
+    assert_eq!(
+        text(&o.stdout).lines().count(),
+        1,
+        "the records before the damage are printed"
+    );
+    assert_eq!(
+        text(&o.stderr),
+        format!("pmcstat: ERROR: event parsing failed (record 2, offset {first_len:#x}).\n")
+    );
+}
+
+#[test]
+fn freebsds_argument_checks() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&[], 64, "[options] [commandline]"),
+        (
+            &["-O", "x", "-R", "y"],
+            64,
+            "ERROR: options -O and -R are mutually exclusive.",
+        ),
+        (
+            &["-R", "y", "-t", "1"],
+            64,
+            "ERROR: option -R may not be used with option -t.",
+        ),
+        (
+            &["-s", "TSC", "-R", "y"],
+            64,
+            "ERROR: option -R may not be used with a PMC event specification.",
+        ),
+        (
+            &["-s", "TSC", "-t", "1"],
+            64,
+            "ERROR: option -t requires a process mode PMC to be specified.",
+        ),
+        (
+            &["-d", "-s", "TSC"],
+            64,
+            "ERROR: options -d, -E, -p, -P, and -W require a command line or target process.",
+        ),
+        (
+            &["-p", "TSC"],
+            64,
+            "ERROR: options -P and -p require a target process or a command line.",
+        ),
+        (
+            &["-p", "SOFT-CLOCK.HARD", "-t", "0", "-c", "0"],
+            64,
+            "ERROR: option -c requires at least one system mode PMC to be specified.",
+        ),
+        (
+            &["-C", "-S", "SOFT-CLOCK.HARD"],
+            64,
+            "ERROR: options -C, -W and -o require at least one counting mode PMC to be specified.",
+        ),
+        (
+            &["-n", "5", "-s", "TSC"],
+            64,
+            "ERROR: options -N, -n and -O require at least one sampling mode PMC to be specified.",
+        ),
+        (
+            &["-O", "x", "-s", "TSC"],
+            64,
+            "ERROR: option -O is used only with options -E, -P, -S and -W.",
+        ),
+        (
+            &["-s", "TSC", "-S", "SOFT-CLOCK.HARD"],
+            64,
+            "ERROR: option -O is required if counting and sampling PMCs are specified together.",
+        ),
+        (
+            &["-c", "1-3", "-s", "TSC"],
+            64,
+            "ERROR: Illegal CPU specification \"1-3\".",
+        ),
+        (
+            &["-w", "0", "-s", "TSC"],
+            64,
+            "ERROR: Illegal wait interval value \"0\".",
+        ),
+        (
+            &["-l", "x", "-s", "TSC"],
+            64,
+            "ERROR: Illegal duration time value \"x\".",
+        ),
+        (
+            &["-n", "0", "-S", "TSC"],
+            64,
+            "ERROR: Illegal count value \"0\".",
+        ),
+        (
+            &["-O", "a", "-O", "b"],
+            64,
+            "ERROR: option -O may only be specified once.",
+        ),
+        (
+            &["-R", "a", "-R", "b"],
+            64,
+            "ERROR: option -R may only be specified once.",
+        ),
+        (
+            &["-s", "NO_SUCH_EVENT"],
+            71,
+            "ERROR: Cannot allocate system-mode pmc with specification \"NO_SUCH_EVENT\": Invalid argument",
+        ),
+        (
+            &["-g", "-R", "x"],
+            64,
+            "ERROR: option -g is not implemented yet.",
+        ),
+        (
+            &["-T", "-s", "TSC"],
+            64,
+            "ERROR: option -T is not implemented yet.",
+        ),
+        (
+            &["-t", "make", "-p", "TSC"],
+            64,
+            "ERROR: -t with a regular expression (\"make\") is not implemented yet.",
+        ),
+        (
+            &["-s", "TSC", "true"],
+            64,
+            "ERROR: running a command is not implemented yet",
+        ),
+        (
+            &["-L"],
+            64,
+            "pmu features not supported on host or hwpmc not loaded",
+        ),
+        (&["-q", "-x"], 64, "illegal option -- x"),
+    ];
+    for (args, code, msg) in cases {
+        let o = pmcstat(args);
+        assert_eq!(
+            o.status.code(),
+            Some(*code),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+        assert!(
+            text(&o.stderr).contains(msg),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn without_a_driver_initialisation_fails() {
+    let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(["-s", "TSC"])
+        .env_remove("LIBPMC_TRANSPORT")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(69));
+    assert_eq!(
+        text(&o.stderr),
+        "pmcstat: ERROR: Initialization of the pmc(3) library failed: No such file or directory\n"
+    );
+}
