@@ -367,7 +367,7 @@ impl Parser {
             }
             B::Dropnotify => PmclogType::Dropnotify,
             // Judging the version is the consumer's business (pmcstat
-            // refuses another major version).
+            // warns about another major version).
             B::Initialize {
                 version,
                 cpu,
