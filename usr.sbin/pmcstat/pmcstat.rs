@@ -129,6 +129,20 @@ impl PrintFile {
             PrintFile::File(f) => f.write_all(s.as_bytes()),
         };
     }
+    /// Another handle on the same output, for the log reader thread.
+    fn try_clone(&self) -> Result<PrintFile, Exit> {
+        Ok(match self {
+            PrintFile::Stderr => PrintFile::Stderr,
+            PrintFile::Stdout => PrintFile::Stdout,
+            PrintFile::File(f) => PrintFile::File(f.try_clone().map_err(|e| {
+                err(
+                    EX_OSERR,
+                    "ERROR: cannot share the output file",
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                )
+            })?),
+        })
+    }
     fn flush(&mut self) {
         let _ = match self {
             PrintFile::Stderr => std::io::stderr().flush(),
@@ -231,6 +245,9 @@ fn parse_cpus(arg: &str) -> Option<Vec<u32>> {
         cpus.push(u32::try_from(v).ok()?);
         rest = r.trim_start_matches([',', ' ', '\t']);
     }
+    // A CPU set, as FreeBSD keeps it: ascending, each CPU once.
+    cpus.sort_unstable();
+    cpus.dedup();
     if cpus.is_empty() { None } else { Some(cpus) }
 }
 
@@ -494,6 +511,8 @@ fn parse(argv: &[String]) -> Result<Args, Exit> {
                         "pmu features not supported on host or hwpmc not loaded",
                     ));
                 }
+                // In FreeBSD's option string without a meaning: usage.
+                'Z' => return Err(errx(EX_USAGE, USAGE)),
                 'A' | 'a' | 'D' | 'e' | 'F' | 'f' | 'G' | 'g' | 'I' | 'i' | 'M' | 'm' | 'r'
                 | 'T' | 'z' => return Err(not_implemented(opt)),
                 _ => {
@@ -672,13 +691,9 @@ fn read_log(a: &mut Args) -> Result<(), Exit> {
     let mut parser = Parser::new(fd);
     let mut ev = PmclogEv::zeroed();
     let out = a.printfile.get_or_insert(PrintFile::Stdout);
-    loop {
-        if dump(&mut parser, &mut ev, out)? {
-            break;
-        }
-        // A descriptor that would block (a socket): wait for more.
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // The descriptor blocks; the dump stops early only when a read was
+    // interrupted, and then goes on.
+    while !dump(&mut parser, &mut ev, out)? {}
     out.flush();
     Ok(())
 }
@@ -781,7 +796,7 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     let pmc = library()?;
     let mut printfile = a.printfile.take().unwrap_or(PrintFile::Stderr);
     // The log: the -O destination, or a pipe printed as it fills.
-    let mut pipe_reader: Option<(RawFd, Parser)> = None;
+    let mut pipe_reader: Option<std::thread::JoinHandle<Result<(), Exit>>> = None;
     let mut log_fd: Option<RawFd> = None;
     if a.required & REQ_OUTPUT_LOGFILE != 0 {
         let fd = match &a.output_log {
@@ -792,11 +807,25 @@ fn measure(mut a: Args) -> Result<(), Exit> {
                 if unsafe { libc::pipe(fds.as_mut_ptr()) } < 0 {
                     return Err(err(EX_OSERR, "ERROR: pipe(2) failed", last_errno()));
                 }
-                // SAFETY: fds[0] is the pipe's read end, just made.
-                if unsafe { libc::fcntl(fds[0], libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
-                    return Err(err(EX_OSERR, "ERROR: fcntl(2) failed", last_errno()));
-                }
-                pipe_reader = Some((fds[0], Parser::new(fds[0])));
+                // A thread prints the records as they come, so the log
+                // writer never waits on a full pipe.
+                let read_end = fds[0];
+                let mut out = printfile.try_clone()?;
+                pipe_reader = Some(std::thread::spawn(move || {
+                    let mut parser = Parser::new(read_end);
+                    let mut ev = PmclogEv::zeroed();
+                    let r = loop {
+                        match dump(&mut parser, &mut ev, &mut out) {
+                            Ok(true) => break Ok(()),
+                            Ok(false) => continue,
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    out.flush();
+                    // SAFETY: the read end is this thread's, closed once.
+                    unsafe { libc::close(read_end) };
+                    r
+                }));
                 a.do_print = true;
                 fds[1]
             }
@@ -874,17 +903,22 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     let print_counts = a.has_counting && a.required & REQ_OUTPUT_LOGFILE == 0;
     let mut linecount = 0usize;
     let mut elapsed = 0.0f64;
-    let mut ev = PmclogEv::zeroed();
     loop {
         let step = match a.duration {
             Some(d) => a.interval.min(d - elapsed),
             None => a.interval,
         };
-        pmc.transport()
-            .sleep(Duration::from_secs_f64(step.max(0.0)));
-        elapsed += step;
-        if let Some((_, parser)) = pipe_reader.as_mut() {
-            dump(parser, &mut ev, &mut printfile)?;
+        // Wait in slices so that an interrupt ends the run at once.
+        let mut waited = 0.0f64;
+        while waited < step - 1e-9 && !INTERRUPTED.load(Ordering::SeqCst) {
+            let slice = (step - waited).min(0.1);
+            pmc.transport().sleep(Duration::from_secs_f64(slice));
+            waited += slice;
+        }
+        elapsed += waited;
+        // FreeBSD prints nothing more after an interrupt.
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break;
         }
         if print_counts {
             linecount += 1;
@@ -899,7 +933,7 @@ fn measure(mut a: Args) -> Result<(), Exit> {
             printfile.write_str(&values(pmc, &mut a.events)?);
             printfile.flush();
         }
-        if INTERRUPTED.load(Ordering::SeqCst) || a.duration.is_some_and(|d| elapsed >= d - 1e-9) {
+        if a.duration.is_some_and(|d| elapsed >= d - 1e-9) {
             break;
         }
     }
@@ -916,12 +950,10 @@ fn measure(mut a: Args) -> Result<(), Exit> {
         // SAFETY: our write end of the pipe, closed once.
         unsafe { libc::close(fd) };
     }
-    if let Some((_, parser)) = pipe_reader.as_mut() {
-        while !dump(parser, &mut ev, &mut printfile)? {
-            if parser.read(&mut ev) == PmclogState::Eof {
-                break;
-            }
-        }
+    if let Some(reader) = pipe_reader.take() {
+        reader
+            .join()
+            .map_err(|_| errx(EX_OSERR, "ERROR: the log reader failed"))??;
     }
     for e in &a.events {
         pmc.stop(e.id).map_err(|er| {

@@ -430,6 +430,12 @@ fn freebsds_argument_checks() {
             "pmu features not supported on host or hwpmc not loaded",
         ),
         (&["-q", "-x"], 64, "illegal option -- x"),
+        (&["-Z"], 64, "[options] [commandline]"),
+        (
+            &["-c", "2,0,0", "-s", "NO_SUCH_EVENT"],
+            71,
+            "Cannot allocate system-mode pmc",
+        ),
     ];
     for (args, code, msg) in cases {
         let o = pmcstat(args);
@@ -459,4 +465,54 @@ fn without_a_driver_initialisation_fails() {
         text(&o.stderr),
         "pmcstat: ERROR: Initialization of the pmc(3) library failed: No such file or directory\n"
     );
+}
+
+#[test]
+fn a_long_live_run_does_not_stall_on_a_full_pipe() {
+    // About 1700 records: more than a pipe holds, read as they come.
+    let o = pmcstat(&[
+        "-c",
+        "0",
+        "-n",
+        "1000",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-w",
+        "100",
+        "-l",
+        "1700.5",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    check_dump(&text(&o.stderr), 1700);
+}
+
+#[test]
+fn an_interrupt_ends_the_run_without_another_line() {
+    let child = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(["-c", "0", "-s", "TSC", "-w", "0.01"])
+        .env("LIBPMC_TRANSPORT", "sim")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("#             s/00/TSC \n"), "{err}");
+    assert!(
+        err.lines().count() > 2,
+        "it printed lines until interrupted"
+    );
+    assert!(!err.ends_with("\n\n"));
+}
+
+#[test]
+fn a_cpu_list_is_a_set() {
+    let o = pmcstat(&["-c", "2,0, 0", "-s", "TSC", "-w", "1", "-l", "1"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let header: Vec<&str> = err.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["#", "s/00/TSC", "s/02/TSC"]);
 }
