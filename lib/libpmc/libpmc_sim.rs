@@ -12,6 +12,8 @@ use core::ffi::c_int;
 use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
 
+use ksim::elf::{ImageBuilder, ImageKind};
+use ksim::workload::Program;
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
 use uapi::pmc::{PmcOp, PmcOpConfigurelog};
 
@@ -19,6 +21,12 @@ use crate::transport::Transport;
 
 /// Environment variable with the simulated machine's CPU count.
 pub const CPUS_ENV: &str = "LIBPMC_SIM_CPUS";
+/// Environment variable naming a workload to run on the machine:
+/// `work` or `work:THREADS` (see [`Workload`]).
+pub const WORKLOAD_ENV: &str = "LIBPMC_SIM_WORKLOAD";
+/// Environment variable that, when set and not empty, makes the machine
+/// say on standard error what it is (CPUs, processes) when it boots.
+pub const VERBOSE_ENV: &str = "LIBPMC_SIM_VERBOSE";
 /// Environment variable with the clock ticks the program runs before each
 /// of its hwpmc calls: how simulated time passes for a program that cannot
 /// ask for it (default 0).
@@ -33,6 +41,108 @@ pub struct SimConfig {
     pub comm: String,
     /// Clock ticks the program runs (on CPU 0) before each call.
     pub ticks_per_call: u32,
+    /// A workload to run while time passes, instead of the program.
+    pub workload: Option<Workload>,
+    /// Describe the machine on standard error when it boots.
+    pub verbose: bool,
+}
+
+/// The workloads the simulated machine can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// `/usr/bin/work`: a process of `threads` threads computing in
+    /// `compute` (50%), `hash` called from `compute` (30%), `io` (15%)
+    /// and `main` (5%), every thread on its own random sequence.
+    Work {
+        /// Threads of the process (1 to 64).
+        threads: u32,
+    },
+}
+
+impl Workload {
+    /// Parses `work` or `work:THREADS`.
+    pub fn parse(spec: &str) -> Option<Workload> {
+        let (name, threads) = spec
+            .split_once(':')
+            .map_or((spec, None), |(n, t)| (n, Some(t)));
+        match name {
+            "work" => {
+                let threads = match threads {
+                    None => 4,
+                    Some(t) => t.parse().ok().filter(|n| (1..=64).contains(n))?,
+                };
+                Some(Workload::Work { threads })
+            }
+            _ => None,
+        }
+    }
+
+    /// Starts the workload on `m`: its process and threads, each with its
+    /// program. Returns the process and its threads.
+    fn start(self, m: &Machine) -> (u32, Vec<u32>) {
+        let Workload::Work { threads } = self;
+        let img = ImageBuilder::new("/usr/bin/work", ImageKind::Executable)
+            .function("main", 64)
+            .function("compute", 256)
+            .function("hash", 128)
+            .function("io", 96)
+            .build();
+        m.install("/usr/bin/work", img.bytes.clone());
+        let (pid, first) = m.spawn(Cred::root(), "work");
+        m.exec(pid, "/usr/bin/work", None);
+        let mut tids = vec![first];
+        for _ in 1..threads {
+            tids.push(m.thread_create(pid));
+        }
+        for (i, &tid) in tids.iter().enumerate() {
+            let program = Program::builder(&img, 0, 0x5eed + i as u64)
+                .func("compute", 50, &["main"])
+                .func("hash", 30, &["compute", "main"])
+                .func("io", 15, &["main"])
+                .func("main", 5, &[])
+                .build();
+            m.set_activity(tid, Box::new(program));
+        }
+        (pid, tids)
+    }
+}
+
+/// Round-robin time sharing of the workload's threads over the online
+/// CPUs, in slices of [`SLICE_TICKS`] clock ticks.
+struct Scheduler {
+    pid: u32,
+    threads: Vec<u32>,
+    cpus: u32,
+    next: usize,
+}
+
+/// Clock ticks a workload thread runs before the scheduler moves on.
+const SLICE_TICKS: u32 = 10;
+
+impl Scheduler {
+    /// Runs the workload for `ticks` ticks, every CPU at once, and leaves
+    /// the CPUs idle (the program's system calls need one).
+    fn run(&mut self, m: &Machine, ticks: u32) {
+        let mut left = ticks;
+        while left > 0 {
+            let n = self.threads.len().min(self.cpus as usize);
+            let placed: Vec<(u32, u32)> = (0..n)
+                .map(|i| (i as u32, self.threads[(self.next + i) % self.threads.len()]))
+                .collect();
+            self.next = (self.next + n) % self.threads.len();
+            for &(cpu, tid) in &placed {
+                m.switch_in(cpu, tid);
+            }
+            let slice = left.min(SLICE_TICKS);
+            for _ in 0..slice {
+                m.tick_all();
+            }
+            for &(cpu, _) in &placed {
+                m.switch_out(cpu);
+            }
+            left -= slice;
+        }
+    }
 }
 
 impl Default for SimConfig {
@@ -41,6 +151,8 @@ impl Default for SimConfig {
             cpus: 4,
             comm: "pmcclient".into(),
             ticks_per_call: 0,
+            workload: None,
+            verbose: false,
         }
     }
 }
@@ -169,6 +281,10 @@ impl SimTransport {
         if let Some(v) = env_value(TICKS_PER_CALL_ENV)? {
             cfg.ticks_per_call = v.parse().map_err(|_| libc::EINVAL)?;
         }
+        cfg.verbose = env_value(VERBOSE_ENV)?.is_some_and(|v| !v.is_empty());
+        if let Some(v) = env_value(WORKLOAD_ENV)? {
+            cfg.workload = Some(Workload::parse(&v).ok_or(libc::EINVAL)?);
+        }
         if let Some(name) = std::env::args_os().next() {
             let name = name.to_string_lossy();
             let base = name.rsplit('/').next().unwrap_or(&name);
@@ -202,6 +318,36 @@ impl SimTransport {
                 let sysnum = module.syscall_number();
                 let (pid, tid) = m.spawn(Cred::root(), &cfg.comm);
                 let mut log: Option<LogBridge> = None;
+                let mut workload = cfg.workload.map(|w| {
+                    let (pid, threads) = w.start(&m);
+                    Scheduler {
+                        pid,
+                        threads,
+                        cpus: cfg.cpus,
+                        next: 0,
+                    }
+                });
+                if cfg.verbose {
+                    let mut what = format!(
+                        "libpmc: simulated machine: {} CPUs; {} is pid {pid}",
+                        cfg.cpus, cfg.comm
+                    );
+                    if let (Some(Workload::Work { threads }), Some(s)) =
+                        (cfg.workload, workload.as_ref())
+                    {
+                        what += &format!(
+                            "; workload /usr/bin/work is pid {} with {threads} threads",
+                            s.pid
+                        );
+                    }
+                    eprintln!("{what}");
+                }
+                // Time passes: the workload runs if there is one, else the
+                // program itself, on CPU 0.
+                let mut pass = |m: &Machine, ticks: u32| match workload.as_mut() {
+                    Some(s) => s.run(m, ticks),
+                    None => m.run(tid, 0, ticks),
+                };
                 let _ = ready_tx.send(Ok(()));
                 // Serve until every transport is gone; the module stays
                 // loaded for as long as the program can call it.
@@ -209,7 +355,7 @@ impl SimTransport {
                     match req {
                         Request::Call { op, mut arg, reply } => {
                             if cfg.ticks_per_call > 0 {
-                                m.run(tid, 0, cfg.ticks_per_call);
+                                pass(&m, cfg.ticks_per_call);
                             }
                             // A log descriptor is one of the program's: the
                             // simulated process gets a file standing for it.
@@ -266,9 +412,7 @@ impl SimTransport {
                             let _ = reply.send((arg, r.map(|_| ())));
                         }
                         Request::Advance { ticks, reply } => {
-                            // The program itself runs, so PMCs attached to
-                            // it count.
-                            m.run(tid, 0, ticks);
+                            pass(&m, ticks);
                             if let Some(bridge) = log.as_mut() {
                                 bridge.copy_out(&m);
                             }

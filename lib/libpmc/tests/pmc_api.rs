@@ -11,6 +11,8 @@ fn machine(cpus: u32) -> Pmc {
         cpus,
         comm: "pmc_api".into(),
         ticks_per_call: 0,
+        workload: None,
+        verbose: false,
     })
     .expect("the simulated machine boots");
     Pmc::init(Box::new(t)).expect("pmc_init on the simulator")
@@ -342,4 +344,17 @@ fn a_system_sampling_pmc_samples_the_running_program() {
         3,
         "{types:?}"
     );
+}
+
+#[test]
+fn workload_names() {
+    use pmc::libpmc_sim::Workload;
+    assert_eq!(Workload::parse("work"), Some(Workload::Work { threads: 4 }));
+    assert_eq!(
+        Workload::parse("work:64"),
+        Some(Workload::Work { threads: 64 })
+    );
+    for bad in ["work:0", "work:65", "work:x", "make", ""] {
+        assert_eq!(Workload::parse(bad), None, "{bad:?}");
+    }
 }

@@ -778,32 +778,73 @@ impl Machine {
     pub fn tick(&self, cpu: u32) {
         let (running, ev) = {
             let mut st = self.st();
-            let step = st.cfg.tsc_freq / st.cfg.hz;
-            // Invariant TSCs run in step on every CPU.
-            for c in st.cpus.iter_mut() {
-                c.tsc += step;
-            }
-            st.time_ns += 1_000_000_000 / st.cfg.hz;
-            let running = st.cpus[cpu as usize].running;
-            if let Some(t) = running.and_then(|tid| st.threads.get_mut(&tid)) {
-                if let Some(a) = t.activity.as_mut() {
-                    t.location = a.step();
-                }
-            }
-            let ev = st
-                .soft_events
-                .iter()
-                .find(|e| e.name == "CLOCK.HARD")
-                .map(|e| (e.code, e.running));
-            (running, ev)
+            Self::advance_clock(&mut st);
+            let running = Self::step_running(&mut st, cpu);
+            (running, Self::clock_hard(&st))
         };
+        self.clock_interrupt(cpu, running, ev);
+        self.settle();
+    }
+
+    /// One clock tick on every online CPU at once: time advances by one
+    /// tick, and on each CPU the running thread moves on in its activity
+    /// and takes the clock interrupt, as [`Machine::tick`] does for one.
+    pub fn tick_all(&self) {
+        let (running, ev) = {
+            let mut st = self.st();
+            Self::advance_clock(&mut st);
+            let cpus: Vec<u32> = (0..st.cpus.len() as u32)
+                .filter(|&c| st.cpus[c as usize].state == CpuState::Online)
+                .collect();
+            let running: Vec<(u32, Option<u32>)> = cpus
+                .into_iter()
+                .map(|c| (c, Self::step_running(&mut st, c)))
+                .collect();
+            (running, Self::clock_hard(&st))
+        };
+        for (cpu, tid) in running {
+            self.clock_interrupt(cpu, tid, ev);
+        }
+        self.settle();
+    }
+
+    fn advance_clock(st: &mut State) {
+        let step = st.cfg.tsc_freq / st.cfg.hz;
+        // Invariant TSCs run in step on every CPU.
+        for c in st.cpus.iter_mut() {
+            c.tsc += step;
+        }
+        st.time_ns += 1_000_000_000 / st.cfg.hz;
+    }
+
+    /// Moves the thread running on `cpu` on in its activity.
+    fn step_running(st: &mut State, cpu: u32) -> Option<u32> {
+        let running = st.cpus[cpu as usize].running;
+        if let Some(t) = running.and_then(|tid| st.threads.get_mut(&tid)) {
+            if let Some(a) = t.activity.as_mut() {
+                t.location = a.step();
+            }
+        }
+        running
+    }
+
+    /// The CLOCK.HARD soft event: its code and how many PMCs use it.
+    fn clock_hard(st: &State) -> Option<(u32, u32)> {
+        st.soft_events
+            .iter()
+            .find(|e| e.name == "CLOCK.HARD")
+            .map(|e| (e.code, e.running))
+    }
+
+    /// The clock interrupt on `cpu`: CLOCK.HARD for the running thread,
+    /// then hardclock's sample processing and the AST on return.
+    fn clock_interrupt(&self, cpu: u32, running: Option<u32>, ev: Option<(u32, u32)>) {
         if let (Some(tid), Some((code, n))) = (running, ev) {
             if n > 0 {
                 self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
             }
         }
         self.after_interrupt(cpu, true);
-        self.settle();
     }
 
     /// The end of an interrupt on `cpu`: hardclock (`clock`) calls

@@ -454,6 +454,21 @@ fn freebsds_argument_checks() {
 }
 
 #[test]
+fn an_unknown_workload_fails_initialisation() {
+    let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(["-s", "TSC"])
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_WORKLOAD", "make")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(69));
+    assert_eq!(
+        text(&o.stderr),
+        "pmcstat: ERROR: Initialization of the pmc(3) library failed: Invalid argument\n"
+    );
+}
+
+#[test]
 fn without_a_driver_initialisation_fails() {
     let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
         .args(["-s", "TSC"])
@@ -515,4 +530,88 @@ fn a_cpu_list_is_a_set() {
     let err = text(&o.stderr);
     let header: Vec<&str> = err.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["#", "s/00/TSC", "s/02/TSC"]);
+}
+
+fn pmcstat_with_workload(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(args)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_CPUS", "4")
+        .env("LIBPMC_SIM_WORKLOAD", "work:6")
+        .output()
+        .expect("run pmcstat")
+}
+
+#[test]
+fn a_multithreaded_workload_keeps_every_cpu_busy() {
+    // Six threads share four CPUs: every CPU takes its clock tick with a
+    // thread running, 1000 times a second.
+    let o = pmcstat_with_workload(&["-s", "SOFT-CLOCK.HARD", "-w", "1", "-l", "2"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    for l in err.lines().skip(1) {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(v, ["1000", "1000", "1000", "1000"], "{err}");
+    }
+}
+
+#[test]
+fn system_wide_sampling_of_the_workload() {
+    let log = tmp("workload.log");
+    let o = pmcstat_with_workload(&[
+        "-n",
+        "1000",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-l",
+        "3.5",
+        "-O",
+        &log,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = pmcstat(&["-R", &log]);
+    std::fs::remove_file(&log).unwrap();
+    let dump = text(&o.stdout);
+    let lines: Vec<&str> = dump.lines().collect();
+    // The workload's process, its exec mapping and six threads.
+    let create = lines
+        .iter()
+        .find(|l| l.starts_with("create ") && l.ends_with("\"work\""))
+        .expect("the workload's process");
+    let pid: i32 = create.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(
+        lines.contains(&format!("map-in    {pid} 0x400000 \"/usr/bin/work\"").as_str()),
+        "{dump}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("thr-create ") && l.ends_with("\"work\""))
+            .count(),
+        6
+    );
+    // Three samples per CPU, all in the workload, in user mode, with the
+    // sampled PC inside /usr/bin/work's text.
+    let mut per_cpu = [0; 4];
+    for (i, l) in lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("callchain "))
+    {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f[1].parse::<i32>().unwrap(), pid, "{l}");
+        assert_eq!(f[5], "u", "{l}");
+        per_cpu[f[3].parse::<usize>().unwrap()] += 1;
+        let pc = u64::from_str_radix(
+            lines[i + 1]
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .trim_start_matches("0x"),
+            16,
+        )
+        .unwrap();
+        assert!((0x40_0000..0x50_0000).contains(&pc), "{}", lines[i + 1]);
+    }
+    assert_eq!(per_cpu, [3, 3, 3, 3]);
 }
