@@ -83,3 +83,66 @@ fn pmc_counting_c_program_runs_on_the_simulator() {
     assert!(!run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("pmc_init() == 0"));
 }
+
+/// The same program linked against the shared library, which carries
+/// FreeBSD's soname: the program records `libpmc.so.5` and loads it.
+#[test]
+fn pmc_counting_c_program_runs_against_libpmc_so_5() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let so = deps.join("libpmc.so");
+    assert!(so.exists(), "{} was not built", so.display());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_program_so");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&so, dir.join("libpmc.so.5")).unwrap();
+    std::os::unix::fs::symlink("libpmc.so.5", dir.join("libpmc.so")).unwrap();
+    let exe = dir.join("pmc_counting");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let build = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg("-I")
+        .arg(manifest)
+        .arg("-I")
+        .arg(manifest.join("host-include"))
+        .arg(manifest.join("tests/c/pmc_counting.c"))
+        .arg("-L")
+        .arg(&dir)
+        .arg("-lpmc")
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        build.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let dynamic = Command::new("readelf")
+        .arg("-d")
+        .arg(&exe)
+        .output()
+        .expect("run readelf");
+    let dynamic = String::from_utf8_lossy(&dynamic.stdout);
+    assert!(
+        dynamic.contains("Shared library: [libpmc.so.5]"),
+        "{dynamic}"
+    );
+
+    let run = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_TICKS_PER_CALL", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.ends_with("ok\n"), "{stdout}");
+}
