@@ -81,66 +81,145 @@ impl Workload {
     /// program. Returns the process and its threads.
     fn start(self, m: &Machine) -> (u32, Vec<u32>) {
         let Workload::Work { threads } = self;
-        let img = ImageBuilder::new("/usr/bin/work", ImageKind::Executable)
-            .function("main", 64)
-            .function("compute", 256)
-            .function("hash", 128)
-            .function("io", 96)
-            .build();
-        m.install("/usr/bin/work", img.bytes.clone());
-        let (pid, first) = m.spawn(Cred::root(), "work");
-        m.exec(pid, "/usr/bin/work", None);
-        let mut tids = vec![first];
-        for _ in 1..threads {
-            tids.push(m.thread_create(pid));
-        }
-        for (i, &tid) in tids.iter().enumerate() {
-            let program = Program::builder(&img, 0, 0x5eed + i as u64)
-                .func("compute", 50, &["main"])
-                .func("hash", 30, &["compute", "main"])
-                .func("io", 15, &["main"])
-                .func("main", 5, &[])
-                .build();
-            m.set_activity(tid, Box::new(program));
-        }
-        (pid, tids)
+        let (pid, _) = m.spawn(Cred::root(), "work");
+        (pid, run_work(m, pid, threads))
     }
 }
 
-/// Round-robin time sharing of the workload's threads over the online
-/// CPUs, in slices of [`SLICE_TICKS`] clock ticks.
-struct Scheduler {
-    pid: u32,
-    threads: Vec<u32>,
-    cpus: u32,
-    next: usize,
+/// Makes process `pid` exec `/usr/bin/work` with `threads` threads, each
+/// running the work program; returns the threads.
+fn run_work(m: &Machine, pid: u32, threads: u32) -> Vec<u32> {
+    let img = ImageBuilder::new("/usr/bin/work", ImageKind::Executable)
+        .function("main", 64)
+        .function("compute", 256)
+        .function("hash", 128)
+        .function("io", 96)
+        .build();
+    if m.read_file("/usr/bin/work").is_none() {
+        m.install("/usr/bin/work", img.bytes.clone());
+    }
+    m.exec(pid, "/usr/bin/work", None);
+    let mut tids = m.proc_info(pid).map(|p| p.threads).unwrap_or_default();
+    tids.truncate(1);
+    for _ in 1..threads {
+        tids.push(m.thread_create(pid));
+    }
+    for (i, &tid) in tids.iter().enumerate() {
+        let program = Program::builder(&img, 0, 0x5eed + u64::from(pid) * 64 + i as u64)
+            .func("compute", 50, &["main"])
+            .func("hash", 30, &["compute", "main"])
+            .func("io", 15, &["main"])
+            .func("main", 5, &[])
+            .build();
+        m.set_activity(tid, Box::new(program));
+    }
+    tids
 }
 
-/// Clock ticks a workload thread runs before the scheduler moves on.
+/// A command started through the transport: `work [SECONDS [THREADS]]`
+/// runs the work program with THREADS threads (default 1) for SECONDS
+/// seconds of simulated time (default 1), then exits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Command {
+    ticks: u64,
+    threads: u32,
+}
+
+impl Command {
+    fn parse(argv: &[String], hz: u64) -> Option<Command> {
+        let name = argv.first()?;
+        if name.rsplit('/').next()? != "work" || argv.len() > 3 {
+            return None;
+        }
+        let seconds: f64 = argv.get(1).map_or(Some(1.0), |s| {
+            s.parse().ok().filter(|v: &f64| *v > 0.0 && v.is_finite())
+        })?;
+        let threads: u32 = argv
+            .get(2)
+            .map_or(Some(1), |s| s.parse().ok().filter(|n| (1..=64).contains(n)))?;
+        Some(Command {
+            ticks: ((seconds * hz as f64) as u64).max(1),
+            threads,
+        })
+    }
+}
+
+/// A process the scheduler runs: the workload (forever) or a command.
+struct Job {
+    pid: u32,
+    threads: Vec<u32>,
+    /// The tick at which a command exits.
+    ends_at: Option<u64>,
+    /// Held until released (a command before its exec).
+    held: Option<Command>,
+    exited: bool,
+}
+
+/// Round-robin time sharing of the running jobs' threads over the online
+/// CPUs, in slices of [`SLICE_TICKS`] clock ticks; commands exit when
+/// their time is up.
+struct Scheduler {
+    jobs: Vec<Job>,
+    cpus: u32,
+    next: usize,
+    now: u64,
+}
+
+/// Clock ticks a thread runs before the scheduler moves on.
 const SLICE_TICKS: u32 = 10;
 
 impl Scheduler {
-    /// Runs the workload for `ticks` ticks, every CPU at once, and leaves
-    /// the CPUs idle (the program's system calls need one).
+    fn runnable(&self) -> Vec<u32> {
+        self.jobs
+            .iter()
+            .filter(|j| !j.exited && j.held.is_none())
+            .flat_map(|j| j.threads.iter().copied())
+            .collect()
+    }
+
+    /// Runs the jobs for `ticks` ticks, every CPU at once, and leaves the
+    /// CPUs idle (the program's system calls need one).
     fn run(&mut self, m: &Machine, ticks: u32) {
-        let mut left = ticks;
+        let mut left = u64::from(ticks);
         while left > 0 {
-            let n = self.threads.len().min(self.cpus as usize);
+            let threads = self.runnable();
+            let n = threads.len().min(self.cpus as usize);
             let placed: Vec<(u32, u32)> = (0..n)
-                .map(|i| (i as u32, self.threads[(self.next + i) % self.threads.len()]))
+                .map(|i| (i as u32, threads[(self.next + i) % threads.len()]))
                 .collect();
-            self.next = (self.next + n) % self.threads.len();
+            if !threads.is_empty() {
+                self.next = (self.next + n) % threads.len();
+            }
             for &(cpu, tid) in &placed {
                 m.switch_in(cpu, tid);
             }
-            let slice = left.min(SLICE_TICKS);
+            let until_exit = self
+                .jobs
+                .iter()
+                .filter(|j| !j.exited && j.held.is_none())
+                .filter_map(|j| j.ends_at)
+                .map(|t| t.saturating_sub(self.now))
+                .min();
+            let slice = left
+                .min(u64::from(SLICE_TICKS))
+                .min(until_exit.unwrap_or(u64::MAX))
+                .max(1);
             for _ in 0..slice {
                 m.tick_all();
             }
             for &(cpu, _) in &placed {
                 m.switch_out(cpu);
             }
+            self.now += slice;
             left -= slice;
+            for j in self
+                .jobs
+                .iter_mut()
+                .filter(|j| !j.exited && j.ends_at.is_some_and(|t| t <= self.now))
+            {
+                m.exit(j.pid);
+                j.exited = true;
+            }
         }
     }
 }
@@ -258,6 +337,18 @@ enum Request {
         ticks: u32,
         reply: Sender<()>,
     },
+    Spawn {
+        argv: Vec<String>,
+        reply: Sender<Result<i32, c_int>>,
+    },
+    Release {
+        pid: i32,
+        reply: Sender<Result<(), c_int>>,
+    },
+    Exited {
+        pid: i32,
+        reply: Sender<bool>,
+    },
 }
 
 /// A simulated machine with hwpmc loaded, and this program as one of its
@@ -318,35 +409,46 @@ impl SimTransport {
                 let sysnum = module.syscall_number();
                 let (pid, tid) = m.spawn(Cred::root(), &cfg.comm);
                 let mut log: Option<LogBridge> = None;
-                let mut workload = cfg.workload.map(|w| {
-                    let (pid, threads) = w.start(&m);
-                    Scheduler {
-                        pid,
+                let mut sched = Scheduler {
+                    jobs: Vec::new(),
+                    cpus: cfg.cpus,
+                    next: 0,
+                    now: 0,
+                };
+                if let Some(w) = cfg.workload {
+                    let (wpid, threads) = w.start(&m);
+                    sched.jobs.push(Job {
+                        pid: wpid,
                         threads,
-                        cpus: cfg.cpus,
-                        next: 0,
-                    }
-                });
+                        ends_at: None,
+                        held: None,
+                        exited: false,
+                    });
+                }
                 if cfg.verbose {
                     let mut what = format!(
                         "libpmc: simulated machine: {} CPUs; {} is pid {pid}",
                         cfg.cpus, cfg.comm
                     );
-                    if let (Some(Workload::Work { threads }), Some(s)) =
-                        (cfg.workload, workload.as_ref())
+                    if let (Some(Workload::Work { threads }), Some(j)) =
+                        (cfg.workload, sched.jobs.first())
                     {
                         what += &format!(
                             "; workload /usr/bin/work is pid {} with {threads} threads",
-                            s.pid
+                            j.pid
                         );
                     }
                     eprintln!("{what}");
                 }
-                // Time passes: the workload runs if there is one, else the
-                // program itself, on CPU 0.
-                let mut pass = |m: &Machine, ticks: u32| match workload.as_mut() {
-                    Some(s) => s.run(m, ticks),
-                    None => m.run(tid, 0, ticks),
+                // Time passes: the jobs run if any can, else the program
+                // itself, on CPU 0.
+                let pass = |m: &Machine, sched: &mut Scheduler, ticks: u32| {
+                    if sched.runnable().is_empty() {
+                        m.run(tid, 0, ticks);
+                        sched.now += u64::from(ticks);
+                    } else {
+                        sched.run(m, ticks);
+                    }
                 };
                 let _ = ready_tx.send(Ok(()));
                 // Serve until every transport is gone; the module stays
@@ -355,7 +457,7 @@ impl SimTransport {
                     match req {
                         Request::Call { op, mut arg, reply } => {
                             if cfg.ticks_per_call > 0 {
-                                pass(&m, cfg.ticks_per_call);
+                                pass(&m, &mut sched, cfg.ticks_per_call);
                             }
                             // A log descriptor is one of the program's: the
                             // simulated process gets a file standing for it.
@@ -412,11 +514,58 @@ impl SimTransport {
                             let _ = reply.send((arg, r.map(|_| ())));
                         }
                         Request::Advance { ticks, reply } => {
-                            pass(&m, ticks);
+                            pass(&m, &mut sched, ticks);
                             if let Some(bridge) = log.as_mut() {
                                 bridge.copy_out(&m);
                             }
                             let _ = reply.send(());
+                        }
+                        Request::Spawn { argv, reply } => {
+                            // A command is a child of the program, held
+                            // before its exec.
+                            let r = match Command::parse(&argv, MachineConfig::default().hz) {
+                                Some(cmd) => {
+                                    let (child, first) = m.fork(pid);
+                                    sched.jobs.push(Job {
+                                        pid: child,
+                                        threads: vec![first],
+                                        ends_at: None,
+                                        held: Some(cmd),
+                                        exited: false,
+                                    });
+                                    Ok(child as i32)
+                                }
+                                None => Err(libc::ENOENT),
+                            };
+                            let _ = reply.send(r);
+                        }
+                        Request::Release { pid: child, reply } => {
+                            let now = sched.now;
+                            let r = match sched
+                                .jobs
+                                .iter_mut()
+                                .find(|j| j.pid as i32 == child && j.held.is_some())
+                            {
+                                Some(job) => {
+                                    let cmd = job.held.take().expect("held");
+                                    job.threads = run_work(&m, job.pid, cmd.threads);
+                                    job.ends_at = Some(now + cmd.ticks);
+                                    Ok(())
+                                }
+                                None => Err(libc::ESRCH),
+                            };
+                            if let Some(bridge) = log.as_mut() {
+                                bridge.copy_out(&m);
+                            }
+                            let _ = reply.send(r);
+                        }
+                        Request::Exited { pid: child, reply } => {
+                            let done = sched
+                                .jobs
+                                .iter()
+                                .find(|j| j.pid as i32 == child)
+                                .is_none_or(|j| j.exited);
+                            let _ = reply.send(done);
                         }
                     }
                 }
@@ -447,6 +596,29 @@ impl Transport for SimTransport {
         let (bytes, result) = answer.recv().map_err(|_| libc::ENXIO)?;
         arg.copy_from_slice(&bytes);
         result
+    }
+
+    fn spawn(&self, argv: &[String]) -> Result<i32, c_int> {
+        let (reply, answer) = channel();
+        self.send(Request::Spawn {
+            argv: argv.to_vec(),
+            reply,
+        })?;
+        answer.recv().map_err(|_| libc::ENXIO)?
+    }
+
+    fn release(&self, pid: i32) -> Result<(), c_int> {
+        let (reply, answer) = channel();
+        self.send(Request::Release { pid, reply })?;
+        answer.recv().map_err(|_| libc::ENXIO)?
+    }
+
+    fn exited(&self, pid: i32) -> bool {
+        let (reply, answer) = channel();
+        if self.send(Request::Exited { pid, reply }).is_err() {
+            return true;
+        }
+        answer.recv().unwrap_or(true)
     }
 
     fn sleep(&self, duration: std::time::Duration) {

@@ -588,12 +588,6 @@ fn check(a: &Args) -> Result<(), Exit> {
             "ERROR: option -O is required if counting and sampling PMCs are specified together.",
         );
     }
-    if has_command {
-        return Err(errx(
-            EX_USAGE,
-            "ERROR: running a command is not implemented yet; measure a running process with -t pid or the system with -s/-S.",
-        ));
-    }
     Ok(())
 }
 
@@ -786,6 +780,28 @@ fn values(pmc: &Pmc, events: &mut [Event]) -> Result<String, Exit> {
     Ok(line)
 }
 
+/// One line of counting output, after the header when one is due.
+fn print_line(
+    out: &mut PrintFile,
+    linecount: &mut usize,
+    height: usize,
+    events: &mut [Event],
+    pmc: &Pmc,
+) -> Result<(), Exit> {
+    *linecount += 1;
+    if *linecount > height {
+        out.write_str("\n");
+        *linecount = 1;
+    }
+    if *linecount == 1 {
+        out.write_str(&header(events));
+    }
+    out.write_str("\n");
+    out.write_str(&values(pmc, events)?);
+    out.flush();
+    Ok(())
+}
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
@@ -865,7 +881,22 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     set_widths(pmc, &mut a.events);
     let height = display_height(&printfile);
     let stats_before = pmc.driver_stats().ok();
-    if a.has_target {
+    // The command's process, created before the attach and held until
+    // its PMCs run.
+    let command = if a.command.is_empty() {
+        None
+    } else {
+        let pid = pmc.transport().spawn(&a.command).map_err(|e| {
+            err(
+                EX_OSERR,
+                format!("ERROR: execvp \"{}\" failed", a.command[0]),
+                e,
+            )
+        })?;
+        a.targets.insert(0, pid);
+        Some(pid)
+    };
+    if a.has_target || command.is_some() {
         let mut attached = 0;
         for &pid in &a.targets {
             for e in a.events.iter().filter(|e| e.mode.is_virtual()) {
@@ -899,6 +930,11 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     }
     // SAFETY: the handler only stores to an atomic.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    if let Some(pid) = command {
+        pmc.transport()
+            .release(pid)
+            .map_err(|e| err(EX_OSERR, "ERROR (parent): write of token failed", e))?;
+    }
 
     let print_counts = a.has_counting && a.required & REQ_OUTPUT_LOGFILE == 0;
     let mut linecount = 0usize;
@@ -908,30 +944,34 @@ fn measure(mut a: Args) -> Result<(), Exit> {
             Some(d) => a.interval.min(d - elapsed),
             None => a.interval,
         };
-        // Wait in slices so that an interrupt ends the run at once.
+        // Wait in slices so that an interrupt or the command's exit ends
+        // the run at once.
         let mut waited = 0.0f64;
+        let mut command_done = false;
         while waited < step - 1e-9 && !INTERRUPTED.load(Ordering::SeqCst) {
             let slice = (step - waited).min(0.1);
             pmc.transport().sleep(Duration::from_secs_f64(slice));
             waited += slice;
+            if command.is_some_and(|pid| pmc.transport().exited(pid)) {
+                command_done = true;
+                break;
+            }
         }
         elapsed += waited;
+        // When the command exits, the counts are printed a last time and
+        // the run ends.
+        if command_done {
+            if print_counts {
+                print_line(&mut printfile, &mut linecount, height, &mut a.events, pmc)?;
+            }
+            break;
+        }
         // FreeBSD prints nothing more after an interrupt.
         if INTERRUPTED.load(Ordering::SeqCst) {
             break;
         }
         if print_counts {
-            linecount += 1;
-            if linecount > height {
-                printfile.write_str("\n");
-                linecount = 1;
-            }
-            if linecount == 1 {
-                printfile.write_str(&header(&a.events));
-            }
-            printfile.write_str("\n");
-            printfile.write_str(&values(pmc, &mut a.events)?);
-            printfile.flush();
+            print_line(&mut printfile, &mut linecount, height, &mut a.events, pmc)?;
         }
         if a.duration.is_some_and(|d| elapsed >= d - 1e-9) {
             break;

@@ -358,3 +358,41 @@ fn workload_names() {
         assert_eq!(Workload::parse(bad), None, "{bad:?}");
     }
 }
+
+#[test]
+fn process_sampling_of_the_workload() {
+    use std::os::fd::AsRawFd;
+    use uapi::pmclog::PmclogType as T;
+    for (with_set, flags) in [(false, 0), (true, 0), (false, PmcFlags::CALLCHAIN.bits())] {
+        let t = SimTransport::boot(SimConfig {
+            cpus: 4,
+            comm: "pmc_api".into(),
+            ticks_per_call: 0,
+            workload: Some(pmc::libpmc_sim::Workload::Work { threads: 1 }),
+            verbose: false,
+        })
+        .unwrap();
+        let pmc = Pmc::init(Box::new(t)).unwrap();
+        let path = std::env::temp_dir().join(format!("pmc-api-ts-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        pmc.configure_logfile(file.as_raw_fd()).unwrap();
+        let id = pmc
+            .allocate("SOFT-CLOCK.HARD", PmcMode::Ts.raw(), flags, -1, 1000)
+            .unwrap();
+        if with_set {
+            pmc.set(id, 1000).unwrap();
+        }
+        pmc.attach(id, 102).unwrap();
+        pmc.start(id).unwrap();
+        pmc.transport().advance(3500);
+        pmc.stop(id).unwrap();
+        pmc.close_logfile().unwrap();
+        let types = log_events(&std::fs::read(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            types.iter().filter(|&&t| t == T::Callchain.raw()).count(),
+            3,
+            "set {with_set} flags {flags:#x}: {types:?}"
+        );
+    }
+}

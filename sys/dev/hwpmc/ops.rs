@@ -42,6 +42,11 @@ fn width_mask(width: u32) -> u64 {
     }
 }
 
+/// The saved count of a process sampling PMC switched out with nothing
+/// left to count: it samples on its next event. (A saved 0 means no count
+/// was saved, and the reload count is used.)
+const ARMED_AT_ZERO: u64 = u64::MAX;
+
 impl Hwpmc {
     pub(crate) fn dispatch(&self, op: PmcOp, arg: UserPtr) -> KResult<()> {
         if op == PmcOp::Getpmcinfo {
@@ -1159,7 +1164,11 @@ impl Hwpmc {
                     Some(t) => core::mem::take(&mut t.vals[ri]),
                     None => core::mem::replace(&mut pp.slots[ri].pmcval, v.reloadcount),
                 };
-                if left > 0 { left } else { v.reloadcount }
+                match left {
+                    ARMED_AT_ZERO => 0,
+                    0 => v.reloadcount,
+                    left => left,
+                }
             } else {
                 v.savedvalue
             };
@@ -1203,9 +1212,12 @@ impl Hwpmc {
                 if pm.mode == PmcMode::Ts {
                     // The remaining count belongs to the thread.
                     let tid = kpi::proc::curthread();
+                    // A counter switched out at zero samples on its next
+                    // event; 0 in a descriptor means "nothing saved".
+                    let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
                     match pp.thread_mut(tid) {
-                        Some(t) => t.vals[ri] = hw,
-                        None => pp.slots[ri].pmcval = hw,
+                        Some(t) => t.vals[ri] = saved,
+                        None => pp.slots[ri].pmcval = saved,
                     }
                 }
                 let slot = &mut pp.slots[ri];

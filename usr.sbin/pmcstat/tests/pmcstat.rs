@@ -420,9 +420,9 @@ fn freebsds_argument_checks() {
             "ERROR: -t with a regular expression (\"make\") is not implemented yet.",
         ),
         (
-            &["-s", "TSC", "true"],
-            64,
-            "ERROR: running a command is not implemented yet",
+            &["-s", "TSC", "nosuch"],
+            71,
+            "ERROR: execvp \"nosuch\" failed: No such file or directory",
         ),
         (
             &["-L"],
@@ -614,4 +614,72 @@ fn system_wide_sampling_of_the_workload() {
         assert!((0x40_0000..0x50_0000).contains(&pc), "{}", lines[i + 1]);
     }
     assert_eq!(per_cpu, [3, 3, 3, 3]);
+}
+
+#[test]
+fn counting_a_command_until_it_exits() {
+    // `work 2.5 2`: two threads for 2.5 simulated seconds, 1000 clock
+    // ticks per second each.
+    let o = pmcstat(&["-p", "SOFT-CLOCK.HARD", "-w", "1", "work", "2.5", "2"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let values: Vec<u64> = err
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        [2000, 2000, 1000],
+        "a line a second, and the last at the exit: {err:?}"
+    );
+    assert!(
+        err.ends_with(" \n"),
+        "the final line, then FreeBSD's extra newline: {err:?}"
+    );
+}
+
+#[test]
+fn sampling_a_command() {
+    let log = tmp("command.log");
+    let o = pmcstat(&[
+        "-n",
+        "1000",
+        "-P",
+        "SOFT-CLOCK.HARD",
+        "-O",
+        &log,
+        "work",
+        "2",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = pmcstat(&["-R", &log]);
+    std::fs::remove_file(&log).unwrap();
+    let dump = text(&o.stdout);
+    let lines: Vec<&str> = dump.lines().collect();
+    // The command is attached before it runs, then execs /usr/bin/work.
+    let attach = lines
+        .iter()
+        .find(|l| l.starts_with("attach "))
+        .expect("the attach record");
+    let pid = attach.split_whitespace().nth(2).unwrap();
+    assert!(
+        lines.iter().any(|l| l.starts_with("exec ")
+            && l.split_whitespace().nth(2) == Some(pid)
+            && l.ends_with("\"/usr/bin/work\"")),
+        "{dump}"
+    );
+    // Three threads of 2000 events each: one sample each at a count of
+    // 1000 (the first sample comes at event 1001).
+    let chains: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("callchain "))
+        .collect();
+    assert_eq!(chains.len(), 3, "{dump}");
+    assert!(
+        chains
+            .iter()
+            .all(|l| l.split_whitespace().nth(1) == Some(pid))
+    );
 }

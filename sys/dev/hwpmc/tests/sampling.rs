@@ -365,3 +365,38 @@ fn each_thread_of_a_target_keeps_its_own_sampling_count() {
     s.m.thread_exit(second.tid);
     s.finish();
 }
+
+/// A process sampling PMC keeps its remaining count across context
+/// switches, also when a switch comes exactly as the count reaches zero
+/// (slices that divide the count): 3500 events at a count of 1000 give
+/// three samples however the thread's time is cut.
+#[test]
+fn process_sampling_counts_survive_context_switches() {
+    for slice in [3500u32, 700, 500, 100, 10, 1] {
+        let s = Sim::new();
+        let owner = s.root();
+        let fd = s.open(owner, ksim::FileKind::Regular, true);
+        s.configurelog(owner, fd, 0).unwrap();
+        let worker = s.root();
+        let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+        a.pm_class = PmcClass::Soft.raw();
+        a.pm_ev = s.soft("CLOCK.HARD");
+        a.pm_mode = PmcMode::Ts.raw();
+        a.pm_cpu = PMC_CPU_ANY;
+        a.pm_caps = PmcCaps::READ.bits();
+        a.pm_count = 1000;
+        let id = s.allocate_raw(owner, &a).unwrap();
+        s.attach(owner, id, worker.pid as i32).unwrap();
+        s.start(owner, id).unwrap();
+        for i in 0..3500 / slice {
+            s.run(worker, i % 2, slice);
+        }
+        s.configurelog(owner, -1, 0).unwrap();
+        let data = s.file(owner, fd);
+        let samples = uapi::pmclog::records(&data)
+            .filter(|r| r.as_ref().unwrap().kind() == uapi::pmclog::PmclogType::Callchain)
+            .count();
+        assert_eq!(samples, 3, "slices of {slice} ticks");
+        s.finish();
+    }
+}
