@@ -227,8 +227,12 @@ impl Pmc {
                 .map(|e| e.code)
         };
         // A class prefix restricts the search to that class.
+        // Compared as bytes: the prefixes are ASCII, so a match ends on a
+        // character boundary whatever the rest of the text is.
         let prefixed = self.classes.iter().find(|c| {
-            name.len() >= c.prefix.len() && name[..c.prefix.len()].eq_ignore_ascii_case(c.prefix)
+            name.as_bytes()
+                .get(..c.prefix.len())
+                .is_some_and(|b| b.eq_ignore_ascii_case(c.prefix.as_bytes()))
         });
         let (class, code) = match prefixed {
             Some(c) => (c, find(c, &name[c.prefix.len()..]).ok_or(libc::EINVAL)?),

@@ -101,6 +101,8 @@ fn specifications_become_allocation_requests() {
             "{spec}"
         );
     }
+    // The last two are not ASCII (the event_spec fuzz target found that
+    // the first used to panic).
     for bad in [
         "",
         "NO-SUCH-EVENT",
@@ -108,6 +110,8 @@ fn specifications_become_allocation_requests() {
         "TSC,usr",
         "SOFT-",
         "K8-FP_DISPATCHED_FPU_OPS",
+        "SO\u{20ac}X",
+        "\u{1F600}",
     ] {
         assert_eq!(
             pmc.parse_spec(bad, PmcMode::Sc, 0, 0, 0).unwrap_err(),
