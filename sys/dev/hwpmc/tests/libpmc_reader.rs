@@ -190,3 +190,283 @@ fn driver_values_arrive_in_the_event_union() {
         "call chain, fork, user data and context switch were all checked"
     );
 }
+
+/// One session that makes the driver write every record type: a TSC
+/// counter (PMCALLOCATE), a system sampler on a tiny ring (PROC_CREATE,
+/// THR_CREATE/THR_EXIT, MAP_IN/MAP_OUT of mmap and modules, SYSEXIT,
+/// CALLCHAIN, DROPNOTIFY), a counting PMC on a target with its
+/// descendants (PMCATTACH, PROCCSW, PROCFORK, PROCEXEC, PROCEXIT,
+/// PMCDETACH), user data, and the close.
+fn every_record_log() -> Vec<u8> {
+    let s = Sim::with(
+        ksim::MachineConfig::default(),
+        &[("kern.hwpmc.nsamples", "4"), ("kern.hwpmc.mincount", "1")],
+    );
+    let owner = s.root();
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    let tsc = s
+        .allocate(
+            owner,
+            PmcClass::Tsc,
+            uapi::pmc_events::PMC_EV_TSC_TSC,
+            PmcMode::Sc,
+            2,
+            PmcFlags::empty(),
+        )
+        .unwrap();
+    // The counting PMC on a target and its descendants, first: an owner
+    // with a system sampler hears of execs as mappings instead.
+    let target = s.root();
+    let ev = s.soft("CLOCK.HARD");
+    let flags = PmcFlags::DESCENDANTS | PmcFlags::LOG_PROCCSW | PmcFlags::LOG_PROCEXIT;
+    let tc = s
+        .allocate(owner, PmcClass::Soft, ev, PmcMode::Tc, 0, flags)
+        .unwrap();
+    s.attach(owner, tc, target.pid as i32).unwrap();
+    s.start(owner, tc).unwrap();
+    s.run(target, 1, 4);
+    let child = s.fork(target);
+    s.run(child, 2, 3);
+    s.m.exec(child.pid, "/usr/bin/cc", None);
+    // The system sampler: a sample per page fault on CPU 0.
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Soft.raw();
+    a.pm_ev = s.soft("PAGE_FAULT.ALL");
+    a.pm_mode = PmcMode::Ss.raw();
+    a.pm_cpu = 0;
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = 1;
+    let ss = s.allocate_raw(owner, &a).unwrap();
+    s.start(owner, ss).unwrap();
+    // More faults in one tick than the ring holds: a drop.
+    let w = s.root();
+    s.m.switch_in(0, w.tid);
+    for _ in 0..10 {
+        s.m.soft_event(0, "PAGE_FAULT.ALL");
+    }
+    s.m.tick(0);
+    s.m.soft_event(0, "PAGE_FAULT.ALL");
+    s.m.switch_out(0);
+    s.m.mmap(child.pid, "/lib/libc.so.7", 0x8_0000_0000, 0x10_0000);
+    s.m.munmap(child.pid, 0x8_0000_0000, 0x10_0000);
+    let t = s.m.thread_create(child.pid);
+    s.m.thread_exit(t);
+    s.m.kld_load(
+        owner.tid,
+        "/boot/kernel/if_em.ko",
+        0xffff_ffff_8300_0000,
+        0x4_0000,
+    );
+    s.m.kld_unload(owner.tid, 0xffff_ffff_8300_0000);
+    s.writelog(owner, 77).unwrap();
+    s.m.exit(child.pid);
+    s.detach(owner, tc, target.pid as i32).unwrap();
+    let _ = tsc;
+    s.configurelog(owner, -1, 0).unwrap();
+    let data = s.file(owner, fd);
+    s.finish();
+    data
+}
+
+#[test]
+fn every_record_type_the_driver_writes_reads_back_through_pmclog_read() {
+    let log = every_record_log();
+    let recs: Vec<_> = records(&log).collect::<Result<_, _>>().unwrap();
+    let mut kinds: Vec<PmclogType> = recs.iter().map(|r| r.kind()).collect();
+    kinds.sort();
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        PmclogType::ALL,
+        "the session writes every record type"
+    );
+
+    // Fed in uneven pieces, the reader gives each record with the values
+    // the decoder finds in its bytes.
+    let mut parser = Parser::new(PMCLOG_FD_NONE);
+    let mut ev = PmclogEv::zeroed();
+    let mut rest = &log[..];
+    let mut offset = 0usize;
+    for rec in &recs {
+        let state = loop {
+            match parser.read(&mut ev) {
+                PmclogState::RequireData if !rest.is_empty() => {
+                    let n = 13.min(rest.len());
+                    parser.feed(&rest[..n]);
+                    rest = &rest[n..];
+                }
+                state => break state,
+            }
+        };
+        if rec.kind() == PmclogType::Closelog {
+            assert_eq!(state, PmclogState::Eof);
+            break;
+        }
+        assert_eq!(state, PmclogState::Ok, "{:?}", rec.kind());
+        let len = ev.pl_len as usize;
+        // SAFETY: pl_data holds pl_len bytes until the next read.
+        let bytes = unsafe { core::slice::from_raw_parts(ev.pl_data.cast::<u8>(), len) };
+        assert_eq!(bytes, &log[offset..offset + len]);
+        offset += len;
+        assert_eq!(
+            (ev.pl_type, ev.pl_ts.tv_sec as u64, ev.pl_offset as usize),
+            (rec.kind().raw(), rec.tsc, offset)
+        );
+        // SAFETY: each arm reads the member of the record's type.
+        unsafe {
+            let u = &ev.pl_u;
+            let cstr = |a: &[core::ffi::c_char]| {
+                a.iter()
+                    .take_while(|&&c| c != 0)
+                    .map(|&c| c as u8)
+                    .collect::<Vec<u8>>()
+            };
+            match rec.body {
+                PmclogBody::Initialize {
+                    version,
+                    cpu,
+                    tsc_freq,
+                    ts,
+                    cpuid,
+                } => {
+                    assert_eq!(
+                        (
+                            u.pl_i.pl_version,
+                            u.pl_i.pl_arch,
+                            u.pl_i.pl_tsc_freq,
+                            u.pl_i.pl_ts
+                        ),
+                        (version, cpu, tsc_freq, ts)
+                    );
+                    assert_eq!(cstr(&u.pl_i.pl_cpuid), cpuid);
+                }
+                PmclogBody::Pmcallocate {
+                    pmcid,
+                    event,
+                    flags,
+                    rate,
+                } => {
+                    let x = u.pl_a;
+                    assert_eq!(
+                        (x.pl_pmcid, x.pl_event, x.pl_flags, x.pl_rate),
+                        (pmcid, event, flags, rate)
+                    );
+                    assert_eq!(core::ffi::CStr::from_ptr(x.pl_evname).to_bytes(), b"TSC");
+                }
+                PmclogBody::Pmcallocatedyn {
+                    pmcid,
+                    event,
+                    flags,
+                    evname,
+                } => {
+                    assert_eq!(
+                        (u.pl_ad.pl_pmcid, u.pl_ad.pl_event, u.pl_ad.pl_flags),
+                        (pmcid, event, flags)
+                    );
+                    assert_eq!(cstr(&u.pl_ad.pl_evname), evname);
+                }
+                PmclogBody::Pmcattach {
+                    pmcid,
+                    pid,
+                    pathname,
+                } => {
+                    assert_eq!((u.pl_t.pl_pmcid, u.pl_t.pl_pid), (pmcid, pid as i32));
+                    assert_eq!(cstr(&u.pl_t.pl_pathname), pathname);
+                }
+                PmclogBody::Pmcdetach { pmcid, pid } => {
+                    assert_eq!((u.pl_d.pl_pmcid, u.pl_d.pl_pid), (pmcid, pid as i32))
+                }
+                PmclogBody::Proccsw {
+                    value,
+                    pmcid,
+                    pid,
+                    tid,
+                } => {
+                    let c = u.pl_c;
+                    assert_eq!(
+                        (c.pl_value, c.pl_pmcid, c.pl_pid, c.pl_tid),
+                        (value, pmcid, pid as i32, tid as i32)
+                    );
+                }
+                PmclogBody::Procexec {
+                    pid,
+                    pmcid,
+                    base,
+                    dyn_base,
+                    pathname,
+                } => {
+                    let x = &u.pl_x;
+                    assert_eq!(
+                        (x.pl_pid, x.pl_pmcid, x.pl_baseaddr, x.pl_dynaddr),
+                        (pid as i32, pmcid, base, dyn_base)
+                    );
+                    assert_eq!(cstr(&x.pl_pathname), pathname);
+                }
+                PmclogBody::Procexit { pmcid, pid, value } => {
+                    let e = u.pl_e;
+                    assert_eq!((e.pl_pmcid, e.pl_pid, e.pl_value), (pmcid, pid, value));
+                }
+                PmclogBody::Procfork { oldpid, newpid } => assert_eq!(
+                    (u.pl_f.pl_oldpid, u.pl_f.pl_newpid),
+                    (oldpid as i32, newpid as i32)
+                ),
+                PmclogBody::Sysexit { pid } => assert_eq!(u.pl_se.pl_pid, pid as i32),
+                PmclogBody::Userdata { userdata } => assert_eq!(u.pl_u.pl_userdata, userdata),
+                PmclogBody::MapIn {
+                    pid,
+                    start,
+                    pathname,
+                } => {
+                    assert_eq!((u.pl_mi.pl_pid, u.pl_mi.pl_start), (pid as i32, start));
+                    assert_eq!(cstr(&u.pl_mi.pl_pathname), pathname);
+                }
+                PmclogBody::MapOut { pid, start, end } => assert_eq!(
+                    (u.pl_mo.pl_pid, u.pl_mo.pl_start, u.pl_mo.pl_end),
+                    (pid as i32, start, end)
+                ),
+                PmclogBody::Callchain {
+                    pid,
+                    tid,
+                    pmcid,
+                    cpuflags,
+                    pcs,
+                } => {
+                    let c = &u.pl_cc;
+                    assert_eq!(
+                        (
+                            c.pl_pid,
+                            c.pl_tid,
+                            c.pl_pmcid,
+                            c.pl_cpuflags,
+                            c.pl_npc as usize
+                        ),
+                        (pid, tid, pmcid, cpuflags, pcs.len())
+                    );
+                    assert!(pcs.iter().eq(c.pl_pc[..pcs.len()].iter().copied()));
+                    assert!(c.pl_pc[pcs.len()..].iter().all(|&pc| pc == 0));
+                }
+                PmclogBody::ThrCreate {
+                    tid,
+                    pid,
+                    flags,
+                    tdname,
+                } => {
+                    assert_eq!(
+                        (u.pl_tc.pl_tid, u.pl_tc.pl_pid, u.pl_tc.pl_flags),
+                        (tid as i32, pid as i32, flags)
+                    );
+                    assert_eq!(cstr(&u.pl_tc.pl_tdname), tdname);
+                }
+                PmclogBody::ThrExit { tid } => assert_eq!(u.pl_te.pl_tid, tid as i32),
+                PmclogBody::ProcCreate { pid, flags, pcomm } => {
+                    assert_eq!((u.pl_pc.pl_pid, u.pl_pc.pl_flags), (pid as i32, flags));
+                    assert_eq!(cstr(&u.pl_pc.pl_pcomm), pcomm);
+                }
+                PmclogBody::Dropnotify => {}
+                PmclogBody::Closelog => unreachable!("CLOSELOG ends the log"),
+            }
+        }
+    }
+    assert!(rest.is_empty() || parser.read(&mut ev) == PmclogState::Eof);
+}
