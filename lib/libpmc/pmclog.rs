@@ -20,7 +20,7 @@ use std::ffi::CString;
 use std::sync::OnceLock;
 
 use uapi::pmc::{PMC_CALLCHAIN_DEPTH_MAX, PMC_NAME_MAX};
-use uapi::pmclog::{PmclogBody, PmclogDecodeError, PmclogType, Timespec, decode};
+use uapi::pmclog::{PcList, PmclogBody, PmclogDecodeError, PmclogType, Timespec, decode};
 use uapi::{MAXCOMLEN, PATH_MAX};
 
 /// `enum pmclog_state`.
@@ -188,6 +188,142 @@ impl PmclogEv {
         // SAFETY: PmclogEv is integers, arrays of them and a raw pointer:
         // all-zero bytes are a valid value of each.
         Box::new(unsafe { core::mem::MaybeUninit::<PmclogEv>::zeroed().assume_init() })
+    }
+
+    /// The contents of the event as `uapi` describes a record (strings up
+    /// to their NUL), for Rust users of the reader; None when `pl_type`
+    /// is not a record type. PMCALLOCATE's event name is not part of it.
+    pub fn body(&self) -> Option<PmclogBody<'_>> {
+        fn text(chars: &[c_char]) -> &[u8] {
+            // SAFETY: c_char and u8 have the same size and alignment and
+            // every bit pattern is valid for both.
+            let bytes =
+                unsafe { core::slice::from_raw_parts(chars.as_ptr().cast::<u8>(), chars.len()) };
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            &bytes[..end]
+        }
+        use PmclogBody as B;
+        let u = &self.pl_u;
+        // SAFETY: each arm reads the union member that pl_type selects, as
+        // the reader filled it (or as a caller that set pl_type did).
+        Some(unsafe {
+            match PmclogType::from_raw(self.pl_type)? {
+                PmclogType::Closelog => B::Closelog,
+                PmclogType::Dropnotify => B::Dropnotify,
+                PmclogType::Initialize => {
+                    let i = &u.pl_i;
+                    B::Initialize {
+                        version: i.pl_version,
+                        cpu: i.pl_arch,
+                        tsc_freq: i.pl_tsc_freq,
+                        ts: i.pl_ts,
+                        cpuid: text(&i.pl_cpuid),
+                    }
+                }
+                PmclogType::Pmcallocate => {
+                    let a = &u.pl_a;
+                    B::Pmcallocate {
+                        pmcid: a.pl_pmcid,
+                        event: a.pl_event,
+                        flags: a.pl_flags,
+                        rate: a.pl_rate,
+                    }
+                }
+                PmclogType::Pmcallocatedyn => {
+                    let a = &u.pl_ad;
+                    B::Pmcallocatedyn {
+                        pmcid: a.pl_pmcid,
+                        event: a.pl_event,
+                        flags: a.pl_flags,
+                        evname: text(&a.pl_evname),
+                    }
+                }
+                PmclogType::Pmcattach => B::Pmcattach {
+                    pmcid: u.pl_t.pl_pmcid,
+                    pid: u.pl_t.pl_pid as u32,
+                    pathname: text(&u.pl_t.pl_pathname),
+                },
+                PmclogType::Pmcdetach => B::Pmcdetach {
+                    pmcid: u.pl_d.pl_pmcid,
+                    pid: u.pl_d.pl_pid as u32,
+                },
+                PmclogType::Proccsw => {
+                    let c = &u.pl_c;
+                    B::Proccsw {
+                        value: c.pl_value,
+                        pmcid: c.pl_pmcid,
+                        pid: c.pl_pid as u32,
+                        tid: c.pl_tid as u32,
+                    }
+                }
+                PmclogType::Procexec => {
+                    let x = &u.pl_x;
+                    B::Procexec {
+                        pid: x.pl_pid as u32,
+                        pmcid: x.pl_pmcid,
+                        base: x.pl_baseaddr,
+                        dyn_base: x.pl_dynaddr,
+                        pathname: text(&x.pl_pathname),
+                    }
+                }
+                PmclogType::Procexit => B::Procexit {
+                    pmcid: u.pl_e.pl_pmcid,
+                    pid: u.pl_e.pl_pid,
+                    value: u.pl_e.pl_value,
+                },
+                PmclogType::Procfork => B::Procfork {
+                    oldpid: u.pl_f.pl_oldpid as u32,
+                    newpid: u.pl_f.pl_newpid as u32,
+                },
+                PmclogType::Sysexit => B::Sysexit {
+                    pid: u.pl_se.pl_pid as u32,
+                },
+                PmclogType::Userdata => B::Userdata {
+                    userdata: u.pl_u.pl_userdata,
+                },
+                PmclogType::MapIn => B::MapIn {
+                    pid: u.pl_mi.pl_pid as u32,
+                    start: u.pl_mi.pl_start,
+                    pathname: text(&u.pl_mi.pl_pathname),
+                },
+                PmclogType::MapOut => B::MapOut {
+                    pid: u.pl_mo.pl_pid as u32,
+                    start: u.pl_mo.pl_start,
+                    end: u.pl_mo.pl_end,
+                },
+                PmclogType::Callchain => {
+                    let c = &u.pl_cc;
+                    let n = (c.pl_npc as usize).min(PMC_CALLCHAIN_DEPTH_MAX);
+                    B::Callchain {
+                        pid: c.pl_pid,
+                        tid: c.pl_tid,
+                        pmcid: c.pl_pmcid,
+                        cpuflags: c.pl_cpuflags,
+                        pcs: PcList::from_words(&c.pl_pc[..n]),
+                    }
+                }
+                PmclogType::ThrCreate => {
+                    let t = &u.pl_tc;
+                    B::ThrCreate {
+                        tid: t.pl_tid as u32,
+                        pid: t.pl_pid as u32,
+                        flags: t.pl_flags,
+                        tdname: text(&t.pl_tdname),
+                    }
+                }
+                PmclogType::ThrExit => B::ThrExit {
+                    tid: u.pl_te.pl_tid as u32,
+                },
+                PmclogType::ProcCreate => {
+                    let p = &u.pl_pc;
+                    B::ProcCreate {
+                        pid: p.pl_pid as u32,
+                        flags: p.pl_flags,
+                        pcomm: text(&p.pl_pcomm),
+                    }
+                }
+            }
+        })
     }
 }
 
