@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The libpmc.a built with this test: cargo builds the library's
-/// static archive beside the test binary (target/<profile>/deps) without
-/// always copying it up, so take the newest archive of either place.
+/// static archive beside the test binary (target/<profile>/deps, named
+/// with or without a hash) without always copying it up, so take the
+/// newest archive of either place.
 fn static_library() -> PathBuf {
     let deps = std::env::current_exe()
         .unwrap()
@@ -19,7 +20,7 @@ fn static_library() -> PathBuf {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().unwrap().to_string_lossy();
-            name.starts_with("libpmc-") && name.ends_with(".a")
+            name == "libpmc.a" || (name.starts_with("libpmc-") && name.ends_with(".a"))
         })
         .collect();
     candidates.push(deps.parent().unwrap().join("libpmc.a"));
