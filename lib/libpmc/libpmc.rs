@@ -93,6 +93,7 @@ pub fn library_handle() -> Result<&'static Pmc, Errno> {
 
 /// `pmc_init`: connects to hwpmc through the transport the environment
 /// selects (see [`transport::from_environment`]).
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_init() -> c_int {
     let _guard = INIT.lock().unwrap_or_else(|e| e.into_inner());
@@ -112,6 +113,7 @@ pub extern "C" fn pmc_init() -> c_int {
 ///
 /// # Safety
 /// `ctrspec` is a NUL-terminated string; `pmcid` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_allocate(
     ctrspec: *const c_char,
@@ -138,6 +140,7 @@ pub unsafe extern "C" fn pmc_allocate(
 macro_rules! id_op {
     ($(#[$m:meta])* $name:ident => $method:ident) => {
         $(#[$m])*
+        // SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
         #[unsafe(no_mangle)]
         pub extern "C" fn $name(pmc: PmcId) -> c_int {
             with_library(|l| l.$method(pmc))
@@ -152,12 +155,14 @@ id_op!(/// `pmc_release`.
     pmc_release => release);
 
 /// `pmc_attach`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_attach(pmc: PmcId, pid: libc::pid_t) -> c_int {
     with_library(|l| l.attach(pmc, pid))
 }
 
 /// `pmc_detach`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_detach(pmc: PmcId, pid: libc::pid_t) -> c_int {
     with_library(|l| l.detach(pmc, pid))
@@ -167,6 +172,7 @@ pub extern "C" fn pmc_detach(pmc: PmcId, pid: libc::pid_t) -> c_int {
 ///
 /// # Safety
 /// `value` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_read(pmc: PmcId, value: *mut PmcValue) -> c_int {
     with_library(|l| {
@@ -176,6 +182,7 @@ pub unsafe extern "C" fn pmc_read(pmc: PmcId, value: *mut PmcValue) -> c_int {
 }
 
 /// `pmc_write`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_write(pmc: PmcId, value: PmcValue) -> c_int {
     with_library(|l| l.write(pmc, value))
@@ -185,6 +192,7 @@ pub extern "C" fn pmc_write(pmc: PmcId, value: PmcValue) -> c_int {
 ///
 /// # Safety
 /// `oldvalue` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_rw(pmc: PmcId, newvalue: PmcValue, oldvalue: *mut PmcValue) -> c_int {
     with_library(|l| {
@@ -194,6 +202,7 @@ pub unsafe extern "C" fn pmc_rw(pmc: PmcId, newvalue: PmcValue, oldvalue: *mut P
 }
 
 /// `pmc_set`: the initial (counting) or reload (sampling) count.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_set(pmc: PmcId, value: PmcValue) -> c_int {
     with_library(|l| l.set(pmc, value))
@@ -203,6 +212,7 @@ pub extern "C" fn pmc_set(pmc: PmcId, value: PmcValue) -> c_int {
 ///
 /// # Safety
 /// `caps` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_capabilities(pmc: PmcId, caps: *mut u32) -> c_int {
     with_library(|l| {
@@ -215,6 +225,7 @@ pub unsafe extern "C" fn pmc_capabilities(pmc: PmcId, caps: *mut u32) -> c_int {
 ///
 /// # Safety
 /// `width` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_width(pmc: PmcId, width: *mut u32) -> c_int {
     with_library(|l| {
@@ -224,24 +235,28 @@ pub unsafe extern "C" fn pmc_width(pmc: PmcId, width: *mut u32) -> c_int {
 }
 
 /// `pmc_configure_logfile`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_configure_logfile(fd: c_int) -> c_int {
     with_library(|l| l.configure_logfile(fd))
 }
 
 /// `pmc_flush_logfile`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_flush_logfile() -> c_int {
     with_library(|l| l.flush_logfile())
 }
 
 /// `pmc_close_logfile`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_close_logfile() -> c_int {
     with_library(|l| l.close_logfile())
 }
 
 /// `pmc_writelog`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_writelog(userdata: u32) -> c_int {
     with_library(|l| l.writelog(userdata))
@@ -251,6 +266,7 @@ pub extern "C" fn pmc_writelog(userdata: u32) -> c_int {
 ///
 /// # Safety
 /// `stats` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_get_driver_stats(stats: *mut pmc::PmcDriverstats) -> c_int {
     with_library(|l| {
@@ -263,6 +279,7 @@ pub unsafe extern "C" fn pmc_get_driver_stats(stats: *mut pmc::PmcDriverstats) -
 ///
 /// # Safety
 /// `msr` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_get_msr(pmc: PmcId, msr: *mut u32) -> c_int {
     with_library(|l| {
@@ -272,12 +289,14 @@ pub unsafe extern "C" fn pmc_get_msr(pmc: PmcId, msr: *mut u32) -> c_int {
 }
 
 /// `pmc_enable`: makes a row available (PMCADMIN to FREE).
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_enable(cpu: c_int, pmc: c_int) -> c_int {
     with_library(|l| l.admin(cpu, pmc, PmcState::Free))
 }
 
 /// `pmc_disable`: withdraws a row (PMCADMIN to DISABLED).
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_disable(cpu: c_int, pmc: c_int) -> c_int {
     with_library(|l| l.admin(cpu, pmc, PmcState::Disabled))
@@ -287,12 +306,14 @@ pub extern "C" fn pmc_disable(cpu: c_int, pmc: c_int) -> c_int {
 ///
 /// # Safety
 /// `cpuinfo` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_cpuinfo(cpuinfo: *mut *const PmcOpGetcpuinfo) -> c_int {
     with_library(|l| out(cpuinfo, l.cpuinfo() as *const _))
 }
 
 /// `pmc_ncpu`: CPUs the driver knows, or -1 with ENXIO before `pmc_init`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_ncpu() -> c_int {
     match library() {
@@ -305,6 +326,7 @@ pub extern "C" fn pmc_ncpu() -> c_int {
 }
 
 /// `pmc_npmc`: rows per CPU; EINVAL for a CPU out of range.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_npmc(cpu: c_int) -> c_int {
     match library() {
@@ -325,6 +347,7 @@ pub extern "C" fn pmc_npmc(cpu: c_int) -> c_int {
 ///
 /// # Safety
 /// `info` is writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_pmcinfo(cpu: c_int, info: *mut *mut PmcOpGetpmcinfo) -> c_int {
     with_library(|l| {
@@ -362,6 +385,7 @@ pub unsafe extern "C" fn pmc_pmcinfo(cpu: c_int, info: *mut *mut PmcOpGetpmcinfo
 ///
 /// # Safety
 /// `names` and `nevents` are writable.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmc_event_names_of_class(
     class: c_uint,
@@ -414,6 +438,7 @@ fn name_or_einval(name: Option<&str>) -> *const c_char {
 }
 
 /// `pmc_name_of_capability`: the name of one `PMC_CAP_*` bit.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_capability(cap: c_uint) -> *const c_char {
     let name = (cap.count_ones() == 1)
@@ -425,30 +450,35 @@ pub extern "C" fn pmc_name_of_capability(cap: c_uint) -> *const c_char {
 }
 
 /// `pmc_name_of_class`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_class(class: c_uint) -> *const c_char {
     name_or_einval(PmcClass::from_raw(class).map(PmcClass::name))
 }
 
 /// `pmc_name_of_cputype`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_cputype(cputype: c_uint) -> *const c_char {
     name_or_einval(PmcCputype::from_raw(cputype).map(PmcCputype::name))
 }
 
 /// `pmc_name_of_disposition`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_disposition(disp: c_uint) -> *const c_char {
     name_or_einval(PmcDisp::from_raw(disp).map(PmcDisp::name))
 }
 
 /// `pmc_name_of_mode`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_mode(mode: c_uint) -> *const c_char {
     name_or_einval(PmcMode::from_raw(mode).map(PmcMode::name))
 }
 
 /// `pmc_name_of_state`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_state(state: c_uint) -> *const c_char {
     name_or_einval(PmcState::from_raw(state).map(PmcState::name))
@@ -456,6 +486,7 @@ pub extern "C" fn pmc_name_of_state(state: c_uint) -> *const c_char {
 
 /// `pmc_name_of_event`: static events by their table name, soft events by
 /// the name the kernel registered (after `pmc_init`).
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_event(event: c_uint) -> *const c_char {
     let name = match library() {

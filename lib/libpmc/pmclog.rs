@@ -195,10 +195,10 @@ impl PmclogEv {
     /// is not a record type. PMCALLOCATE's event name is not part of it.
     pub fn body(&self) -> Option<PmclogBody<'_>> {
         fn text(chars: &[c_char]) -> &[u8] {
+            let start = chars.as_ptr().cast::<u8>();
             // SAFETY: c_char and u8 have the same size and alignment and
             // every bit pattern is valid for both.
-            let bytes =
-                unsafe { core::slice::from_raw_parts(chars.as_ptr().cast::<u8>(), chars.len()) };
+            let bytes = unsafe { core::slice::from_raw_parts(start, chars.len()) };
             let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
             &bytes[..end]
         }
@@ -720,6 +720,7 @@ impl Parser {
 
 /// `pmclog_open`: a parser of the log on `fd`, or of buffers given to
 /// `pmclog_feed` when `fd` is `PMCLOG_FD_NONE`.
+// SAFETY: the C name is pmclog(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmclog_open(fd: c_int) -> *mut c_void {
     Box::into_raw(Box::new(Parser::new(fd))).cast()
@@ -731,6 +732,7 @@ pub extern "C" fn pmclog_open(fd: c_int) -> *mut c_void {
 /// # Safety
 /// `cookie` must come from `pmclog_open` and not be closed; `data` must
 /// point to `len` readable bytes.
+// SAFETY: the C name is pmclog(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmclog_feed(cookie: *mut c_void, data: *mut c_char, len: c_int) -> c_int {
     if cookie.is_null() || data.is_null() || len < 0 {
@@ -757,6 +759,7 @@ pub unsafe extern "C" fn pmclog_feed(cookie: *mut c_void, data: *mut c_char, len
 /// # Safety
 /// `cookie` must come from `pmclog_open` and not be closed; `ev` must
 /// point to a writable `struct pmclog_ev`.
+// SAFETY: the C name is pmclog(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmclog_read(cookie: *mut c_void, ev: *mut PmclogEv) -> c_int {
     if cookie.is_null() || ev.is_null() {
@@ -776,6 +779,7 @@ pub unsafe extern "C" fn pmclog_read(cookie: *mut c_void, ev: *mut PmclogEv) -> 
 ///
 /// # Safety
 /// `cookie` must come from `pmclog_open` and not be used afterwards.
+// SAFETY: the C name is pmclog(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmclog_close(cookie: *mut c_void) {
     if !cookie.is_null() {

@@ -95,6 +95,8 @@ mod freebsd {
         pub data: c_long,
     }
 
+    // SAFETY: modfind(2) and modstat(2) of FreeBSD's libc, declared with
+    // their C signatures.
     unsafe extern "C" {
         pub fn modfind(name: *const c_char) -> c_int;
         pub fn modstat(modid: c_int, stat: *mut ModuleStat) -> c_int;

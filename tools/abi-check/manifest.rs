@@ -605,11 +605,13 @@ const fn build() -> Manifest {
 pub const MANIFEST: Manifest = build();
 
 /// The Rust values, read from the object file built for each target.
+// SAFETY: a name only abi-check reads from the object file; nothing else defines it.
 #[unsafe(no_mangle)]
 #[used]
 pub static UAPI_ABI_VALUES: [u64; CAPACITY] = MANIFEST.values();
 
 /// Number of valid entries of [`UAPI_ABI_VALUES`].
+// SAFETY: a name only abi-check reads from the object file; nothing else defines it.
 #[unsafe(no_mangle)]
 #[used]
 pub static UAPI_ABI_COUNT: u64 = MANIFEST.len as u64;
