@@ -32,24 +32,21 @@ fn static_library() -> PathBuf {
         .expect("libpmc.a was built")
 }
 
-#[test]
-fn pmc_counting_c_program_runs_on_the_simulator() {
+/// Compiles tests/c/pmc_counting.c against pmc.h and the host's
+/// <sys/pmc.h> into `exe`, linked with `link` (the library and what it
+/// needs).
+fn compile_pmc_counting(exe: &Path, link: &[&std::ffi::OsStr]) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = static_library();
-    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_program");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join("pmc_counting");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let build = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
+        .arg(exe)
         .arg("-I")
         .arg(manifest)
         .arg("-I")
         .arg(manifest.join("host-include"))
         .arg(manifest.join("tests/c/pmc_counting.c"))
-        .arg(&lib)
-        .args(["-lpthread", "-ldl", "-lm"])
+        .args(link)
         .output()
         .expect("run the C compiler");
     assert!(
@@ -57,6 +54,21 @@ fn pmc_counting_c_program_runs_on_the_simulator() {
         "cc failed:\n{}",
         String::from_utf8_lossy(&build.stderr)
     );
+}
+
+#[test]
+fn pmc_counting_c_program_runs_on_the_simulator() {
+    let lib = static_library();
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_program");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join("pmc_counting");
+    let link = [
+        lib.as_os_str(),
+        "-lpthread".as_ref(),
+        "-ldl".as_ref(),
+        "-lm".as_ref(),
+    ];
+    compile_pmc_counting(&exe, &link);
 
     let run = Command::new(&exe)
         .env("LIBPMC_TRANSPORT", "sim")
@@ -89,7 +101,6 @@ fn pmc_counting_c_program_runs_on_the_simulator() {
 /// FreeBSD's soname: the program records `libpmc.so.5` and loads it.
 #[test]
 fn pmc_counting_c_program_runs_against_libpmc_so_5() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let deps = std::env::current_exe()
         .unwrap()
         .parent()
@@ -103,25 +114,8 @@ fn pmc_counting_c_program_runs_against_libpmc_so_5() {
     std::fs::copy(&so, dir.join("libpmc.so.5")).unwrap();
     std::os::unix::fs::symlink("libpmc.so.5", dir.join("libpmc.so")).unwrap();
     let exe = dir.join("pmc_counting");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let build = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg("-I")
-        .arg(manifest)
-        .arg("-I")
-        .arg(manifest.join("host-include"))
-        .arg(manifest.join("tests/c/pmc_counting.c"))
-        .arg("-L")
-        .arg(&dir)
-        .arg("-lpmc")
-        .output()
-        .expect("run the C compiler");
-    assert!(
-        build.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&build.stderr)
-    );
+    let search = dir.as_os_str();
+    compile_pmc_counting(&exe, &["-L".as_ref(), search, "-lpmc".as_ref()]);
     let dynamic = Command::new("readelf")
         .arg("-d")
         .arg(&exe)

@@ -7,15 +7,37 @@ use pmc::pmc::{Pmc, event_name_matches};
 use uapi::pmc::*;
 
 fn machine(cpus: u32) -> Pmc {
-    let t = SimTransport::boot(SimConfig {
+    boot(SimConfig {
         cpus,
         comm: "pmc_api".into(),
-        ticks_per_call: 0,
-        workload: None,
-        verbose: false,
+        ..SimConfig::default()
     })
-    .expect("the simulated machine boots");
+}
+
+fn boot(cfg: SimConfig) -> Pmc {
+    let t = SimTransport::boot(cfg).expect("the simulated machine boots");
     Pmc::init(Box::new(t)).expect("pmc_init on the simulator")
+}
+
+/// Runs `session` with the log on a new temporary file, then closes the
+/// log: the CALLCHAIN records the file holds.
+fn logged_samples(pmc: &Pmc, session: impl FnOnce()) -> usize {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join(format!(
+        "pmc-api-samples-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let file = std::fs::File::create(&path).unwrap();
+    pmc.configure_logfile(file.as_raw_fd()).unwrap();
+    session();
+    pmc.close_logfile().unwrap();
+    let types = log_events(&std::fs::read(&path).unwrap());
+    std::fs::remove_file(&path).unwrap();
+    types
+        .iter()
+        .filter(|&&t| t == uapi::pmclog::PmclogType::Callchain.raw())
+        .count()
 }
 
 #[test]
@@ -321,33 +343,23 @@ fn log_descriptors_the_kernel_refuses() {
 
 #[test]
 fn a_system_sampling_pmc_samples_the_running_program() {
-    use std::os::fd::AsRawFd;
-    use uapi::pmclog::PmclogType as T;
     let pmc = machine(2);
-    let path = std::env::temp_dir().join(format!("pmc-api-ss-{}", std::process::id()));
     // pmcstat allocates and releases one first to learn its capabilities,
     // before it configures the log.
     let probe = pmc
         .allocate("SOFT-CLOCK.HARD", PmcMode::Ss.raw(), 0, 0, 1000)
         .unwrap();
     pmc.release(probe).unwrap();
-    let file = std::fs::File::create(&path).unwrap();
-    pmc.configure_logfile(file.as_raw_fd()).unwrap();
-    let id = pmc
-        .allocate("SOFT-CLOCK.HARD", PmcMode::Ss.raw(), 0, 0, 1000)
-        .unwrap();
-    pmc.set(id, 1000).unwrap();
-    pmc.start(id).unwrap();
-    pmc.transport().advance(3500);
-    pmc.stop(id).unwrap();
-    pmc.close_logfile().unwrap();
-    let types = log_events(&std::fs::read(&path).unwrap());
-    std::fs::remove_file(&path).unwrap();
-    assert_eq!(
-        types.iter().filter(|&&t| t == T::Callchain.raw()).count(),
-        3,
-        "{types:?}"
-    );
+    let samples = logged_samples(&pmc, || {
+        let id = pmc
+            .allocate("SOFT-CLOCK.HARD", PmcMode::Ss.raw(), 0, 0, 1000)
+            .unwrap();
+        pmc.set(id, 1000).unwrap();
+        pmc.start(id).unwrap();
+        pmc.transport().advance(3500);
+        pmc.stop(id).unwrap();
+    });
+    assert_eq!(samples, 3);
 }
 
 #[test]
@@ -365,38 +377,25 @@ fn workload_names() {
 
 #[test]
 fn process_sampling_of_the_workload() {
-    use std::os::fd::AsRawFd;
-    use uapi::pmclog::PmclogType as T;
     for (with_set, flags) in [(false, 0), (true, 0), (false, PmcFlags::CALLCHAIN.bits())] {
-        let t = SimTransport::boot(SimConfig {
-            cpus: 4,
+        let pmc = boot(SimConfig {
             comm: "pmc_api".into(),
-            ticks_per_call: 0,
             workload: Some(pmc::libpmc_sim::Workload::Work { threads: 1 }),
-            verbose: false,
-        })
-        .unwrap();
-        let pmc = Pmc::init(Box::new(t)).unwrap();
-        let path = std::env::temp_dir().join(format!("pmc-api-ts-{}", std::process::id()));
-        let file = std::fs::File::create(&path).unwrap();
-        pmc.configure_logfile(file.as_raw_fd()).unwrap();
-        let id = pmc
-            .allocate("SOFT-CLOCK.HARD", PmcMode::Ts.raw(), flags, -1, 1000)
-            .unwrap();
-        if with_set {
-            pmc.set(id, 1000).unwrap();
-        }
-        pmc.attach(id, 102).unwrap();
-        pmc.start(id).unwrap();
-        pmc.transport().advance(3500);
-        pmc.stop(id).unwrap();
-        pmc.close_logfile().unwrap();
-        let types = log_events(&std::fs::read(&path).unwrap());
-        std::fs::remove_file(&path).unwrap();
-        assert_eq!(
-            types.iter().filter(|&&t| t == T::Callchain.raw()).count(),
-            3,
-            "set {with_set} flags {flags:#x}: {types:?}"
-        );
+            ..SimConfig::default()
+        });
+        let samples = logged_samples(&pmc, || {
+            let id = pmc
+                .allocate("SOFT-CLOCK.HARD", PmcMode::Ts.raw(), flags, -1, 1000)
+                .unwrap();
+            if with_set {
+                pmc.set(id, 1000).unwrap();
+            }
+            // The workload's process comes right after the program's.
+            pmc.attach(id, 102).unwrap();
+            pmc.start(id).unwrap();
+            pmc.transport().advance(3500);
+            pmc.stop(id).unwrap();
+        });
+        assert_eq!(samples, 3, "set {with_set} flags {flags:#x}");
     }
 }

@@ -86,6 +86,16 @@ impl Hwpmc {
         core.owners.iter().position(|o| o.pid == pid)
     }
 
+    /// Where `pm` sits in its owner's list, if the owner still has it.
+    fn locate(core: &Core, pm: &KArc<Pmc>) -> Option<At> {
+        let owner = Self::owner_index(core, pm.owner)?;
+        let pmc = core.owners[owner]
+            .pmcs
+            .iter()
+            .position(|x| KArc::ptr_eq(&x.pmc, pm))?;
+        Some(At { owner, pmc })
+    }
+
     fn pmc_at(core: &Core, at: At) -> &OwnedPmc {
         &core.owners[at.owner].pmcs[at.pmc]
     }
@@ -1284,22 +1294,13 @@ impl Hwpmc {
             v
         };
         for pm in inherited.iter() {
-            let Some(o) = Self::owner_index(&core, pm.owner) else {
+            let Some(at) = Self::locate(&core, pm) else {
                 continue;
             };
-            let Some(p) = core.owners[o]
-                .pmcs
-                .iter()
-                .position(|x| KArc::ptr_eq(&x.pmc, pm))
-            else {
-                continue;
-            };
-            if self
-                .attach_one(&mut core, At { owner: o, pmc: p }, child, false)
-                .is_ok()
-                && core.owners[o].sscount == 0
+            if self.attach_one(&mut core, at, child, false).is_ok()
+                && core.owners[at.owner].sscount == 0
             {
-                if let Some(log) = core.owners[o].open_log() {
+                if let Some(log) = core.owners[at.owner].open_log() {
                     let body = PmclogBody::Procfork {
                         oldpid: parent,
                         newpid: child,
@@ -1349,17 +1350,10 @@ impl Hwpmc {
             if owner_may_debug(pm.owner, pid) {
                 continue;
             }
-            let Some(o) = Self::owner_index(&core, pm.owner) else {
+            let Some(at) = Self::locate(&core, pm) else {
                 continue;
             };
-            let Some(p) = core.owners[o]
-                .pmcs
-                .iter()
-                .position(|x| KArc::ptr_eq(&x.pmc, pm))
-            else {
-                continue;
-            };
-            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid, true);
+            let _ = self.detach_one(&mut core, at, pid, true);
         }
     }
 
@@ -1517,18 +1511,11 @@ impl Hwpmc {
             }
         };
         for pm in attached.iter() {
-            let Some(o) = Self::owner_index(&core, pm.owner) else {
-                continue;
-            };
-            let Some(p) = core.owners[o]
-                .pmcs
-                .iter()
-                .position(|x| KArc::ptr_eq(&x.pmc, pm))
-            else {
+            let Some(at) = Self::locate(&core, pm) else {
                 continue;
             };
             self.log_procexit(pm, pid);
-            let _ = self.detach_one(&mut core, At { owner: o, pmc: p }, pid, false);
+            let _ = self.detach_one(&mut core, at, pid, false);
         }
         if let Some(o) = Self::owner_index(&core, pid) {
             self.remove_owner_at(&mut core, o);

@@ -952,50 +952,28 @@ impl Machine {
         let Some(handler) = handler else {
             return Err(78); // ENOSYS
         };
-        let placed = if self
-            .0
-            .st
-            .borrow()
-            .threads
-            .get(&tid)
-            .and_then(|t| t.cpu)
-            .is_some()
-        {
-            None
-        } else {
-            let cpu = {
-                let st = self.0.st.borrow();
-                st.cpus
-                    .iter()
-                    .position(|c| c.state == CpuState::Online && c.running.is_none())
-            };
-            let cpu = cpu.expect("no idle online CPU for the system call") as u32;
-            self.switch_in(cpu, tid);
-            Some(cpu)
-        };
-        let r = self.with_ctx(tid, || handler(args));
-        self.st().witness.check_return();
-        if let Some(cpu) = placed {
-            if self.running_on(cpu) == Some(tid) {
-                self.switch_out(cpu);
-            }
-        }
-        self.settle();
-        r
+        self.kernel_call(tid, "system call", || handler(args))
     }
 
     /// Runs `f` as kernel code on behalf of thread `tid` (a system call
     /// that is not hwpmc's, such as kldload(2) or kldunload(2)).
     pub fn in_thread<R>(&self, tid: u32, f: impl FnOnce() -> R) -> R {
-        let placed = if self
+        self.kernel_call(tid, "kernel call", f)
+    }
+
+    /// Runs `f` in the kernel for thread `tid`, on its CPU or, for a
+    /// thread not on one, switched in on the first idle online CPU for the
+    /// call and out again after it; then lets woken kernel processes run.
+    fn kernel_call<R>(&self, tid: u32, what: &str, f: impl FnOnce() -> R) -> R {
+        let on_cpu = self
             .0
             .st
             .borrow()
             .threads
             .get(&tid)
             .and_then(|t| t.cpu)
-            .is_some()
-        {
+            .is_some();
+        let placed = if on_cpu {
             None
         } else {
             let cpu = {
@@ -1004,7 +982,7 @@ impl Machine {
                     .iter()
                     .position(|c| c.state == CpuState::Online && c.running.is_none())
             };
-            let cpu = cpu.expect("no idle online CPU for the kernel call") as u32;
+            let cpu = cpu.unwrap_or_else(|| panic!("no idle online CPU for the {what}")) as u32;
             self.switch_in(cpu, tid);
             Some(cpu)
         };

@@ -9,13 +9,17 @@
 
 use std::process::{Command, Output};
 
-fn pmcstat(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pmcstat"))
-        .args(args)
+/// pmcstat with `args` on a simulated 4-CPU machine.
+fn sim_pmcstat(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pmcstat"));
+    c.args(args)
         .env("LIBPMC_TRANSPORT", "sim")
-        .env("LIBPMC_SIM_CPUS", "4")
-        .output()
-        .expect("run pmcstat")
+        .env("LIBPMC_SIM_CPUS", "4");
+    c
+}
+
+fn pmcstat(args: &[&str]) -> Output {
+    sim_pmcstat(args).output().expect("run pmcstat")
 }
 
 fn text(b: &[u8]) -> String {
@@ -455,9 +459,7 @@ fn freebsds_argument_checks() {
 
 #[test]
 fn an_unknown_workload_fails_initialisation() {
-    let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
-        .args(["-s", "TSC"])
-        .env("LIBPMC_TRANSPORT", "sim")
+    let o = sim_pmcstat(&["-s", "TSC"])
         .env("LIBPMC_SIM_WORKLOAD", "make")
         .output()
         .unwrap();
@@ -503,9 +505,7 @@ fn a_long_live_run_does_not_stall_on_a_full_pipe() {
 
 #[test]
 fn an_interrupt_ends_the_run_without_another_line() {
-    let child = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
-        .args(["-c", "0", "-s", "TSC", "-w", "0.01"])
-        .env("LIBPMC_TRANSPORT", "sim")
+    let child = sim_pmcstat(&["-c", "0", "-s", "TSC", "-w", "0.01"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -533,10 +533,7 @@ fn a_cpu_list_is_a_set() {
 }
 
 fn pmcstat_with_workload(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pmcstat"))
-        .args(args)
-        .env("LIBPMC_TRANSPORT", "sim")
-        .env("LIBPMC_SIM_CPUS", "4")
+    sim_pmcstat(args)
         .env("LIBPMC_SIM_WORKLOAD", "work:6")
         .output()
         .expect("run pmcstat")

@@ -61,6 +61,24 @@ fn ss(s: &Sim, p: P, ev: &str, cpu: u32, count: u64, flags: PmcFlags) -> (PmcId,
     (id, fd)
 }
 
+/// A process sampling PMC on CLOCK.HARD with reload `count`, attached to
+/// `target` and started; its owner logs to a regular file.
+fn ts(s: &Sim, owner: P, target: P, count: u64) -> (PmcId, i32) {
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Soft.raw();
+    a.pm_ev = s.soft("CLOCK.HARD");
+    a.pm_mode = PmcMode::Ts.raw();
+    a.pm_cpu = PMC_CPU_ANY;
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = count;
+    let id = s.allocate_raw(owner, &a).unwrap();
+    s.attach(owner, id, target.pid as i32).unwrap();
+    s.start(owner, id).unwrap();
+    (id, fd)
+}
+
 struct Chain {
     pid: u32,
     tid: u32,
@@ -326,20 +344,8 @@ fn a_long_run_logs_every_sample_and_parses_completely() {
 #[test]
 fn each_thread_of_a_target_keeps_its_own_sampling_count() {
     let s = sim(&[]);
-    let owner = s.root();
-    let fd = s.open(owner, FileKind::Regular, true);
-    s.configurelog(owner, fd, 0).unwrap();
-    let target = s.root();
-    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
-    a.pm_class = PmcClass::Soft.raw();
-    a.pm_ev = s.soft("CLOCK.HARD");
-    a.pm_mode = PmcMode::Ts.raw();
-    a.pm_cpu = PMC_CPU_ANY;
-    a.pm_caps = PmcCaps::READ.bits();
-    a.pm_count = 3;
-    let id = s.allocate_raw(owner, &a).unwrap();
-    s.attach(owner, id, target.pid as i32).unwrap();
-    s.start(owner, id).unwrap();
+    let (owner, target) = (s.root(), s.root());
+    let (_, fd) = ts(&s, owner, target, 3);
     // A thread created after the attach gets its own count too.
     let second = P {
         pid: target.pid,
@@ -373,30 +379,19 @@ fn each_thread_of_a_target_keeps_its_own_sampling_count() {
 #[test]
 fn process_sampling_counts_survive_context_switches() {
     for slice in [3500u32, 700, 500, 100, 10, 1] {
+        // The driver's own minimum count, 1000, not this file's 1.
         let s = Sim::new();
-        let owner = s.root();
-        let fd = s.open(owner, ksim::FileKind::Regular, true);
-        s.configurelog(owner, fd, 0).unwrap();
-        let worker = s.root();
-        let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
-        a.pm_class = PmcClass::Soft.raw();
-        a.pm_ev = s.soft("CLOCK.HARD");
-        a.pm_mode = PmcMode::Ts.raw();
-        a.pm_cpu = PMC_CPU_ANY;
-        a.pm_caps = PmcCaps::READ.bits();
-        a.pm_count = 1000;
-        let id = s.allocate_raw(owner, &a).unwrap();
-        s.attach(owner, id, worker.pid as i32).unwrap();
-        s.start(owner, id).unwrap();
+        let (owner, worker) = (s.root(), s.root());
+        let (_, fd) = ts(&s, owner, worker, 1000);
         for i in 0..3500 / slice {
             s.run(worker, i % 2, slice);
         }
         s.configurelog(owner, -1, 0).unwrap();
-        let data = s.file(owner, fd);
-        let samples = uapi::pmclog::records(&data)
-            .filter(|r| r.as_ref().unwrap().kind() == uapi::pmclog::PmclogType::Callchain)
-            .count();
-        assert_eq!(samples, 3, "slices of {slice} ticks");
+        assert_eq!(
+            chains(&s.file(owner, fd)).len(),
+            3,
+            "slices of {slice} ticks"
+        );
         s.finish();
     }
 }
