@@ -15,8 +15,10 @@ use std::sync::{Mutex, OnceLock};
 
 use uapi::pmc::*;
 
+pub mod libpmc_pmu_util;
 pub mod pmc;
 pub mod pmclog;
+pub mod regex;
 pub mod transport;
 
 #[cfg(feature = "sim")]
@@ -494,4 +496,194 @@ pub extern "C" fn pmc_name_of_event(event: c_uint) -> *const c_char {
         Err(_) => uapi::pmc_events::event_name(event).map(|(_, n)| n),
     };
     name_or_einval(name)
+}
+
+/// The PMU table of a CPU key given by the caller, or of this machine
+/// (through the connection, or the transport the environment selects when
+/// `pmc_init` has not run: FreeBSD's functions need no `pmc_init`).
+///
+/// # Safety
+/// `cpuid` is NULL or a NUL-terminated string.
+unsafe fn pmu_table(cpuid: *const c_char) -> Option<libpmc_pmu_util::PmuTable> {
+    if !cpuid.is_null() {
+        // SAFETY: the caller passes a C string.
+        let key = unsafe { CStr::from_ptr(cpuid) }.to_str().ok()?;
+        return libpmc_pmu_util::PmuTable::for_cpuid(key);
+    }
+    if let Ok(l) = library() {
+        return l.pmu().copied();
+    }
+    static MACHINE: OnceLock<Option<libpmc_pmu_util::PmuTable>> = OnceLock::new();
+    *MACHINE.get_or_init(|| {
+        let t = transport::from_environment().ok()?;
+        let key = t.sysctl_string("kern.hwpmc.cpuid").ok()?;
+        libpmc_pmu_util::PmuTable::for_cpuid(&key)
+    })
+}
+
+/// A C string argument as text; NULL or non-UTF-8 is `None`.
+///
+/// # Safety
+/// `s` is NULL or a NUL-terminated string.
+unsafe fn c_text<'a>(s: *const c_char) -> Option<&'a str> {
+    if s.is_null() {
+        return None;
+    }
+    // SAFETY: the caller passes a C string that outlives the call.
+    unsafe { CStr::from_ptr(s) }.to_str().ok()
+}
+
+/// Writes text through C's stdio, so that it interleaves with the
+/// program's own printf(3) output as FreeBSD's library output does.
+fn c_print(text: &[u8]) {
+    if text.is_empty() {
+        return;
+    }
+    let Ok(c) = CString::new(text) else { return };
+    // SAFETY: a constant format and a NUL-terminated argument.
+    unsafe { libc::printf(c"%s".as_ptr(), c.as_ptr()) };
+}
+
+/// `pmc_pmu_enabled`: 1 when libpmc has event tables for this CPU.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
+#[unsafe(no_mangle)]
+pub extern "C" fn pmc_pmu_enabled() -> c_int {
+    // SAFETY: NULL asks for this machine's table.
+    c_int::from(unsafe { pmu_table(core::ptr::null()) }.is_some())
+}
+
+macro_rules! pmu_printer {
+    ($(#[$doc:meta])* $name:ident, $print:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `event_name` is NULL or a NUL-terminated string.
+        // SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(event_name: *const c_char) {
+            // SAFETY: NULL asks for this machine's table.
+            let Some(table) = (unsafe { pmu_table(core::ptr::null()) }) else {
+                return;
+            };
+            // SAFETY: the caller passes NULL or a C string.
+            let filter = unsafe { c_text(event_name) };
+            let mut text = Vec::new();
+            let _ = $print(&table, filter, &mut text);
+            c_print(&text);
+        }
+    };
+}
+
+pmu_printer!(
+    /// `pmc_pmu_print_counters`: every event name (containing the filter).
+    pmc_pmu_print_counters,
+    |t: &libpmc_pmu_util::PmuTable, f, o: &mut Vec<u8>| t.print_counters(f, o)
+);
+pmu_printer!(
+    /// `pmc_pmu_print_counter_desc`: names and short descriptions.
+    pmc_pmu_print_counter_desc,
+    |t: &libpmc_pmu_util::PmuTable, f: Option<&str>, o: &mut Vec<u8>| t
+        .print_counter_desc(f.unwrap_or(""), o)
+);
+pmu_printer!(
+    /// `pmc_pmu_print_counter_desc_long`: names and long descriptions.
+    pmc_pmu_print_counter_desc_long,
+    |t: &libpmc_pmu_util::PmuTable, f: Option<&str>, o: &mut Vec<u8>| t
+        .print_counter_desc_long(f.unwrap_or(""), o)
+);
+pmu_printer!(
+    /// `pmc_pmu_print_counter_full`: every field of the matching events.
+    pmc_pmu_print_counter_full,
+    |t: &libpmc_pmu_util::PmuTable, f: Option<&str>, o: &mut Vec<u8>| t
+        .print_counter_full(f.unwrap_or(""), o)
+);
+
+/// `pmc_pmu_sample_rate_get`: the event's sampling period, else 65536.
+///
+/// # Safety
+/// `event_name` is NULL or a NUL-terminated string.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pmc_pmu_sample_rate_get(event_name: *const c_char) -> u64 {
+    // SAFETY: the caller passes NULL or a C string.
+    let (table, name) = unsafe { (pmu_table(core::ptr::null()), c_text(event_name)) };
+    match (table, name) {
+        (Some(t), Some(n)) => t.sample_rate(n),
+        _ => libpmc_pmu_util::DEFAULT_SAMPLE_COUNT,
+    }
+}
+
+/// `pmc_pmu_pmcallocate`: fills an allocation request for a PMU event;
+/// returns 0 or an errno value (ENOENT: no such event or no table;
+/// EINVAL: a bad qualifier; EFAULT: NULL arguments).
+///
+/// # Safety
+/// `event_name` is a NUL-terminated string; `pm` points to a writable
+/// `struct pmc_op_pmcallocate`.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pmc_pmu_pmcallocate(
+    event_name: *const c_char,
+    pm: *mut PmcOpPmcallocate,
+) -> c_int {
+    if event_name.is_null() || pm.is_null() {
+        return libc::EFAULT;
+    }
+    // SAFETY: the caller passes a C string.
+    let Some(name) = (unsafe { c_text(event_name) }) else {
+        return libc::ENOENT;
+    };
+    // SAFETY: NULL asks for this machine's table.
+    let Some(table) = (unsafe { pmu_table(core::ptr::null()) }) else {
+        return libc::ENOENT;
+    };
+    // SAFETY: `pm` is a valid, writable request (the function's contract).
+    let mut request = unsafe { pm.read() };
+    match table.allocate(name, &mut request) {
+        Ok(()) => {
+            // SAFETY: as above.
+            unsafe { pm.write(request) };
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// `pmc_pmu_event_get_by_idx`: the name at a table index, NULL when there
+/// is no table or no such index.
+///
+/// # Safety
+/// `cpuid` is NULL (this machine) or a NUL-terminated CPU key.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pmc_pmu_event_get_by_idx(
+    cpuid: *const c_char,
+    idx: c_int,
+) -> *const c_char {
+    // SAFETY: the caller passes NULL or a C string.
+    let table = unsafe { pmu_table(cpuid) };
+    usize::try_from(idx)
+        .ok()
+        .and_then(|i| table?.event(i))
+        .map_or(core::ptr::null(), |e| e.name.as_ptr())
+}
+
+/// `pmc_pmu_idx_get_by_event`: the table index of an event or alias, -1
+/// when there is none.
+///
+/// # Safety
+/// `cpuid` is NULL or a NUL-terminated CPU key; `event` is a
+/// NUL-terminated string.
+// SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pmc_pmu_idx_get_by_event(
+    cpuid: *const c_char,
+    event: *const c_char,
+) -> c_int {
+    // SAFETY: the caller passes C strings (or NULL).
+    let (table, name) = unsafe { (pmu_table(cpuid), c_text(event)) };
+    match (table, name) {
+        (Some(t), Some(n)) => t.find(n).map_or(-1, |(i, _)| i as c_int),
+        _ => -1,
+    }
 }

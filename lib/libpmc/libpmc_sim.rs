@@ -32,6 +32,10 @@ pub const VERBOSE_ENV: &str = "LIBPMC_SIM_VERBOSE";
 /// ask for it (default 0).
 pub const TICKS_PER_CALL_ENV: &str = "LIBPMC_SIM_TICKS_PER_CALL";
 
+/// Environment variable: the CPU key the machine reports in
+/// `kern.hwpmc.cpuid` (e.g. `GenuineIntel-6-3C-3` for Haswell).
+pub const CPUID_ENV: &str = "LIBPMC_SIM_CPUID";
+
 /// What the simulated machine looks like.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -45,6 +49,9 @@ pub struct SimConfig {
     pub workload: Option<Workload>,
     /// Describe the machine on standard error when it boots.
     pub verbose: bool,
+    /// The CPU key `kern.hwpmc.cpuid` reports, which picks libpmc's
+    /// PMU event table.
+    pub cpuid: String,
 }
 
 /// The workloads the simulated machine can run.
@@ -232,9 +239,14 @@ impl Default for SimConfig {
             ticks_per_call: 0,
             workload: None,
             verbose: false,
+            cpuid: DEFAULT_CPUID.into(),
         }
     }
 }
+
+/// The simulated machine's CPU key by default: a Skylake client part,
+/// one of the models whose event tables the test data carries.
+pub const DEFAULT_CPUID: &str = "GenuineIntel-6-5E-3";
 
 /// Where `pm_logfd` sits in `struct pmc_op_configurelog`.
 const LOGFD_AT: usize = core::mem::offset_of!(PmcOpConfigurelog, pm_logfd);
@@ -349,6 +361,13 @@ enum Request {
         pid: i32,
         reply: Sender<bool>,
     },
+    Sysctl {
+        name: String,
+        reply: Sender<Option<String>>,
+    },
+    Processes {
+        reply: Sender<Vec<(i32, String)>>,
+    },
 }
 
 /// A simulated machine with hwpmc loaded, and this program as one of its
@@ -372,6 +391,9 @@ impl SimTransport {
         if let Some(v) = env_value(TICKS_PER_CALL_ENV)? {
             cfg.ticks_per_call = v.parse().map_err(|_| libc::EINVAL)?;
         }
+        if let Some(v) = env_value(CPUID_ENV)? {
+            cfg.cpuid = v;
+        }
         cfg.verbose = env_value(VERBOSE_ENV)?.is_some_and(|v| !v.is_empty());
         if let Some(v) = env_value(WORKLOAD_ENV)? {
             cfg.workload = Some(Workload::parse(&v).ok_or(libc::EINVAL)?);
@@ -394,6 +416,7 @@ impl SimTransport {
             .spawn(move || {
                 let machine_cfg = MachineConfig {
                     cpus: vec![CpuState::Online; cfg.cpus as usize],
+                    cpuid: cfg.cpuid.clone(),
                     ..MachineConfig::default()
                 };
                 let m = Machine::new(machine_cfg);
@@ -567,6 +590,13 @@ impl SimTransport {
                                 .is_none_or(|j| j.exited);
                             let _ = reply.send(done);
                         }
+                        Request::Sysctl { name, reply } => {
+                            let _ = reply.send(m.sysctl_str(&name));
+                        }
+                        Request::Processes { reply } => {
+                            let list = m.processes().into_iter();
+                            let _ = reply.send(list.map(|(p, c)| (p as i32, c)).collect());
+                        }
                     }
                 }
                 let (_, unload) = m.spawn(Cred::root(), "kldunload");
@@ -619,6 +649,21 @@ impl Transport for SimTransport {
             return true;
         }
         answer.recv().unwrap_or(true)
+    }
+
+    fn sysctl_string(&self, name: &str) -> Result<String, c_int> {
+        let (reply, answer) = channel();
+        self.send(Request::Sysctl {
+            name: name.to_owned(),
+            reply,
+        })?;
+        answer.recv().map_err(|_| libc::ENXIO)?.ok_or(libc::ENOENT)
+    }
+
+    fn processes(&self) -> Result<Vec<(i32, String)>, c_int> {
+        let (reply, answer) = channel();
+        self.send(Request::Processes { reply })?;
+        answer.recv().map_err(|_| libc::ENXIO)
     }
 
     fn sleep(&self, duration: std::time::Duration) {

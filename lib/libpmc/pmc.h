@@ -77,6 +77,18 @@ const char	*pmc_name_of_state(enum pmc_state _ps);
 
 int	pmc_event_names_of_class(enum pmc_class _cl, const char ***_eventnames,
 	    int *_nevents);
+
+/* The PMU event tables of the running CPU (kern.hwpmc.cpuid). */
+int	pmc_pmu_enabled(void);
+void	pmc_pmu_print_counters(const char *_event_name);
+void	pmc_pmu_print_counter_desc(const char *_event_name);
+void	pmc_pmu_print_counter_desc_long(const char *_event_name);
+void	pmc_pmu_print_counter_full(const char *_event_name);
+uint64_t pmc_pmu_sample_rate_get(const char *_event_name);
+int	pmc_pmu_pmcallocate(const char *_event_name,
+	    struct pmc_op_pmcallocate *_pm);
+const char	*pmc_pmu_event_get_by_idx(const char *_cpuid, int _idx);
+int	pmc_pmu_idx_get_by_event(const char *_cpuid, const char *_event);
 __END_DECLS
 
 #endif /* !_PMC_H_ */

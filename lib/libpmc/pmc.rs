@@ -13,6 +13,7 @@ use uapi::pmc::*;
 use uapi::pmc_events::PMC_EV_TSC_TSC;
 use uapi::{AsBytes, Plain};
 
+use crate::libpmc_pmu_util::PmuTable;
 use crate::transport::Transport;
 
 /// An errno value.
@@ -47,6 +48,8 @@ pub struct Pmc {
     transport: Box<dyn Transport>,
     cpuinfo: PmcOpGetcpuinfo,
     classes: Vec<ClassDescr>,
+    /// The PMU event table of the CPU `kern.hwpmc.cpuid` names.
+    pmu: Option<PmuTable>,
 }
 
 impl core::fmt::Debug for Pmc {
@@ -106,6 +109,7 @@ impl Pmc {
             transport,
             cpuinfo: PmcOpGetcpuinfo::zeroed(),
             classes: Vec::new(),
+            pmu: None,
         };
         let mut version = PMC_VERSION;
         pmc.call_struct(PmcOp::Getmoduleversion, &mut version)?;
@@ -151,6 +155,11 @@ impl Pmc {
             };
             pmc.classes.push(descr);
         }
+        pmc.pmu = pmc
+            .transport
+            .sysctl_string("kern.hwpmc.cpuid")
+            .ok()
+            .and_then(|cpuid| PmuTable::for_cpuid(&cpuid));
         Ok(pmc)
     }
 
@@ -168,6 +177,20 @@ impl Pmc {
         let r = self.call(op, &mut bytes);
         *v = T::read_from(&bytes).expect("same size");
         r
+    }
+
+    /// The PMU event table of this machine's CPU, if libpmc has one
+    /// (`pmc_pmu_enabled`).
+    pub fn pmu(&self) -> Option<&PmuTable> {
+        self.pmu.as_ref()
+    }
+
+    /// Whether the driver offers `class` on this machine.
+    pub fn has_class(&self, class: u32) -> bool {
+        let n = (self.cpuinfo.pm_nclass as usize).min(PMC_CLASS_MAX);
+        self.cpuinfo.pm_classes[..n]
+            .iter()
+            .any(|c| c.pm_class == class)
     }
 
     /// The cached `pmc_cpuinfo` (`pmc_cpuinfo`).
@@ -212,6 +235,17 @@ impl Pmc {
         a.pm_count = count;
         if mode.is_sampling() {
             a.pm_caps |= PmcCaps::INTERRUPT.bits();
+        }
+        // The PMU tables first, as FreeBSD's library; their event counts
+        // only on a driver with the event's class, else the static tables
+        // (and the generic aliases) get their turn.
+        if let Some(pmu) = &self.pmu {
+            let mut request = a;
+            match pmu.allocate(spec, &mut request) {
+                Ok(()) if self.has_class(request.pm_class) => return Ok(request),
+                Err(e) if e != libc::ENOENT => return Err(e),
+                _ => {}
+            }
         }
         let spec = GENERIC_ALIASES
             .iter()
@@ -283,6 +317,8 @@ impl Pmc {
         put(&mut b, offset_of!(PmcOpPmcallocate, pm_flags), a.pm_flags);
         put(&mut b, offset_of!(PmcOpPmcallocate, pm_mode), a.pm_mode);
         put(&mut b, offset_of!(PmcOpPmcallocate, pm_count), a.pm_count);
+        let md = offset_of!(PmcOpPmcallocate, pm_md);
+        b[md..md + 32].copy_from_slice(&crate::libpmc_pmu_util::md_bytes(a));
         self.call(PmcOp::Pmcallocate, &mut b)?;
         Ok(get_u32(&b, offset_of!(PmcOpPmcallocate, pm_pmcid)))
     }

@@ -368,6 +368,9 @@ struct Progress {
     count: usize,
     /// A CLOSELOG record was read.
     ended: bool,
+    /// The PMU table of the CPU the INITIALIZE record names: it names
+    /// the events of PMCs allocated with `PMC_F_EV_PMU`.
+    pmu: Option<crate::libpmc_pmu_util::PmuTable>,
 }
 
 /// A log parser (`struct pmclog_parse_state`).
@@ -519,6 +522,10 @@ impl Parser {
                     pl_cpuid: [0; PATH_MAX],
                 };
                 copy_cstr(&mut i.pl_cpuid, cpuid);
+                let key = cpuid.split(|&b| b == 0).next().unwrap_or(&[]);
+                progress.pmu = core::str::from_utf8(key)
+                    .ok()
+                    .and_then(crate::libpmc_pmu_util::PmuTable::for_cpuid);
                 u.pl_i = i;
                 PmclogType::Initialize
             }
@@ -550,8 +557,13 @@ impl Parser {
                 flags,
                 rate,
             } => {
+                // A PMU event's code is its index in the CPU's table.
+                let pmu_name = (flags & uapi::pmc::PmcFlags::EV_PMU.bits() != 0)
+                    .then(|| progress.pmu?.event(event as usize))
+                    .flatten()
+                    .map(|e| e.name.as_ptr());
                 u.pl_a = PmclogEvPmcallocate {
-                    pl_evname: event_cname(event),
+                    pl_evname: pmu_name.unwrap_or_else(|| event_cname(event)),
                     pl_rate: rate,
                     pl_event: event,
                     pl_flags: flags,

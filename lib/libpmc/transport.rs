@@ -47,6 +47,19 @@ pub trait Transport: Send + Sync {
         let _ = pid;
         true
     }
+
+    /// Reads a string sysctl (sysctlbyname(3)), such as the CPU key
+    /// `kern.hwpmc.cpuid`; ENOENT when the machine has no such node.
+    fn sysctl_string(&self, name: &str) -> Result<String, c_int> {
+        let _ = name;
+        Err(libc::ENOENT)
+    }
+
+    /// The machine's processes as (pid, command name), from the
+    /// `kern.proc.proc` sysctl on FreeBSD; pmcstat's `-t` matches names.
+    fn processes(&self) -> Result<Vec<(i32, String)>, c_int> {
+        Err(libc::ENOSYS)
+    }
 }
 
 /// Environment variable naming the transport (`sim` or `syscall`).
@@ -264,5 +277,89 @@ impl Transport for Syscall {
     #[cfg(not(target_os = "freebsd"))]
     fn call(&self, _op: u32, _arg: &mut [u8]) -> Result<(), c_int> {
         Err(libc::ENOSYS)
+    }
+
+    #[cfg(target_os = "freebsd")]
+    fn sysctl_string(&self, name: &str) -> Result<String, c_int> {
+        let cname = std::ffi::CString::new(name).map_err(|_| libc::EINVAL)?;
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: `buf` has `len` writable bytes, the name is
+        // NUL-terminated, and nothing is written to the node.
+        let r = unsafe {
+            libc::sysctlbyname(
+                cname.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                &mut len,
+                core::ptr::null(),
+                0,
+            )
+        };
+        if r < 0 {
+            return Err(errno());
+        }
+        buf.truncate(len);
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8(buf[..end].to_vec()).map_err(|_| libc::EINVAL)
+    }
+
+    #[cfg(target_os = "freebsd")]
+    fn processes(&self) -> Result<Vec<(i32, String)>, c_int> {
+        let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_PROC];
+        let entry = core::mem::size_of::<libc::kinfo_proc>();
+        // The table may grow between sizing and reading it: retry.
+        for _ in 0..8 {
+            let mut len = 0usize;
+            // SAFETY: a NULL buffer asks only for the size.
+            let r = unsafe {
+                libc::sysctl(
+                    mib.as_ptr(),
+                    3,
+                    core::ptr::null_mut(),
+                    &mut len,
+                    core::ptr::null(),
+                    0,
+                )
+            };
+            if r < 0 {
+                return Err(errno());
+            }
+            len += len / 8 + entry;
+            let mut table: Vec<libc::kinfo_proc> = Vec::with_capacity(len / entry);
+            let mut bytes = table.capacity() * entry;
+            // SAFETY: the buffer has `bytes` writable bytes of kinfo_proc
+            // storage; the kernel writes whole entries.
+            let r = unsafe {
+                libc::sysctl(
+                    mib.as_ptr(),
+                    3,
+                    table.as_mut_ptr().cast(),
+                    &mut bytes,
+                    core::ptr::null(),
+                    0,
+                )
+            };
+            if r < 0 {
+                if errno() == libc::ENOMEM {
+                    continue;
+                }
+                return Err(errno());
+            }
+            // SAFETY: the kernel initialised `bytes / entry` entries.
+            unsafe { table.set_len(bytes / entry) };
+            return Ok(table
+                .iter()
+                .map(|p| {
+                    let comm: Vec<u8> = p
+                        .ki_comm
+                        .iter()
+                        .take_while(|&&c| c != 0)
+                        .map(|&c| c as u8)
+                        .collect();
+                    (p.ki_pid, String::from_utf8_lossy(&comm).into_owned())
+                })
+                .collect());
+        }
+        Err(libc::ENOMEM)
     }
 }

@@ -1,12 +1,13 @@
 //! pmcstat(8): counts and samples with hwpmc(4).
 //!
 //! Implemented: system and process PMCs in counting and sampling mode
-//! (-s -p -S -P) with -c, -C, -d, -E, -n, -N, -U, -W, -t pid, -w, -l, -o,
-//! -O file or host:port, -q, -v; -R file or host:port printing the text
-//! dump. Options, argument checks, messages, output formats and exit codes
-//! are FreeBSD's. The analysis plugins (-g -G -F -m -a -T and their
-//! helpers), -t with a regular expression and running a command are not
-//! implemented yet and are refused with a message saying so.
+//! (-s -p -S -P) with -c, -C, -d, -E, -n, -N, -U, -W, -t pid or regular
+//! expression, -w, -l, -o, -O file or host:port, -q, -v, a command to
+//! run; -R file or host:port printing the text dump; -L and -u listing
+//! the CPU's PMU events. Options, argument checks, messages, output
+//! formats and exit codes are FreeBSD's. The analysis plugins (-g -G -F
+//! -m -a -T and their helpers) are not implemented yet and are refused
+//! with a message saying so.
 
 mod pmcstat_log;
 
@@ -25,6 +26,7 @@ use uapi::pmc::{PMC_CPU_ANY, PmcCaps, PmcFlags, PmcId, PmcMode};
 const EX_USAGE: u8 = 64;
 const EX_DATAERR: u8 = 65;
 const EX_UNAVAILABLE: u8 = 69;
+const EX_SOFTWARE: u8 = 70;
 const EX_OSERR: u8 = 71;
 
 const DEFAULT_SAMPLE_COUNT: u64 = 65536;
@@ -176,7 +178,12 @@ struct Args {
     printfile: Option<PrintFile>,
     do_print: bool,
     targets: Vec<i32>,
+    /// `-t` regular expressions, matched against command names once the
+    /// library is up.
+    target_patterns: Vec<pmc::regex::Regex>,
     has_target: bool,
+    list_counters: bool,
+    describe: Option<String>,
     command: Vec<String>,
     verbosity: u32,
 }
@@ -302,8 +309,12 @@ fn add_spec(a: &mut Args, opt: char, spec: &str) -> Result<(), Exit> {
     if a.log_proccsw {
         flags |= PmcFlags::LOG_PROCCSW.bits();
     }
+    // Without -n, the event's own period from the PMU tables.
     let count = if mode.is_sampling() {
-        a.sample_count.unwrap_or(DEFAULT_SAMPLE_COUNT)
+        a.sample_count.unwrap_or_else(|| {
+            pmc.pmu()
+                .map_or(DEFAULT_SAMPLE_COUNT, |t| t.sample_rate(spec))
+        })
     } else {
         0
     };
@@ -490,14 +501,17 @@ fn parse(argv: &[String]) -> Result<Args, Exit> {
                     a.has_target = true;
                     a.required |= REQ_PROCESS;
                     match strtol(v) {
-                        Some((pid, _)) if pid >= 0 => a.targets.insert(0, pid as i32),
+                        Some((pid, rest)) if pid >= 0 && rest.len() < v.len() => {
+                            a.targets.insert(0, pid as i32)
+                        }
                         _ => {
-                            return Err(errx(
-                                EX_USAGE,
-                                format!(
-                                    "ERROR: -t with a regular expression (\"{v}\") is not implemented yet."
-                                ),
-                            ));
+                            let re = pmc::regex::Regex::new(v).map_err(|e| {
+                                errx(
+                                    EX_SOFTWARE,
+                                    format!("ERROR: Failed to compile regex \"{v}\": {e}"),
+                                )
+                            })?;
+                            a.target_patterns.push(re);
                         }
                     }
                 }
@@ -505,12 +519,8 @@ fn parse(argv: &[String]) -> Result<Args, Exit> {
                 'k' => eprintln!(
                     "pmcstat: WARNING: -k is obsolete, has no effect and will be removed in FreeBSD 15."
                 ),
-                'L' | 'u' => {
-                    return Err(errx(
-                        EX_USAGE,
-                        "pmu features not supported on host or hwpmc not loaded",
-                    ));
-                }
+                'L' => a.list_counters = true,
+                'u' => a.describe = Some(v.to_owned()),
                 // In FreeBSD's option string without a meaning: usage.
                 'Z' => return Err(errx(EX_USAGE, USAGE)),
                 'A' | 'a' | 'D' | 'e' | 'F' | 'f' | 'G' | 'g' | 'I' | 'i' | 'M' | 'm' | 'r'
@@ -527,6 +537,9 @@ fn parse(argv: &[String]) -> Result<Args, Exit> {
         i += 1;
     }
     a.command = argv[i.min(argv.len())..].to_vec();
+    if a.list_counters || a.describe.is_some() {
+        return Ok(a);
+    }
     check(&a)?;
     Ok(a)
 }
@@ -896,6 +909,20 @@ fn measure(mut a: Args) -> Result<(), Exit> {
         a.targets.insert(0, pid);
         Some(pid)
     };
+    if !a.target_patterns.is_empty() {
+        let procs = pmc
+            .transport()
+            .processes()
+            .map_err(|e| err(EX_OSERR, "ERROR: Cannot list the processes", e))?;
+        for (pid, comm) in procs {
+            if a.target_patterns.iter().any(|re| re.is_match(&comm)) && !a.targets.contains(&pid) {
+                a.targets.push(pid);
+            }
+        }
+        if a.targets.is_empty() {
+            return Err(errx(EX_DATAERR, "ERROR: No matching target processes."));
+        }
+    }
     if a.has_target || command.is_some() {
         let mut attached = 0;
         for &pid in &a.targets {
@@ -1040,8 +1067,37 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     Ok(())
 }
 
+/// `-L` and `-u`: the PMU event table of this machine's CPU.
+fn list_pmu(a: &Args) -> Result<(), Exit> {
+    let table = (pmc::pmc_init() == 0)
+        .then(|| pmc::library_handle().ok()?.pmu().copied())
+        .flatten()
+        .ok_or_else(|| {
+            errx(
+                EX_USAGE,
+                "pmu features not supported on host or hwpmc not loaded",
+            )
+        })?;
+    let mut out = std::io::stdout().lock();
+    let r = if a.list_counters {
+        table.print_counters(None, &mut out)
+    } else {
+        table.print_counter_desc(a.describe.as_deref().unwrap_or(""), &mut out)
+    };
+    match r.and_then(|()| out.flush()) {
+        // A reader that stopped early (`| head`) is not an error.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(errx(EX_OSERR, format!("ERROR: cannot write the list: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn run(argv: &[String]) -> Result<(), Exit> {
     let mut a = parse(argv)?;
+    if a.list_counters || a.describe.is_some() {
+        return list_pmu(&a);
+    }
     if a.read_log.is_some() {
         return read_log(&mut a);
     }

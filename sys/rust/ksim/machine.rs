@@ -1321,9 +1321,24 @@ impl Machine {
         Ok(())
     }
 
-    /// Reads a string sysctl.
+    /// Reads a string sysctl. `kern.hwpmc.cpuid` is the kernel's own
+    /// (kern_pmc.c, present with `options HWPMC_HOOKS`).
     pub fn sysctl_str(&self, name: &str) -> Option<String> {
-        self.0.st.borrow().sysctl_str.get(name).cloned()
+        let st = self.0.st.borrow();
+        if name == "kern.hwpmc.cpuid" && st.cfg.kernel_pmc_version != 0 {
+            return Some(st.cfg.cpuid.clone());
+        }
+        st.sysctl_str.get(name).cloned()
+    }
+
+    /// The live processes as (pid, command name), in pid order, as the
+    /// `kern.proc.proc` sysctl lists them.
+    pub fn processes(&self) -> Vec<(u32, String)> {
+        let st = self.0.st.borrow();
+        st.live_pids()
+            .into_iter()
+            .filter_map(|pid| st.procs.get(&pid).map(|p| (pid, p.info.comm.clone())))
+            .collect()
     }
 
     /// The ktr(4) trace buffer.

@@ -419,9 +419,14 @@ fn freebsds_argument_checks() {
             "ERROR: option -T is not implemented yet.",
         ),
         (
-            &["-t", "make", "-p", "TSC"],
-            64,
-            "ERROR: -t with a regular expression (\"make\") is not implemented yet.",
+            &["-t", "^make$", "-p", "SOFT-CLOCK.HARD"],
+            65,
+            "ERROR: No matching target processes.",
+        ),
+        (
+            &["-t", "(make", "-p", "SOFT-CLOCK.HARD"],
+            70,
+            "ERROR: Failed to compile regex \"(make\": unmatched (",
         ),
         (
             &["-s", "TSC", "nosuch"],
@@ -442,7 +447,11 @@ fn freebsds_argument_checks() {
         ),
     ];
     for (args, code, msg) in cases {
-        let o = pmcstat(args);
+        // A CPU without event tables, for the -L case.
+        let o = sim_pmcstat(args)
+            .env("LIBPMC_SIM_CPUID", "GenuineIntel-6-55-4")
+            .output()
+            .unwrap();
         assert_eq!(
             o.status.code(),
             Some(*code),
@@ -679,4 +688,49 @@ fn sampling_a_command() {
             .iter()
             .all(|l| l.split_whitespace().nth(1) == Some(pid))
     );
+}
+
+#[test]
+fn lists_and_describes_the_cpus_pmu_events() {
+    let o = pmcstat(&["-L"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    // The simulated machine is a Skylake client part by default: every
+    // event of the skylake table, a tab before each name.
+    let skylake = pmc::libpmc_pmu_util::PmuTable::for_cpuid("GenuineIntel-6-5E-3").unwrap();
+    assert_eq!(out.lines().count(), skylake.model.events.len());
+    assert!(out.lines().any(|l| l == "\tbr_inst_retired.all_branches"));
+    assert!(out.lines().all(|l| l.starts_with('\t')));
+    // Another CPU key, another table.
+    let o = sim_pmcstat(&["-L"])
+        .env("LIBPMC_SIM_CPUID", "GenuineIntel-6-3C-3")
+        .output()
+        .unwrap();
+    assert!(text(&o.stdout).contains("\toffcore_response.all_data_rd.l3_miss.any_response\n"));
+    let o = pmcstat(&["-u", "longest_lat_cache"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        text(&o.stdout),
+        "longest_lat_cache.miss:\tCore-originated cacheable demand requests missed L3. Spec update: SKL057\n\
+         longest_lat_cache.reference:\tCore-originated cacheable demand requests that refer to L3. Spec update: SKL057\n"
+    );
+}
+
+#[test]
+fn targets_chosen_by_a_regular_expression() {
+    // The workload is /usr/bin/work with six threads; nothing else on the
+    // machine is called "work".
+    let o = pmcstat_with_workload(&["-t", "^w.rk$", "-p", "SOFT-CLOCK.HARD", "-l", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // Counts go to standard error without -o, as FreeBSD's.
+    let out = text(&o.stderr);
+    let count: u64 = out
+        .lines()
+        .last()
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {out:?}"));
+    // Six threads on four CPUs for 2 s at hz 1000: the process has the
+    // four CPUs' 8000 ticks, less a little for the program itself.
+    assert!((7000..=8000).contains(&count), "{out}");
 }
