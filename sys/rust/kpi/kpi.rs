@@ -17,12 +17,24 @@ extern crate alloc;
 #[cfg(feature = "sim")]
 extern crate std;
 
-#[cfg(not(feature = "sim"))]
-compile_error!("kpi: no backend selected (the FreeBSD backend comes with the build integration)");
+#[cfg(not(any(feature = "sim", feature = "freebsd")))]
+compile_error!("kpi: no backend selected (feature sim or freebsd)");
+#[cfg(all(feature = "sim", feature = "freebsd"))]
+compile_error!("kpi: features sim and freebsd exclude each other");
 
 #[cfg(feature = "sim")]
 #[path = "kpi_sim.rs"]
 mod backend;
+
+#[cfg(all(feature = "freebsd", not(feature = "sim")))]
+#[path = "kpi_freebsd.rs"]
+mod backend;
+
+/// panic(9): for the kernel module's panic handler.
+#[cfg(all(feature = "freebsd", not(feature = "sim")))]
+pub fn kernel_panic(msg: &str) -> ! {
+    backend::panic(msg)
+}
 
 pub mod cpu;
 pub mod errno;

@@ -55,6 +55,73 @@ pub fn free(token: u64) {
     kern::free(token);
 }
 
+use core::sync::atomic::{AtomicU32, Ordering};
+
+const EXCLUSIVE: u32 = u32::MAX;
+
+/// The state word shared by the three lock types: 0 free, EXCLUSIVE
+/// held exclusively, otherwise the number of shared holders.
+#[derive(Debug)]
+pub struct LockWord {
+    state: AtomicU32,
+    class: &'static str,
+    kind: LockKind,
+}
+
+impl LockWord {
+    pub const fn new(class: &'static str, kind: LockKind) -> Self {
+        LockWord {
+            state: AtomicU32::new(0),
+            class,
+            kind,
+        }
+    }
+
+    pub fn lock_exclusive(&self) {
+        lock_acquire(self.class, self.kind);
+        if self
+            .state
+            .compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // The simulated kernel runs one thread at a time, so a held lock
+            // here means the code took it twice.
+            panic!("lock {} taken while held", self.class);
+        }
+    }
+
+    pub fn lock_shared(&self) {
+        lock_acquire(self.class, self.kind);
+        let mut cur = self.state.load(Ordering::Relaxed);
+        loop {
+            assert!(
+                cur != EXCLUSIVE,
+                "sx {} taken shared while held exclusively",
+                self.class
+            );
+            match self.state.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    pub fn unlock_exclusive(&self) {
+        self.state.store(0, Ordering::Release);
+        lock_release(self.class);
+    }
+
+    pub fn unlock_shared(&self) {
+        self.state.fetch_sub(1, Ordering::Release);
+        lock_release(self.class);
+    }
+}
+
 pub fn lock_acquire(class: &'static str, kind: LockKind) {
     kern::lock_acquire(class, kind);
 }

@@ -23,6 +23,26 @@ pub enum Wait {
 }
 
 /// One accounted allocation.
+/// `Box::new` that reports a failed allocation instead of aborting: in
+/// the kernel an allocation that may not sleep can fail.
+fn try_box<U>(value: U) -> KResult<Box<U>> {
+    let layout = core::alloc::Layout::new::<U>();
+    if layout.size() == 0 {
+        return Ok(Box::new(value));
+    }
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { alloc::alloc::alloc(layout) }.cast::<U>();
+    if ptr.is_null() {
+        return Err(ENOMEM);
+    }
+    // SAFETY: `ptr` is a fresh allocation of `U`'s layout from the global
+    // allocator, which is what Box owns and frees.
+    unsafe {
+        ptr.write(value);
+        Ok(Box::from_raw(ptr))
+    }
+}
+
 #[derive(Debug)]
 struct Account(u64);
 
@@ -57,7 +77,7 @@ impl<T: ?Sized> KBox<T> {
     ) -> KResult<KBox<T>> {
         let account = Account::new(core::mem::size_of::<U>().max(1), wait)?;
         Ok(KBox {
-            value: convert(Box::new(value)),
+            value: convert(try_box(value)?),
             _account: account,
         })
     }
@@ -68,7 +88,7 @@ impl<T> KBox<T> {
     pub fn try_new(value: T, wait: Wait) -> KResult<KBox<T>> {
         let account = Account::new(core::mem::size_of::<T>().max(1), wait)?;
         Ok(KBox {
-            value: Box::new(value),
+            value: try_box(value)?,
             _account: account,
         })
     }
@@ -197,8 +217,11 @@ impl KVec<u8> {
     /// `n` zero bytes (`malloc(n, M_ZERO)`).
     pub fn zeroed(n: usize, wait: Wait) -> KResult<KVec<u8>> {
         let account = Account::new(n.max(1), wait)?;
+        let mut items = Vec::new();
+        items.try_reserve_exact(n).map_err(|_| ENOMEM)?;
+        items.resize(n, 0);
         Ok(KVec {
-            items: alloc::vec![0u8; n],
+            items,
             account: Some(account),
         })
     }

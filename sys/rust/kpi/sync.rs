@@ -7,74 +7,10 @@
 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicU32, Ordering};
 
 pub use crate::backend::LockKind;
 
-const EXCLUSIVE: u32 = u32::MAX;
-
-/// The state word shared by the three lock types: 0 free, EXCLUSIVE
-/// held exclusively, otherwise the number of shared holders.
-#[derive(Debug)]
-struct LockWord {
-    state: AtomicU32,
-    class: &'static str,
-    kind: LockKind,
-}
-
-impl LockWord {
-    const fn new(class: &'static str, kind: LockKind) -> Self {
-        LockWord {
-            state: AtomicU32::new(0),
-            class,
-            kind,
-        }
-    }
-
-    fn lock_exclusive(&self) {
-        crate::backend::lock_acquire(self.class, self.kind);
-        if self
-            .state
-            .compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            // The simulated kernel runs one thread at a time, so a held lock
-            // here means the code took it twice.
-            panic!("lock {} taken while held", self.class);
-        }
-    }
-
-    fn lock_shared(&self) {
-        crate::backend::lock_acquire(self.class, self.kind);
-        let mut cur = self.state.load(Ordering::Relaxed);
-        loop {
-            assert!(
-                cur != EXCLUSIVE,
-                "sx {} taken shared while held exclusively",
-                self.class
-            );
-            match self.state.compare_exchange_weak(
-                cur,
-                cur + 1,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(v) => cur = v,
-            }
-        }
-    }
-
-    fn unlock_exclusive(&self) {
-        self.state.store(0, Ordering::Release);
-        crate::backend::lock_release(self.class);
-    }
-
-    fn unlock_shared(&self) {
-        self.state.fetch_sub(1, Ordering::Release);
-        crate::backend::lock_release(self.class);
-    }
-}
+use crate::backend::LockWord;
 
 macro_rules! guarded_lock {
     ($(#[$m:meta])* $name:ident, $guard:ident, $kind:expr) => {

@@ -1,0 +1,196 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * The C side of kpi's FreeBSD backend: the kernel interfaces the Rust
+ * kernel crates use, as plain functions.  Macros, inline functions and
+ * kernel structure fields stay on this side, so the Rust code never
+ * depends on a kernel structure's layout; bindgen reads this header (with
+ * the module's own CFLAGS) to declare these functions to Rust.
+ *
+ * Conventions: pids and thread ids are the kernel's; an int result is 0
+ * or an errno value; strings passed in carry their length.
+ */
+
+#ifndef _KPI_GLUE_H_
+#define	_KPI_GLUE_H_
+
+#include <sys/types.h>
+
+/* Console and tracing. */
+void	kpi_printf(const char *line, size_t len);
+void	kpi_ktr(const char *line, size_t len);
+void	kpi_panic(const char *msg, size_t len) __dead2;
+
+/* CPUs. */
+uint32_t kpi_curcpu(void);
+uint32_t kpi_ncpu_ids(void);		/* mp_maxid + 1 */
+int	kpi_cpu_exists(uint32_t cpu);	/* !CPU_ABSENT(cpu) */
+int	kpi_cpu_active(uint32_t cpu);	/* present, not halted */
+uint32_t kpi_bind(uint32_t cpu);	/* sched_bind; previous binding or ~0 */
+void	kpi_unbind(uint32_t previous);
+int	kpi_in_interrupt(void);		/* an interrupt frame is current */
+int	kpi_can_sleep(void);		/* no critical section, no spin lock */
+
+/* Time. */
+uint64_t kpi_cyclecount(void);
+uint64_t kpi_cyclecount_freq(void);
+void	kpi_nanotime(int64_t *sec, int64_t *nsec);
+
+/* Memory (malloc(9) with the M_HWPMC type). */
+void	*kpi_malloc(size_t size, size_t align, int can_sleep);
+void	kpi_free(void *ptr);
+
+/* Locks: storage is sized by the kernel's own struct mtx and struct sx. */
+#define	KPI_LOCK_SLEEP	0	/* mtx, MTX_DEF */
+#define	KPI_LOCK_SPIN	1	/* mtx, MTX_SPIN */
+#define	KPI_LOCK_SX	2	/* sx */
+size_t	kpi_lock_size(void);		/* bytes of the largest of the three */
+void	kpi_lock_init(void *lock, const char *name, int kind);
+void	kpi_lock_destroy(void *lock, int kind);
+void	kpi_lock_exclusive(void *lock, int kind);
+void	kpi_lock_shared(void *lock, int kind);
+void	kpi_unlock_exclusive(void *lock, int kind);
+void	kpi_unlock_shared(void *lock, int kind);
+void	kpi_may_sleep(void);		/* WITNESS_WARN of a sleep point */
+void	kpi_pause_one_tick(void);	/* pause(9) for a tick */
+
+/* Processes and credentials. */
+struct kpi_proc_info {
+	uint32_t	pid;
+	uint32_t	ppid;
+	uint32_t	flags;		/* P_* of p_flag */
+	int		zombie;
+	uint32_t	nthreads;	/* threads, even beyond the buffer */
+	char		comm[20];	/* MAXCOMLEN + 1 */
+};
+uint32_t kpi_curthread(void);		/* td_tid */
+uint32_t kpi_curproc(void);		/* p_pid */
+/* ESRCH when there is no such process; tids gets at most ntids ids. */
+int	kpi_proc_info(uint32_t pid, struct kpi_proc_info *info,
+	    uint32_t *tids, uint32_t ntids);
+/* Full path of the process's executable; the length, or -1. */
+int	kpi_proc_path(uint32_t pid, char *buf, size_t len);
+/* Children, all processes: the count, even beyond the buffer. */
+uint32_t kpi_proc_children(uint32_t pid, uint32_t *pids, uint32_t npids);
+uint32_t kpi_all_pids(uint32_t *pids, uint32_t npids);
+int	kpi_thread_pid(uint32_t tid, uint32_t *pid);	/* 0 or ESRCH */
+void	kpi_proc_flags(uint32_t pid, uint32_t set, uint32_t clear);
+int	kpi_p_candebug(uint32_t pid);
+int	kpi_priv_check(int privilege);
+int	kpi_cred_covers(uint32_t owner, uint32_t target);
+int	kpi_jailed(void);
+void	kpi_psignal(uint32_t pid, int sig);
+void	kpi_request_userret(void);	/* TDP_CALLCHAIN and an AST */
+
+/* User memory. */
+int	kpi_copyin(uint64_t uaddr, void *kaddr, size_t len);
+int	kpi_copyout(const void *kaddr, uint64_t uaddr, size_t len);
+
+/* Tunables (kenv) and sysctls. */
+int	kpi_kenv_int(const char *name, size_t len, int64_t *value);
+/* The length of the value, or -1; at most len - 1 bytes and a NUL. */
+int	kpi_kenv_str(const char *name, size_t namelen, char *buf, size_t len);
+int	kpi_sysctl_int(const char *name, size_t len, int64_t *value);
+/* A read-write 64-bit integer under kern.hwpmc, kept by this glue. */
+void	kpi_sysctl_publish(const char *name, size_t len, int64_t value);
+void	kpi_sysctl_remove(const char *name, size_t len);
+/*
+ * A read-write string under kern.hwpmc whose writes go to the handler
+ * (0 accepts the new value, an errno refuses it).
+ */
+typedef int kpi_sysctl_str_handler_t(void *arg, const char *value,
+    size_t len);
+void	kpi_sysctl_str_register(const char *name, size_t namelen,
+	    const char *value, size_t valuelen,
+	    kpi_sysctl_str_handler_t *handler, void *arg);
+void	kpi_sysctl_str_remove(const char *name, size_t len);
+
+/* The hwpmc system call: the slot the module registered (kpi side). */
+typedef int kpi_syscall_t(void *arg, const uint64_t *args, size_t nargs,
+    int64_t *retval);
+uint32_t kpi_syscall_register(kpi_syscall_t *handler, void *arg);
+void	kpi_syscall_deregister(uint32_t num);
+
+/* pmc_hook: the kernel's calls into the driver, decoded. */
+#define	KPI_HOOK_CSW_IN		1
+#define	KPI_HOOK_CSW_OUT	2
+#define	KPI_HOOK_PROCESS_EXEC	3
+#define	KPI_HOOK_SOFT_SAMPLING	4
+#define	KPI_HOOK_THR_CREATE	5
+#define	KPI_HOOK_THR_EXIT	6
+#define	KPI_HOOK_USER_RET	7
+#define	KPI_HOOK_DO_SAMPLES	8
+#define	KPI_HOOK_MMAP		9
+#define	KPI_HOOK_MUNMAP		10
+struct kpi_hook_args {
+	int		hook;		/* KPI_HOOK_* */
+	int		credentials_changed;
+	uint64_t	base;		/* exec base, mmap/munmap address */
+	uint64_t	dyn_base;	/* exec: dynamic linker base */
+	uint64_t	size;		/* munmap size */
+	uint32_t	ev;		/* soft event */
+	uint32_t	cpu;		/* soft event's CPU */
+};
+typedef int kpi_hook_t(void *arg, const struct kpi_hook_args *call);
+/* NULL removes the hook. */
+void	kpi_set_pmc_hook(kpi_hook_t *hook, void *arg);
+
+/* process_fork, process_exit, kld_load, kld_unload event handlers. */
+#define	KPI_EVENT_FORK		1
+#define	KPI_EVENT_EXIT		2
+#define	KPI_EVENT_KLD_LOAD	3
+#define	KPI_EVENT_KLD_UNLOAD	4
+struct kpi_event_args {
+	int		event;		/* KPI_EVENT_* */
+	uint32_t	parent;		/* fork */
+	uint32_t	pid;		/* fork: child; exit: the process */
+	uint64_t	addr;		/* kld */
+	uint64_t	size;		/* kld unload */
+};
+typedef void kpi_event_t(void *arg, const struct kpi_event_args *ev);
+uint64_t kpi_eventhandler_register(kpi_event_t *handler, void *arg);
+void	kpi_eventhandler_deregister(uint64_t tag);
+
+/* kern_pmc.c: the kernel's PMC facts. */
+uint32_t kpi_pmc_kernel_version(void);
+size_t	kpi_pmc_cpuid(char *buf, size_t len);
+/* Soft events: the count, even beyond the buffers. */
+struct kpi_soft_event {
+	uint32_t	code;
+	char		name[64];	/* PMC_NAME_MAX */
+};
+uint32_t kpi_soft_events(struct kpi_soft_event *evs, uint32_t nevs);
+int	kpi_soft_event_registered(uint32_t code);
+void	kpi_soft_event_running(uint32_t code, int delta);
+void	kpi_set_cpu_sampled(uint32_t cpu);	/* DPCPU pmc_sampled */
+
+/* Files (the log). */
+int	kpi_fget_write(int fd, void **file);
+void	kpi_fdrop(void *file);
+int	kpi_file_write(void *file, const void *data, size_t len);
+
+/* Kernel processes running body(arg) once per wakeup until stopped. */
+typedef void kpi_kproc_body_t(void *arg);
+int	kpi_kproc_create(const char *name, size_t len, kpi_kproc_body_t *body,
+	    void *arg, void **kproc);
+void	kpi_kproc_wakeup(void *kproc);
+void	kpi_kproc_stop(void *kproc);	/* a last pass, then exit; frees */
+uint32_t kpi_kproc_pid(void *kproc);
+
+/* The interrupted context and call chains (frame pointers). */
+int	kpi_interrupted(uint64_t *pc);	/* 1: user mode */
+uint32_t kpi_kernel_callchain(uint64_t *pcs, uint32_t max);
+uint32_t kpi_user_callchain(uint64_t *pcs, uint32_t max);
+
+/* Executable mappings of a process, and the kernel's objects. */
+struct kpi_mapping {
+	uint64_t	start;
+	uint64_t	end;
+	char		path[1024];	/* MAXPATHLEN */
+};
+/* The count, even beyond the buffer. */
+uint32_t kpi_proc_mappings(uint32_t pid, struct kpi_mapping *maps,
+	    uint32_t nmaps);
+uint32_t kpi_kernel_objects(struct kpi_mapping *maps, uint32_t nmaps);
+
+#endif /* !_KPI_GLUE_H_ */
