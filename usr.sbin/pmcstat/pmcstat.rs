@@ -312,8 +312,16 @@ fn add_spec(a: &mut Args, opt: char, spec: &str) -> Result<(), Exit> {
     // Without -n, the event's own period from the PMU tables.
     let count = if mode.is_sampling() {
         a.sample_count.unwrap_or_else(|| {
-            pmc.pmu()
-                .map_or(DEFAULT_SAMPLE_COUNT, |t| t.sample_rate(spec))
+            // Only for an event the driver will count from the table.
+            let mut probe = <uapi::pmc::PmcOpPmcallocate as uapi::Plain>::zeroed();
+            match pmc.pmu() {
+                Some(t)
+                    if t.allocate(spec, &mut probe).is_ok() && pmc.has_class(probe.pm_class) =>
+                {
+                    t.sample_rate(spec)
+                }
+                _ => DEFAULT_SAMPLE_COUNT,
+            }
         })
     } else {
         0

@@ -1,6 +1,7 @@
 //! Event specifications (pmc_allocate's first argument) as arbitrary
 //! text: parsing never panics, and a specification it accepts names an
-//! event of the class it chose, with the capabilities that class needs.
+//! event of the class it chose, with the capabilities that class needs;
+//! the same for the PMU tables of every CPU model.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -8,7 +9,9 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use pmc::libpmc_sim::{SimConfig, SimTransport};
 use pmc::pmc::Pmc;
-use uapi::pmc::{PmcCaps, PmcClass, PmcMode};
+use pmc::libpmc_pmu_util::PmuTable;
+use uapi::pmc::{PmcCaps, PmcClass, PmcFlags, PmcMode, PmcOpPmcallocate};
+use uapi::Plain;
 
 fn library() -> &'static Pmc {
     static LIB: OnceLock<Pmc> = OnceLock::new();
@@ -30,5 +33,15 @@ fuzz_target!(|input: &[u8]| {
         let caps = PmcCaps::from_bits_truncate(a.pm_caps);
         assert!(caps.contains(PmcCaps::READ));
         assert_eq!(caps.contains(PmcCaps::INTERRUPT), mode.is_sampling());
+    }
+    // The PMU tables of every model: an accepted specification names an
+    // event of the table and marks the request as a PMU event.
+    for model in pmc::libpmc_pmu_util::PMU_MODELS {
+        let table = PmuTable { model, vendor: pmc::libpmc_pmu_util::Vendor::Intel };
+        let mut a = PmcOpPmcallocate::zeroed();
+        if table.allocate(&spec, &mut a).is_ok() {
+            assert!((a.pm_ev as usize) < model.events.len());
+            assert_ne!(a.pm_flags & PmcFlags::EV_PMU.bits(), 0);
+        }
     }
 });
