@@ -34,6 +34,17 @@ struct Piece {
     max: Option<usize>,
 }
 
+/// The text being matched and the work done on it: backtracking is
+/// exponential on some patterns, so a match gives up (as "no match")
+/// after [`STEP_LIMIT`] steps rather than hang.
+struct Subject<'t> {
+    text: &'t [char],
+    steps: core::cell::Cell<u32>,
+}
+
+/// Atom matches one match attempt may make.
+pub const STEP_LIMIT: u32 = 1_000_000;
+
 /// Why a pattern did not compile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegexError {
@@ -82,12 +93,20 @@ impl Regex {
     pub fn matches_prefix(&self, text: &str, accept_rest: impl Fn(&str) -> bool) -> bool {
         let chars: Vec<char> = text.chars().collect();
         let mut done = |end: usize| accept_rest(&chars[end..].iter().collect::<String>());
-        match_alternatives(&self.alternatives, &chars, 0, &mut done)
+        let subject = Subject {
+            text: &chars,
+            steps: core::cell::Cell::new(0),
+        };
+        match_alternatives(&self.alternatives, &subject, 0, &mut done)
     }
 
     fn match_at(&self, text: &[char], start: usize, whole: bool) -> bool {
         let mut done = |end: usize| !whole || end == text.len();
-        match_alternatives(&self.alternatives, text, start, &mut done)
+        let subject = Subject {
+            text,
+            steps: core::cell::Cell::new(0),
+        };
+        match_alternatives(&self.alternatives, &subject, start, &mut done)
     }
 }
 
@@ -245,14 +264,19 @@ fn parse_class(p: &[char], pos: &mut usize) -> Result<Atom, RegexError> {
 
 fn match_alternatives(
     alts: &[Vec<Piece>],
-    text: &[char],
+    text: &Subject<'_>,
     at: usize,
     done: &mut dyn FnMut(usize) -> bool,
 ) -> bool {
     alts.iter().any(|seq| match_seq(seq, text, at, done))
 }
 
-fn match_seq(seq: &[Piece], text: &[char], at: usize, done: &mut dyn FnMut(usize) -> bool) -> bool {
+fn match_seq(
+    seq: &[Piece],
+    text: &Subject<'_>,
+    at: usize,
+    done: &mut dyn FnMut(usize) -> bool,
+) -> bool {
     let Some((piece, rest)) = seq.split_first() else {
         return done(at);
     };
@@ -264,7 +288,7 @@ fn match_repeat(
     piece: &Piece,
     count: usize,
     rest: &[Piece],
-    text: &[char],
+    text: &Subject<'_>,
     at: usize,
     done: &mut dyn FnMut(usize) -> bool,
 ) -> bool {
@@ -283,7 +307,18 @@ fn match_repeat(
     count >= piece.min && match_seq(rest, text, at, done)
 }
 
-fn match_atom(atom: &Atom, text: &[char], at: usize, next: &mut dyn FnMut(usize) -> bool) -> bool {
+fn match_atom(
+    atom: &Atom,
+    subject: &Subject<'_>,
+    at: usize,
+    next: &mut dyn FnMut(usize) -> bool,
+) -> bool {
+    let steps = subject.steps.get() + 1;
+    subject.steps.set(steps);
+    if steps > STEP_LIMIT {
+        return false;
+    }
+    let text = subject.text;
     match atom {
         Atom::Literal(c) => text.get(at) == Some(c) && next(at + 1),
         Atom::Any => at < text.len() && next(at + 1),
@@ -292,7 +327,7 @@ fn match_atom(atom: &Atom, text: &[char], at: usize, next: &mut dyn FnMut(usize)
                 .is_some_and(|c| items.iter().any(|&(lo, hi)| (lo..=hi).contains(c)) != *negated)
                 && next(at + 1)
         }
-        Atom::Group(alts) => match_alternatives(alts, text, at, next),
+        Atom::Group(alts) => match_alternatives(alts, subject, at, next),
         Atom::Start => at == 0 && next(at),
         Atom::End => at == text.len() && next(at),
     }
@@ -338,6 +373,13 @@ mod tests {
         assert!(r.matches_prefix("GenuineIntel-6-5E", dash));
         assert!(!r.matches_prefix("GenuineIntel-6-5E3", dash));
         assert!(!r.matches_prefix("xGenuineIntel-6-5E", dash));
+    }
+
+    #[test]
+    fn pathological_patterns_give_up_instead_of_hanging() {
+        let r = Regex::new("(a*)*(a*)*(a*)*(a*)*b").unwrap();
+        assert!(!r.is_match("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
+        assert!(r.is_match("aab"));
     }
 
     #[test]
