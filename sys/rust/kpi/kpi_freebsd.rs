@@ -385,7 +385,7 @@ pub fn copyout(data: &[u8], uaddr: u64) -> KResult<()> {
 pub fn kenv_int(name: &str) -> Option<i64> {
     let mut v = 0i64;
     // SAFETY: a name by length and one writable integer.
-    (unsafe { sys::kpi_kenv_int(name.as_ptr().cast(), name.len(), &mut v) } != 0).then_some(v)
+    (unsafe { sys::kpi_kenv_int(name.as_ptr().cast(), name.len(), &mut v) } == 0).then_some(v)
 }
 pub fn kenv_str(name: &str) -> Option<String> {
     let mut buf = vec![0u8; 256];

@@ -110,6 +110,13 @@ typedef int kpi_syscall_t(void *arg, const uint64_t *args, size_t nargs,
     int64_t *retval);
 uint32_t kpi_syscall_register(kpi_syscall_t *handler, void *arg);
 void	kpi_syscall_deregister(uint32_t num);
+/*
+ * The sysent's sy_call (for the module's C glue, not for Rust): decodes
+ * struct pmc_syscall_args into args[0] = op, args[1] = data, calls the
+ * registered handler, sets td_retval[0]; 0 or an errno.
+ */
+struct thread;
+int	kpi_syscall_dispatch(struct thread *td, void *uap);
 
 /* pmc_hook: the kernel's calls into the driver, decoded. */
 #define	KPI_HOOK_CSW_IN		1

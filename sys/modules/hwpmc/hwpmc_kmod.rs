@@ -1,0 +1,104 @@
+//! hwpmc.ko's Rust archive: the driver (crate `hwpmc`) on kpi's FreeBSD
+//! backend, the module event handler the C glue
+//! (`sys/dev/hwpmc/hwpmc_glue.c`) chains to, and the panic handler.
+//!
+//! The system call needs no entry here: the driver registers its handler
+//! with kpi when it loads, and the glue's sysent calls kpi's dispatcher.
+
+#![no_std]
+
+use core::ffi::{c_int, c_void};
+use core::fmt::{self, Write};
+use core::panic::PanicInfo;
+use core::sync::atomic::{AtomicPtr, Ordering};
+
+extern crate alloc;
+
+use alloc::boxed::Box;
+
+// `modeventtype_t` of sys/module.h.
+const MOD_LOAD: c_int = 0;
+const MOD_UNLOAD: c_int = 1;
+const MOD_SHUTDOWN: c_int = 2;
+const MOD_QUIESCE: c_int = 3;
+/// `EOPNOTSUPP` of sys/errno.h: the answer to events a module ignores.
+const EOPNOTSUPP: c_int = 45;
+
+/// The loaded driver, between MOD_LOAD and MOD_UNLOAD. The kernel sends
+/// module events one at a time, so a swap is enough.
+static DRIVER: AtomicPtr<hwpmc::Module> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The module event handler (`modeventhand_t`), chained behind
+/// `syscall_module_handler`, which has registered the system call on
+/// MOD_LOAD and unregisters it after MOD_UNLOAD.
+#[unsafe(no_mangle)]
+pub extern "C" fn hwpmc_rs_modevent(
+    _module: *mut c_void,
+    event: c_int,
+    _arg: *mut c_void,
+) -> c_int {
+    match event {
+        MOD_LOAD => match hwpmc::Module::load() {
+            Ok(module) => {
+                // Module events may sleep, so this malloc(9) waits
+                // rather than fails.
+                let raw = Box::into_raw(Box::new(module));
+                DRIVER.store(raw, Ordering::Release);
+                0
+            }
+            Err(e) => e.0,
+        },
+        MOD_UNLOAD | MOD_SHUTDOWN => {
+            let raw = DRIVER.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if !raw.is_null() {
+                // SAFETY: made by Box::into_raw at MOD_LOAD and taken once.
+                let module = unsafe { Box::from_raw(raw) };
+                module.unload();
+            }
+            0
+        }
+        MOD_QUIESCE => 0,
+        _ => EOPNOTSUPP,
+    }
+}
+
+/// A fixed buffer: panicking must not allocate.
+struct PanicBuf {
+    buf: [u8; 192],
+    len: usize,
+}
+
+impl Write for PanicBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = self.buf.len() - self.len;
+        let mut n = s.len().min(room);
+        // Cut on a character boundary, so the buffer stays UTF-8.
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+#[panic_handler]
+fn panic(info: &PanicInfo<'_>) -> ! {
+    let mut out = PanicBuf {
+        buf: [0; 192],
+        len: 0,
+    };
+    // Truncation is the only failure and is wanted.
+    let _ = match info.location() {
+        Some(loc) => write!(
+            out,
+            "hwpmc: {} at {}:{}",
+            info.message(),
+            loc.file(),
+            loc.line()
+        ),
+        None => write!(out, "hwpmc: {}", info.message()),
+    };
+    let text = core::str::from_utf8(&out.buf[..out.len]).unwrap_or("hwpmc: panic");
+    kpi::kernel_panic(text)
+}

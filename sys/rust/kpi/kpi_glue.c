@@ -1,0 +1,1940 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * The FreeBSD side of kpi_glue.h: each function wraps one kernel KPI so
+ * that the Rust crates see neither macros nor structure layouts.  Built
+ * for amd64 and arm64 kernel modules.
+ */
+
+#include <sys/param.h>
+#include <sys/systm.h>
+#include <sys/kernel.h>
+#include <sys/malloc.h>
+#include <sys/lock.h>
+#include <sys/mutex.h>
+#include <sys/rwlock.h>
+#include <sys/sx.h>
+#include <sys/proc.h>
+#include <sys/sched.h>
+#include <sys/priv.h>
+#include <sys/jail.h>
+#include <sys/ucred.h>
+#include <sys/signalvar.h>
+#include <sys/sysctl.h>
+#include <sys/eventhandler.h>
+#include <sys/linker.h>
+#include <sys/kthread.h>
+#include <sys/file.h>
+#include <sys/buf.h>
+#include <sys/uio.h>
+#include <sys/unistd.h>
+#include <sys/capsicum.h>
+#include <sys/ktr.h>
+#include <sys/pcpu.h>
+#include <sys/smp.h>
+#include <sys/epoch.h>
+#include <sys/pmc.h>
+#include <sys/pmckern.h>
+
+#include <vm/vm.h>
+#include <vm/pmap.h>
+#include <vm/vm_map.h>
+#include <vm/vm_object.h>
+#include <vm/vm_extern.h>
+
+#include <machine/atomic.h>
+#include <machine/cpu.h>
+#include <machine/cpufunc.h>
+#include <machine/frame.h>
+#include <machine/pmc_mdep.h>
+#include <machine/stack.h>
+#include <machine/vmparam.h>
+#if defined(__amd64__)
+#include <machine/cputypes.h>
+#include <machine/md_var.h>
+#include <machine/psl.h>
+#include <machine/specialreg.h>
+#include <x86/clock.h>
+#elif defined(__aarch64__)
+#include <machine/armreg.h>
+#endif
+
+#include "kpi_glue.h"
+
+/*
+ * From <sys/vnode.h>, which needs the generated vnode_if.h; declared
+ * here so that this file builds without the generated headers.
+ */
+struct vnode;
+int	vn_fullpath(struct vnode *vp, char **retbuf, char **freebuf);
+void	vref(struct vnode *vp);
+void	vrele(struct vnode *vp);
+
+/*
+ * The sysent slot that hwpmc_glue.c's SYSCALL module data fills in
+ * (it must not be static there).
+ */
+extern int pmc_syscall_num;
+
+/*
+ * kern_pmc.c already defines the "pmc" malloc type (M_PMC, declared by
+ * <sys/pmc.h>); hwpmc(4) allocates from it, and a second type with the
+ * same name would split vmstat -m's accounting.
+ */
+#define	M_HWPMC		M_PMC
+
+/*
+ * pmc_cpuid and kern.hwpmc.cpuid belong to the hwpmc module, not to the
+ * kernel (hwpmc_mod.c defines them; its MD code fills the string).
+ */
+char pmc_cpuid[PMC_CPUID_LEN];
+SYSCTL_DECL(_kern_hwpmc);
+SYSCTL_STRING(_kern_hwpmc, OID_AUTO, cpuid, CTLFLAG_RD, pmc_cpuid, 0,
+    "cpu version string");
+
+#define	KPI_NAME_MAX	64	/* sysctl leaf names, kenv names */
+#define	KPI_KENV_MAX	128	/* KENV_MNAMELEN */
+
+/* Copies a name passed by length into a NUL-terminated buffer. */
+static int
+kpi_cstr(char *dst, size_t dstlen, const char *src, size_t len)
+{
+	size_t i;
+
+	if (len >= dstlen)
+		return (ENAMETOOLONG);
+	for (i = 0; i < len; i++) {
+		if (src[i] == '\0')
+			return (EINVAL);
+		dst[i] = src[i];
+	}
+	dst[len] = '\0';
+	return (0);
+}
+
+/*
+ * Console and tracing.
+ */
+
+void
+kpi_printf(const char *line, size_t len)
+{
+	printf("%.*s\n", (int)MIN(len, INT_MAX), line);
+}
+
+#ifdef KTR
+/* ktr(4) keeps the argument pointer, so each line needs storage. */
+#define	KPI_KTR_LINES	64
+#define	KPI_KTR_LEN	128
+static char kpi_ktr_lines[KPI_KTR_LINES][KPI_KTR_LEN];
+static u_int kpi_ktr_next;
+#endif
+
+void
+kpi_ktr(const char *line, size_t len)
+{
+#ifdef KTR
+	char *slot;
+	size_t n;
+
+	slot = kpi_ktr_lines[atomic_fetchadd_int(&kpi_ktr_next, 1) %
+	    KPI_KTR_LINES];
+	n = MIN(len, KPI_KTR_LEN - 1);
+	memcpy(slot, line, n);
+	slot[n] = '\0';
+	CTR1(KTR_GEN, "%s", slot);
+#endif
+}
+
+void
+kpi_panic(const char *msg, size_t len)
+{
+	panic("%.*s", (int)MIN(len, INT_MAX), msg);
+}
+
+/*
+ * CPUs.
+ */
+
+uint32_t
+kpi_curcpu(void)
+{
+	return (curcpu);
+}
+
+uint32_t
+kpi_ncpu_ids(void)
+{
+	return (pmc_cpu_max());
+}
+
+int
+kpi_cpu_exists(uint32_t cpu)
+{
+	return (cpu < pmc_cpu_max() && pmc_cpu_is_present(cpu));
+}
+
+int
+kpi_cpu_active(uint32_t cpu)
+{
+	return (cpu < pmc_cpu_max() && pmc_cpu_is_active(cpu));
+}
+
+uint32_t
+kpi_bind(uint32_t cpu)
+{
+	struct thread *td;
+	uint32_t prev;
+
+	td = curthread;
+	thread_lock(td);
+	/* A bound thread runs on the CPU it is bound to. */
+	prev = sched_is_bound(td) ? (uint32_t)td->td_oncpu : ~0u;
+	sched_bind(td, cpu);
+	thread_unlock(td);
+	return (prev);
+}
+
+void
+kpi_unbind(uint32_t previous)
+{
+	struct thread *td;
+
+	td = curthread;
+	thread_lock(td);
+	if (previous == ~0u)
+		sched_unbind(td);
+	else
+		sched_bind(td, previous);
+	thread_unlock(td);
+}
+
+/*
+ * The interrupted context.  A hardware interrupt leaves its frame in
+ * td_intr_frame; a software event passes its own frame with the hook
+ * call (struct pmckern_soft), kept here per CPU while the hook runs, and
+ * a user call chain request passes the user frame likewise.
+ */
+static struct trapframe *kpi_soft_tf[MAXCPU];
+static struct trapframe *kpi_user_tf[MAXCPU];
+
+static bool
+kpi_intr_enabled(void)
+{
+#if defined(__amd64__)
+	return ((read_rflags() & PSL_I) != 0);
+#elif defined(__aarch64__)
+	return ((READ_SPECIALREG(daif) & PSR_I) == 0);
+#else
+	return (true);
+#endif
+}
+
+static struct trapframe *
+kpi_frame(void)
+{
+	struct trapframe *tf;
+
+	tf = atomic_load_ptr(&kpi_soft_tf[curcpu]);
+	if (tf != NULL)
+		return (tf);
+	return (curthread->td_intr_frame);
+}
+
+int
+kpi_in_interrupt(void)
+{
+	struct thread *td;
+
+	td = curthread;
+	return (td->td_intr_frame != NULL || td->td_intr_nesting_level > 0 ||
+	    atomic_load_ptr(&kpi_soft_tf[curcpu]) != NULL);
+}
+
+/* Sleep mutexes may be taken: no spin lock, critical section or filter. */
+static bool
+kpi_may_block(void)
+{
+	struct thread *td;
+
+	td = curthread;
+	return (td->td_critnest == 0 && td->td_intr_frame == NULL &&
+	    td->td_intr_nesting_level == 0 && kpi_intr_enabled() &&
+	    atomic_load_ptr(&kpi_soft_tf[curcpu]) == NULL);
+}
+
+int
+kpi_can_sleep(void)
+{
+	return (THREAD_CAN_SLEEP() && kpi_may_block());
+}
+
+/*
+ * Time.
+ */
+
+uint64_t
+kpi_cyclecount(void)
+{
+#if defined(__amd64__)
+	/* As hwpmc's pmc_rdtsc(): rdtscp orders against earlier loads. */
+	if ((amd_feature & AMDID_RDTSCP) != 0)
+		return (rdtscp());
+	return (rdtsc());
+#else
+	return (get_cyclecount());
+#endif
+}
+
+uint64_t
+kpi_cyclecount_freq(void)
+{
+#if defined(__amd64__)
+	return (tsc_freq);
+#else
+	/* hwpmc logs 0 where there is no TSC. */
+	return (0);
+#endif
+}
+
+void
+kpi_nanotime(int64_t *sec, int64_t *nsec)
+{
+	struct timespec ts;
+
+	nanotime(&ts);
+	*sec = ts.tv_sec;
+	*nsec = ts.tv_nsec;
+}
+
+/*
+ * Memory.
+ */
+
+void *
+kpi_malloc(size_t size, size_t align, int can_sleep)
+{
+	int flags;
+
+	flags = can_sleep ? M_WAITOK : M_NOWAIT;
+	if (align <= sizeof(void *) * 2)
+		return (malloc(size, M_HWPMC, flags));
+	/* malloc_aligned(9) takes power-of-two alignments up to a page. */
+	if (!powerof2(align) || align > PAGE_SIZE)
+		return (NULL);
+	return (malloc_aligned(size, align, M_HWPMC, flags));
+}
+
+void
+kpi_free(void *ptr)
+{
+	free(ptr, M_HWPMC);
+}
+
+/*
+ * Locks.
+ */
+
+size_t
+kpi_lock_size(void)
+{
+	return (MAX(sizeof(struct mtx), sizeof(struct sx)));
+}
+
+void
+kpi_lock_init(void *lock, const char *name, int kind)
+{
+	/* lock_init() checks LO_INITIALIZED, so start from zeroes. */
+	switch (kind) {
+	case KPI_LOCK_SLEEP:
+		bzero(lock, sizeof(struct mtx));
+		mtx_init((struct mtx *)lock, name, NULL, MTX_DEF);
+		break;
+	case KPI_LOCK_SPIN:
+		bzero(lock, sizeof(struct mtx));
+		mtx_init((struct mtx *)lock, name, NULL, MTX_SPIN);
+		break;
+	case KPI_LOCK_SX:
+		bzero(lock, sizeof(struct sx));
+		sx_init((struct sx *)lock, name);
+		break;
+	default:
+		panic("kpi_lock_init: lock kind %d", kind);
+	}
+}
+
+void
+kpi_lock_destroy(void *lock, int kind)
+{
+	if (kind == KPI_LOCK_SX)
+		sx_destroy((struct sx *)lock);
+	else
+		mtx_destroy((struct mtx *)lock);
+}
+
+void
+kpi_lock_exclusive(void *lock, int kind)
+{
+	switch (kind) {
+	case KPI_LOCK_SLEEP:
+		mtx_lock((struct mtx *)lock);
+		break;
+	case KPI_LOCK_SPIN:
+		mtx_lock_spin((struct mtx *)lock);
+		break;
+	default:
+		sx_xlock((struct sx *)lock);
+		break;
+	}
+}
+
+void
+kpi_lock_shared(void *lock, int kind)
+{
+	/* Mutexes have no shared mode. */
+	if (kind == KPI_LOCK_SX)
+		sx_slock((struct sx *)lock);
+	else
+		kpi_lock_exclusive(lock, kind);
+}
+
+void
+kpi_unlock_exclusive(void *lock, int kind)
+{
+	switch (kind) {
+	case KPI_LOCK_SLEEP:
+		mtx_unlock((struct mtx *)lock);
+		break;
+	case KPI_LOCK_SPIN:
+		mtx_unlock_spin((struct mtx *)lock);
+		break;
+	default:
+		sx_xunlock((struct sx *)lock);
+		break;
+	}
+}
+
+void
+kpi_unlock_shared(void *lock, int kind)
+{
+	if (kind == KPI_LOCK_SX)
+		sx_sunlock((struct sx *)lock);
+	else
+		kpi_unlock_exclusive(lock, kind);
+}
+
+void
+kpi_may_sleep(void)
+{
+	WITNESS_WARN(WARN_GIANTOK | WARN_SLEEPOK, NULL, "kpi_may_sleep");
+}
+
+void
+kpi_pause_one_tick(void)
+{
+	/* pause(9), not mi_switch(): only a sleep forces a switch. */
+	pause("pmcctx", 1);
+}
+
+/*
+ * Processes and credentials.
+ */
+
+uint32_t
+kpi_curthread(void)
+{
+	return (curthread->td_tid);
+}
+
+uint32_t
+kpi_curproc(void)
+{
+	return (curproc->p_pid);
+}
+
+int
+kpi_proc_info(uint32_t pid, struct kpi_proc_info *info, uint32_t *tids,
+    uint32_t ntids)
+{
+	struct proc *p;
+	struct thread *td;
+	uint32_t n;
+
+	/* pfind_any() finds zombies too and returns the process locked. */
+	if ((p = pfind_any(pid)) == NULL)
+		return (ESRCH);
+	bzero(info, sizeof(*info));
+	info->pid = p->p_pid;
+	info->ppid = p->p_pptr != NULL ? p->p_pptr->p_pid : 0;
+	info->flags = p->p_flag;
+	info->zombie = p->p_state == PRS_ZOMBIE;
+	strlcpy(info->comm, p->p_comm, sizeof(info->comm));
+	n = 0;
+	FOREACH_THREAD_IN_PROC(p, td) {
+		if (n < ntids)
+			tids[n] = td->td_tid;
+		n++;
+	}
+	info->nthreads = n;
+	PROC_UNLOCK(p);
+	return (0);
+}
+
+static int
+kpi_copy_path(char *buf, size_t len, const char *path)
+{
+	size_t n;
+
+	n = strlen(path);
+	if (len > 0)
+		strlcpy(buf, path, len);
+	return ((int)MIN(n, INT_MAX));
+}
+
+int
+kpi_proc_path(uint32_t pid, char *buf, size_t len)
+{
+	struct proc *p;
+	struct vnode *vp;
+	char *fullpath, *freepath;
+	int n;
+
+	if ((p = pfind(pid)) == NULL)
+		return (-1);
+	if ((p->p_flag & P_KPROC) != 0) {
+		/* Kernel processes run the kernel, as hwpmc reports them. */
+		PROC_UNLOCK(p);
+		return (kpi_copy_path(buf, len, kernelname));
+	}
+	/* Hold the text vnode: vn_fullpath() may sleep. */
+	vp = p->p_textvp;
+	if (vp != NULL)
+		vref(vp);
+	PROC_UNLOCK(p);
+	if (vp == NULL)
+		return (-1);
+	freepath = NULL;
+	if (vn_fullpath(vp, &fullpath, &freepath) == 0)
+		n = kpi_copy_path(buf, len, fullpath);
+	else
+		n = -1;
+	free(freepath, M_TEMP);
+	vrele(vp);
+	return (n);
+}
+
+uint32_t
+kpi_proc_children(uint32_t pid, uint32_t *pids, uint32_t npids)
+{
+	struct proc *p, *c;
+	uint32_t n;
+
+	n = 0;
+	/* proctree_lock keeps p_children still; it goes before the proc. */
+	sx_slock(&proctree_lock);
+	if ((p = pfind_any(pid)) != NULL) {
+		LIST_FOREACH(c, &p->p_children, p_sibling) {
+			if (n < npids)
+				pids[n] = c->p_pid;
+			n++;
+		}
+		PROC_UNLOCK(p);
+	}
+	sx_sunlock(&proctree_lock);
+	return (n);
+}
+
+uint32_t
+kpi_all_pids(uint32_t *pids, uint32_t npids)
+{
+	struct proc *p;
+	uint32_t n;
+
+	n = 0;
+	sx_slock(&allproc_lock);
+	FOREACH_PROC_IN_SYSTEM(p) {
+		/* A process still being forked is not there yet. */
+		if (p->p_state == PRS_NEW)
+			continue;
+		if (n < npids)
+			pids[n] = p->p_pid;
+		n++;
+	}
+	sx_sunlock(&allproc_lock);
+	return (n);
+}
+
+int
+kpi_thread_pid(uint32_t tid, uint32_t *pid)
+{
+	struct thread *td;
+
+	/* tdfind() takes sleep locks, unusable in interrupt context. */
+	if (!kpi_may_block())
+		return (EWOULDBLOCK);
+	if ((td = tdfind(tid, -1)) == NULL)
+		return (ESRCH);
+	*pid = td->td_proc->p_pid;
+	PROC_UNLOCK(td->td_proc);
+	return (0);
+}
+
+void
+kpi_proc_flags(uint32_t pid, uint32_t set, uint32_t clear)
+{
+	struct proc *p;
+
+	if ((p = pfind_any(pid)) == NULL)
+		return;
+	p->p_flag |= set;
+	p->p_flag &= ~clear;
+	PROC_UNLOCK(p);
+}
+
+int
+kpi_p_candebug(uint32_t pid)
+{
+	struct proc *p;
+	int error;
+
+	if ((p = pfind(pid)) == NULL)
+		return (ESRCH);
+	/* An exiting process counts as gone, as for PMCATTACH. */
+	if ((p->p_flag & P_WEXIT) != 0)
+		error = ESRCH;
+	else
+		error = p_candebug(curthread, p);
+	PROC_UNLOCK(p);
+	return (error);
+}
+
+int
+kpi_priv_check(int privilege)
+{
+	return (priv_check(curthread, privilege));
+}
+
+static struct ucred *
+kpi_proc_cred(uint32_t pid)
+{
+	struct proc *p;
+	struct ucred *cr;
+
+	if ((p = pfind_any(pid)) == NULL)
+		return (NULL);
+	cr = crhold(p->p_ucred);
+	PROC_UNLOCK(p);
+	return (cr);
+}
+
+int
+kpi_cred_covers(uint32_t owner, uint32_t target)
+{
+	struct ucred *oc, *tc;
+	bool ok;
+	int i;
+
+	if (owner == target)
+		return (1);
+	if ((oc = kpi_proc_cred(owner)) == NULL)
+		return (0);
+	if ((tc = kpi_proc_cred(target)) == NULL) {
+		crfree(oc);
+		return (0);
+	}
+	if (oc->cr_uid == 0 && !jailed(oc)) {
+		ok = true;
+	} else {
+		/* The owner's euid is one of the target's uids ... */
+		ok = oc->cr_uid == tc->cr_uid || oc->cr_uid == tc->cr_ruid ||
+		    oc->cr_uid == tc->cr_svuid;
+		/* ... and every group of the target is one of the owner's. */
+		for (i = 0; ok && i < tc->cr_ngroups; i++)
+			ok = groupmember(tc->cr_groups[i], oc);
+		ok = ok && groupmember(tc->cr_gid, oc) &&
+		    groupmember(tc->cr_rgid, oc) &&
+		    groupmember(tc->cr_svgid, oc);
+	}
+	crfree(tc);
+	crfree(oc);
+	return (ok);
+}
+
+int
+kpi_jailed(void)
+{
+	return (jailed(curthread->td_ucred));
+}
+
+void
+kpi_psignal(uint32_t pid, int sig)
+{
+	struct proc *p;
+
+	if ((p = pfind(pid)) == NULL)
+		return;
+	kern_psignal(p, sig);
+	PROC_UNLOCK(p);
+}
+
+void
+kpi_request_userret(void)
+{
+	struct thread *td;
+	struct trapframe *tf;
+	u_int cpu;
+
+	td = curthread;
+	/* Kernel processes never return to user mode. */
+	if ((td->td_proc->p_flag & P_KPROC) != 0)
+		return;
+	cpu = curcpu;
+	tf = kpi_frame();
+	if (tf == NULL || !TRAPF_USERMODE(tf)) {
+		/*
+		 * Interrupted in the kernel: userret() calls the hook with
+		 * PMC_FN_THR_USERRET while td_pmcpend is set.
+		 */
+		atomic_add_int((volatile u_int *)&td->td_pmcpend, 1);
+		return;
+	}
+	/* One request per return to user mode. */
+	if ((td->td_pflags & TDP_CALLCHAIN) != 0)
+		return;
+	/*
+	 * The thread was in user mode, so its private flags are ours to
+	 * touch; it stays on this CPU, whose ring holds the sample, until
+	 * the chain is taken.
+	 */
+	td->td_pflags |= TDP_CALLCHAIN;
+	sched_pin();
+	/*
+	 * The return from a hardware PMC interrupt calls the hook with
+	 * PMC_FN_USER_CALLCHAIN by itself; a software event needs the AST.
+	 * (ast_sched() takes the thread lock, never done from an NMI.)
+	 */
+	if (atomic_load_ptr(&kpi_soft_tf[cpu]) != NULL)
+		ast_sched(td, TDA_HWPMC);
+}
+
+/*
+ * User memory.
+ */
+
+int
+kpi_copyin(uint64_t uaddr, void *kaddr, size_t len)
+{
+	return (copyin((const void *)(uintptr_t)uaddr, kaddr, len));
+}
+
+int
+kpi_copyout(const void *kaddr, uint64_t uaddr, size_t len)
+{
+	return (copyout(kaddr, (void *)(uintptr_t)uaddr, len));
+}
+
+/*
+ * Tunables and sysctls.
+ */
+
+int
+kpi_kenv_int(const char *name, size_t len, int64_t *value)
+{
+	char buf[KPI_KENV_MAX];
+	quad_t q;
+	int error;
+
+	if ((error = kpi_cstr(buf, sizeof(buf), name, len)) != 0)
+		return (error);
+	if (getenv_quad(buf, &q) == 0)
+		return (ENOENT);
+	*value = q;
+	return (0);
+}
+
+int
+kpi_kenv_str(const char *name, size_t namelen, char *buf, size_t len)
+{
+	char kname[KPI_KENV_MAX];
+	char *v;
+	int n;
+
+	if (kpi_cstr(kname, sizeof(kname), name, namelen) != 0)
+		return (-1);
+	if ((v = kern_getenv(kname)) == NULL)
+		return (-1);
+	n = kpi_copy_path(buf, len, v);
+	freeenv(v);
+	return (n);
+}
+
+/*
+ * The integers and strings published under kern.hwpmc: fixed tables
+ * under one sx lock, their oids in a context freed at module unload.
+ */
+#define	KPI_SYSCTL_PREFIX	"kern.hwpmc."
+#define	KPI_NSYSCTL_INT		32
+#define	KPI_NSYSCTL_STR		8
+#define	KPI_SYSCTL_STRLEN	256
+
+struct kpi_sysctl_int {
+	char			name[KPI_NAME_MAX];	/* leaf; "" if free */
+	int64_t			value;
+	struct sysctl_oid	*oid;
+};
+
+struct kpi_sysctl_str {
+	char			name[KPI_NAME_MAX];	/* leaf; "" if free */
+	char			value[KPI_SYSCTL_STRLEN];
+	kpi_sysctl_str_handler_t *handler;
+	void			*arg;
+	struct sysctl_oid	*oid;
+	bool			removing;
+};
+
+static struct sx kpi_sysctl_sx;
+SX_SYSINIT(kpi_sysctl, &kpi_sysctl_sx, "kpi sysctl");
+static struct sysctl_ctx_list kpi_sysctl_ctx;
+static struct kpi_sysctl_int kpi_sysctl_ints[KPI_NSYSCTL_INT];
+static struct kpi_sysctl_str kpi_sysctl_strs[KPI_NSYSCTL_STR];
+
+/* The leaf name under kern.hwpmc, or an error for any other name. */
+static int
+kpi_sysctl_leaf(char *leaf, const char *name, size_t len)
+{
+	const size_t plen = sizeof(KPI_SYSCTL_PREFIX) - 1;
+	size_t i;
+	int error;
+
+	if (len <= plen || memcmp(name, KPI_SYSCTL_PREFIX, plen) != 0)
+		return (ENOENT);
+	if ((error = kpi_cstr(leaf, KPI_NAME_MAX, name + plen,
+	    len - plen)) != 0)
+		return (error);
+	/* Only direct children: kern.hwpmc's subnodes are not ours. */
+	for (i = 0; leaf[i] != '\0'; i++)
+		if (leaf[i] == '.')
+			return (ENOENT);
+	return (0);
+}
+
+static struct kpi_sysctl_int *
+kpi_sysctl_int_find(const char *leaf)
+{
+	int i;
+
+	sx_assert(&kpi_sysctl_sx, SA_LOCKED);
+	for (i = 0; i < KPI_NSYSCTL_INT; i++)
+		if (strcmp(kpi_sysctl_ints[i].name, leaf) == 0)
+			return (&kpi_sysctl_ints[i]);
+	return (NULL);
+}
+
+int
+kpi_sysctl_int(const char *name, size_t len, int64_t *value)
+{
+	char buf[KPI_KENV_MAX], leaf[KPI_NAME_MAX];
+	struct kpi_sysctl_int *e;
+	union {
+		int	i;
+		int64_t	q;
+	} v;
+	size_t olen;
+	int error;
+
+	/* Our own knobs are answered from the table. */
+	if (kpi_sysctl_leaf(leaf, name, len) == 0) {
+		sx_slock(&kpi_sysctl_sx);
+		if ((e = kpi_sysctl_int_find(leaf)) != NULL) {
+			*value = e->value;
+			sx_sunlock(&kpi_sysctl_sx);
+			return (0);
+		}
+		sx_sunlock(&kpi_sysctl_sx);
+	}
+	if ((error = kpi_cstr(buf, sizeof(buf), name, len)) != 0)
+		return (error);
+	olen = sizeof(v);
+	v.q = 0;
+	error = kernel_sysctlbyname(curthread, buf, &v, &olen, NULL, 0, NULL,
+	    0);
+	if (error != 0)
+		return (error);
+	if (olen == sizeof(int))
+		*value = v.i;
+	else if (olen == sizeof(int64_t))
+		*value = v.q;
+	else
+		return (EINVAL);
+	return (0);
+}
+
+void
+kpi_sysctl_publish(const char *name, size_t len, int64_t value)
+{
+	char leaf[KPI_NAME_MAX];
+	struct kpi_sysctl_int *e;
+
+	if (kpi_sysctl_leaf(leaf, name, len) != 0)
+		return;
+	sx_xlock(&kpi_sysctl_sx);
+	if ((e = kpi_sysctl_int_find(leaf)) != NULL) {
+		e->value = value;
+	} else if ((e = kpi_sysctl_int_find("")) != NULL) {
+		strlcpy(e->name, leaf, sizeof(e->name));
+		e->value = value;
+		e->oid = SYSCTL_ADD_S64(&kpi_sysctl_ctx,
+		    SYSCTL_STATIC_CHILDREN(_kern_hwpmc), OID_AUTO, e->name,
+		    CTLFLAG_RW | CTLFLAG_MPSAFE, &e->value, 0, "hwpmc knob");
+		if (e->oid == NULL)
+			e->name[0] = '\0';
+	}
+	sx_xunlock(&kpi_sysctl_sx);
+}
+
+void
+kpi_sysctl_remove(const char *name, size_t len)
+{
+	char leaf[KPI_NAME_MAX];
+	struct kpi_sysctl_int *e;
+	struct sysctl_oid *oid;
+
+	if (kpi_sysctl_leaf(leaf, name, len) != 0)
+		return;
+	oid = NULL;
+	sx_xlock(&kpi_sysctl_sx);
+	/* Whoever takes the oid removes it, once. */
+	if ((e = kpi_sysctl_int_find(leaf)) != NULL &&
+	    (oid = e->oid) != NULL) {
+		e->oid = NULL;
+		sysctl_ctx_entry_del(&kpi_sysctl_ctx, oid);
+	}
+	sx_xunlock(&kpi_sysctl_sx);
+	if (oid == NULL)
+		return;
+	/* Waits for readers of e->value, so the slot is freed after. */
+	sysctl_remove_oid(oid, 1, 0);
+	sx_xlock(&kpi_sysctl_sx);
+	e->name[0] = '\0';
+	sx_xunlock(&kpi_sysctl_sx);
+}
+
+static int
+kpi_sysctl_str_proc(SYSCTL_HANDLER_ARGS)
+{
+	struct kpi_sysctl_str *s;
+	kpi_sysctl_str_handler_t *handler;
+	void *harg;
+	char *buf;
+	int error;
+
+	s = arg1;
+	buf = malloc(KPI_SYSCTL_STRLEN, M_TEMP, M_WAITOK | M_ZERO);
+	sx_slock(&kpi_sysctl_sx);
+	if (s->removing) {
+		sx_sunlock(&kpi_sysctl_sx);
+		free(buf, M_TEMP);
+		return (ENOENT);
+	}
+	strlcpy(buf, s->value, KPI_SYSCTL_STRLEN);
+	handler = s->handler;
+	harg = s->arg;
+	sx_sunlock(&kpi_sysctl_sx);
+
+	/*
+	 * No lock across the copy and the handler: removal waits for this
+	 * oid's running handlers, so the handler stays valid meanwhile.
+	 */
+	error = sysctl_handle_string(oidp, buf, KPI_SYSCTL_STRLEN, req);
+	if (error == 0 && req->newptr != NULL) {
+		error = handler(harg, buf, strnlen(buf, KPI_SYSCTL_STRLEN));
+		if (error == 0) {
+			sx_xlock(&kpi_sysctl_sx);
+			strlcpy(s->value, buf, sizeof(s->value));
+			sx_xunlock(&kpi_sysctl_sx);
+		}
+	}
+	free(buf, M_TEMP);
+	return (error);
+}
+
+static struct kpi_sysctl_str *
+kpi_sysctl_str_find(const char *leaf)
+{
+	int i;
+
+	sx_assert(&kpi_sysctl_sx, SA_LOCKED);
+	for (i = 0; i < KPI_NSYSCTL_STR; i++)
+		if (strcmp(kpi_sysctl_strs[i].name, leaf) == 0)
+			return (&kpi_sysctl_strs[i]);
+	return (NULL);
+}
+
+void
+kpi_sysctl_str_register(const char *name, size_t namelen, const char *value,
+    size_t valuelen, kpi_sysctl_str_handler_t *handler, void *arg)
+{
+	char leaf[KPI_NAME_MAX];
+	struct kpi_sysctl_str *s;
+
+	if (kpi_sysctl_leaf(leaf, name, namelen) != 0)
+		return;
+	sx_xlock(&kpi_sysctl_sx);
+	if (kpi_sysctl_str_find(leaf) == NULL &&
+	    (s = kpi_sysctl_str_find("")) != NULL) {
+		strlcpy(s->name, leaf, sizeof(s->name));
+		/* An over-long initial value is cut, never overrun. */
+		memcpy(s->value, value, MIN(valuelen, sizeof(s->value) - 1));
+		s->value[MIN(valuelen, sizeof(s->value) - 1)] = '\0';
+		s->handler = handler;
+		s->arg = arg;
+		s->removing = false;
+		s->oid = SYSCTL_ADD_PROC(&kpi_sysctl_ctx,
+		    SYSCTL_STATIC_CHILDREN(_kern_hwpmc), OID_AUTO, s->name,
+		    CTLTYPE_STRING | CTLFLAG_RW | CTLFLAG_MPSAFE, s, 0,
+		    kpi_sysctl_str_proc, "A", "hwpmc knob");
+		if (s->oid == NULL)
+			s->name[0] = '\0';
+	}
+	sx_xunlock(&kpi_sysctl_sx);
+}
+
+void
+kpi_sysctl_str_remove(const char *name, size_t len)
+{
+	char leaf[KPI_NAME_MAX];
+	struct kpi_sysctl_str *s;
+	struct sysctl_oid *oid;
+
+	if (kpi_sysctl_leaf(leaf, name, len) != 0)
+		return;
+	oid = NULL;
+	sx_xlock(&kpi_sysctl_sx);
+	/* Whoever takes the oid removes it, once. */
+	if ((s = kpi_sysctl_str_find(leaf)) != NULL &&
+	    (oid = s->oid) != NULL) {
+		s->oid = NULL;
+		s->removing = true;
+		sysctl_ctx_entry_del(&kpi_sysctl_ctx, oid);
+	}
+	sx_xunlock(&kpi_sysctl_sx);
+	if (oid == NULL)
+		return;
+	/* Not under our lock: this waits for the oid's running handlers. */
+	sysctl_remove_oid(oid, 1, 0);
+	sx_xlock(&kpi_sysctl_sx);
+	s->handler = NULL;
+	s->arg = NULL;
+	s->name[0] = '\0';
+	sx_xunlock(&kpi_sysctl_sx);
+}
+
+/*
+ * The hwpmc system call.  The shared lock spans each call so that
+ * deregistration waits for the calls in progress.
+ */
+static struct sx kpi_syscall_sx;
+SX_SYSINIT(kpi_syscall, &kpi_syscall_sx, "kpi syscall");
+static kpi_syscall_t *kpi_syscall_fn;
+static void *kpi_syscall_arg;
+
+uint32_t
+kpi_syscall_register(kpi_syscall_t *handler, void *arg)
+{
+	sx_xlock(&kpi_syscall_sx);
+	kpi_syscall_fn = handler;
+	kpi_syscall_arg = arg;
+	sx_xunlock(&kpi_syscall_sx);
+	return ((uint32_t)pmc_syscall_num);
+}
+
+void
+kpi_syscall_deregister(uint32_t num)
+{
+	sx_xlock(&kpi_syscall_sx);
+	kpi_syscall_fn = NULL;
+	kpi_syscall_arg = NULL;
+	sx_xunlock(&kpi_syscall_sx);
+}
+
+int
+kpi_syscall_dispatch(struct thread *td, void *uap)
+{
+	struct pmc_syscall_args *a;
+	uint64_t args[2];
+	int64_t rv;
+	int error;
+
+	a = uap;
+	/* hwpmc reads the operation as an int. */
+	args[0] = (u_int)(int)a->pmop_code;
+	args[1] = (uintptr_t)a->pmop_data;
+	rv = 0;
+	sx_slock(&kpi_syscall_sx);
+	if (kpi_syscall_fn == NULL) {
+		/* As hwpmc before its hook is set: not set up yet. */
+		sx_sunlock(&kpi_syscall_sx);
+		return (EINVAL);
+	}
+	error = kpi_syscall_fn(kpi_syscall_arg, args, nitems(args), &rv);
+	sx_sunlock(&kpi_syscall_sx);
+	if (error == 0)
+		td->td_retval[0] = rv;
+	return (error);
+}
+
+/*
+ * pmc_hook.
+ */
+static kpi_hook_t *volatile kpi_hook_fn;
+static void *volatile kpi_hook_arg;
+static volatile u_int kpi_hook_active;	/* calls inside kpi_hook_fn */
+
+static int
+kpi_call_hook(const struct kpi_hook_args *call)
+{
+	kpi_hook_t *fn;
+	int error;
+
+	error = 0;
+	atomic_add_int(&kpi_hook_active, 1);
+	/* Pairs with the fence in kpi_set_pmc_hook(): see fn, or be seen. */
+	atomic_thread_fence_seq_cst();
+	fn = atomic_load_ptr(&kpi_hook_fn);
+	if (fn != NULL)
+		error = fn(atomic_load_ptr(&kpi_hook_arg), call);
+	atomic_subtract_rel_int(&kpi_hook_active, 1);
+	return (error);
+}
+
+static int
+kpi_pmc_hook(struct thread *td, int function, void *arg)
+{
+	struct kpi_hook_args call;
+	struct pmckern_procexec *pe;
+	struct pmckern_soft *ks;
+	struct pmckern_map_in *mi;
+	struct pmckern_map_out *mo;
+	u_int cpu;
+	int error;
+
+	bzero(&call, sizeof(call));
+	switch (function) {
+	case PMC_FN_CSW_IN:
+		call.hook = KPI_HOOK_CSW_IN;
+		break;
+	case PMC_FN_CSW_OUT:
+		call.hook = KPI_HOOK_CSW_OUT;
+		break;
+	case PMC_FN_PROCESS_EXEC:
+		pe = arg;
+		call.hook = KPI_HOOK_PROCESS_EXEC;
+		call.credentials_changed = pe->pm_credentialschanged;
+		call.base = pe->pm_baseaddr;
+		call.dyn_base = pe->pm_dynaddr;
+		break;
+	case PMC_FN_SOFT_SAMPLING:
+		/* Called with interrupts disabled: curcpu cannot change. */
+		ks = arg;
+		call.hook = KPI_HOOK_SOFT_SAMPLING;
+		call.ev = ks->pm_ev;
+		call.cpu = ks->pm_cpu;
+		cpu = curcpu;
+		atomic_store_ptr(&kpi_soft_tf[cpu], ks->pm_tf);
+		error = kpi_call_hook(&call);
+		atomic_store_ptr(&kpi_soft_tf[cpu], NULL);
+		return (error);
+	case PMC_FN_THR_CREATE:
+		call.hook = KPI_HOOK_THR_CREATE;
+		break;
+	case PMC_FN_THR_EXIT:
+		call.hook = KPI_HOOK_THR_EXIT;
+		break;
+	case PMC_FN_USER_CALLCHAIN:
+	case PMC_FN_USER_CALLCHAIN_SOFT:
+		/* td is curthread, pinned by kpi_request_userret(). */
+		call.hook = KPI_HOOK_USER_RET;
+		cpu = curcpu;
+		atomic_store_ptr(&kpi_user_tf[cpu], (struct trapframe *)arg);
+		error = kpi_call_hook(&call);
+		atomic_store_ptr(&kpi_user_tf[cpu], NULL);
+		/* Even without a hook, undo what the request did. */
+		if ((td->td_pflags & TDP_CALLCHAIN) != 0) {
+			td->td_pflags &= ~TDP_CALLCHAIN;
+			sched_unpin();
+		}
+		return (error);
+	case PMC_FN_THR_USERRET:
+		/* Samples taken in the kernel wanting the user chain. */
+		call.hook = KPI_HOOK_USER_RET;
+		(void)atomic_readandclear_int((volatile u_int *)&td->td_pmcpend);
+		sched_pin();
+		cpu = curcpu;
+		atomic_store_ptr(&kpi_user_tf[cpu], td->td_frame);
+		error = kpi_call_hook(&call);
+		atomic_store_ptr(&kpi_user_tf[cpu], NULL);
+		sched_unpin();
+		return (error);
+	case PMC_FN_DO_SAMPLES:
+		/* Cleared first: a sample taken meanwhile sets it again. */
+		DPCPU_SET(pmc_sampled, 0);
+		call.hook = KPI_HOOK_DO_SAMPLES;
+		break;
+	case PMC_FN_MMAP:
+		mi = arg;
+		call.hook = KPI_HOOK_MMAP;
+		call.base = mi->pm_address;
+		break;
+	case PMC_FN_MUNMAP:
+		mo = arg;
+		call.hook = KPI_HOOK_MUNMAP;
+		call.base = mo->pm_address;
+		call.size = mo->pm_size;
+		break;
+	default:
+		return (0);
+	}
+	return (kpi_call_hook(&call));
+}
+
+void
+kpi_set_pmc_hook(kpi_hook_t *hook, void *arg)
+{
+	/* pmc_hook changes only under pmc_sx held exclusively. */
+	sx_xlock(&pmc_sx);
+	if (hook != NULL) {
+		atomic_store_ptr(&kpi_hook_arg, arg);
+		atomic_store_rel_ptr((volatile uintptr_t *)&kpi_hook_fn,
+		    (uintptr_t)hook);
+		pmc_hook = kpi_pmc_hook;
+		sx_xunlock(&pmc_sx);
+		return;
+	}
+	pmc_hook = NULL;
+	atomic_store_ptr(&kpi_hook_fn, NULL);
+	atomic_thread_fence_seq_cst();
+	sx_xunlock(&pmc_sx);
+
+	/*
+	 * Wait for the callers that still saw the hook: those inside an
+	 * epoch section, then every call still running the old hook.
+	 */
+	epoch_wait_preempt(global_epoch_preempt);
+	while (atomic_load_acq_int(&kpi_hook_active) != 0)
+		pause("kpihook", 1);
+	atomic_store_ptr(&kpi_hook_arg, NULL);
+}
+
+/*
+ * Event handlers: one registration takes the four events, under a tag
+ * that indexes a small table.
+ */
+#define	KPI_NEVENTHANDLERS	8
+
+struct kpi_evh {
+	kpi_event_t		*handler;	/* NULL if free */
+	void			*arg;
+	eventhandler_tag	fork_tag;
+	eventhandler_tag	exit_tag;
+	eventhandler_tag	load_tag;
+	eventhandler_tag	unload_tag;
+};
+
+static struct sx kpi_evh_sx;
+SX_SYSINIT(kpi_evh, &kpi_evh_sx, "kpi eventhandler");
+static struct kpi_evh kpi_evhs[KPI_NEVENTHANDLERS];
+
+static void
+kpi_evh_fork(void *arg, struct proc *p1, struct proc *p2, int flags)
+{
+	struct kpi_evh *h;
+	struct kpi_event_args ev;
+
+	h = arg;
+	bzero(&ev, sizeof(ev));
+	ev.event = KPI_EVENT_FORK;
+	ev.parent = p1->p_pid;
+	ev.pid = p2->p_pid;
+	h->handler(h->arg, &ev);
+}
+
+static void
+kpi_evh_exit(void *arg, struct proc *p)
+{
+	struct kpi_evh *h;
+	struct kpi_event_args ev;
+
+	h = arg;
+	bzero(&ev, sizeof(ev));
+	ev.event = KPI_EVENT_EXIT;
+	ev.pid = p->p_pid;
+	h->handler(h->arg, &ev);
+}
+
+static void
+kpi_evh_kld_load(void *arg, linker_file_t lf)
+{
+	struct kpi_evh *h;
+	struct kpi_event_args ev;
+
+	h = arg;
+	bzero(&ev, sizeof(ev));
+	ev.event = KPI_EVENT_KLD_LOAD;
+	ev.addr = (uintptr_t)lf->address;
+	ev.size = lf->size;
+	h->handler(h->arg, &ev);
+}
+
+static void
+kpi_evh_kld_unload(void *arg, const char *filename, caddr_t address,
+    size_t size)
+{
+	struct kpi_evh *h;
+	struct kpi_event_args ev;
+
+	h = arg;
+	bzero(&ev, sizeof(ev));
+	ev.event = KPI_EVENT_KLD_UNLOAD;
+	ev.addr = (uintptr_t)address;
+	ev.size = size;
+	h->handler(h->arg, &ev);
+}
+
+uint64_t
+kpi_eventhandler_register(kpi_event_t *handler, void *arg)
+{
+	struct kpi_evh *h;
+	int i;
+
+	sx_xlock(&kpi_evh_sx);
+	for (i = 0; i < KPI_NEVENTHANDLERS; i++)
+		if (kpi_evhs[i].handler == NULL)
+			break;
+	if (i == KPI_NEVENTHANDLERS) {
+		sx_xunlock(&kpi_evh_sx);
+		printf("kpi: no room for another event handler\n");
+		return (0);
+	}
+	h = &kpi_evhs[i];
+	h->handler = handler;
+	h->arg = arg;
+	h->fork_tag = EVENTHANDLER_REGISTER(process_fork, kpi_evh_fork, h,
+	    EVENTHANDLER_PRI_ANY);
+	h->exit_tag = EVENTHANDLER_REGISTER(process_exit, kpi_evh_exit, h,
+	    EVENTHANDLER_PRI_ANY);
+	h->load_tag = EVENTHANDLER_REGISTER(kld_load, kpi_evh_kld_load, h,
+	    EVENTHANDLER_PRI_ANY);
+	h->unload_tag = EVENTHANDLER_REGISTER(kld_unload, kpi_evh_kld_unload,
+	    h, EVENTHANDLER_PRI_ANY);
+	sx_xunlock(&kpi_evh_sx);
+	return (i + 1);
+}
+
+void
+kpi_eventhandler_deregister(uint64_t tag)
+{
+	struct kpi_evh *h;
+
+	if (tag == 0 || tag > KPI_NEVENTHANDLERS)
+		return;
+	sx_xlock(&kpi_evh_sx);
+	h = &kpi_evhs[tag - 1];
+	if (h->handler != NULL) {
+		/* Each deregistration waits for that event's running calls. */
+		EVENTHANDLER_DEREGISTER(process_fork, h->fork_tag);
+		EVENTHANDLER_DEREGISTER(process_exit, h->exit_tag);
+		EVENTHANDLER_DEREGISTER(kld_load, h->load_tag);
+		EVENTHANDLER_DEREGISTER(kld_unload, h->unload_tag);
+		bzero(h, sizeof(*h));
+	}
+	sx_xunlock(&kpi_evh_sx);
+}
+
+/*
+ * kern_pmc.c facts.
+ */
+
+uint32_t
+kpi_pmc_kernel_version(void)
+{
+	return ((uint32_t)pmc_kernel_version);
+}
+
+/* The MD part of hwpmc's initialisation that names the CPU. */
+static void
+kpi_pmc_cpuid_init(void *arg __unused)
+{
+#if defined(__amd64__)
+	if (cpu_vendor_id == CPU_VENDOR_INTEL ||
+	    cpu_vendor_id == CPU_VENDOR_AMD ||
+	    cpu_vendor_id == CPU_VENDOR_HYGON)
+		snprintf(pmc_cpuid, sizeof(pmc_cpuid), "%s-%d-%02X-%X",
+		    cpu_vendor, CPUID_TO_FAMILY(cpu_id), CPUID_TO_MODEL(cpu_id),
+		    CPUID_TO_STEPPING(cpu_id));
+#elif defined(__aarch64__)
+	uint64_t midr;
+
+	/* CPU 0's MIDR, without variant and revision, as hwpmc does. */
+	midr = pcpu_find(0)->pc_midr;
+	midr &= ~(uint64_t)(CPU_VAR_MASK | CPU_REV_MASK);
+	snprintf(pmc_cpuid, sizeof(pmc_cpuid), "0x%016lx", midr);
+#endif
+}
+SYSINIT(kpi_pmc_cpuid, SI_SUB_DRIVERS, SI_ORDER_FIRST, kpi_pmc_cpuid_init,
+    NULL);
+
+size_t
+kpi_pmc_cpuid(char *buf, size_t len)
+{
+	if (len > 0)
+		strlcpy(buf, pmc_cpuid, len);
+	return (strnlen(pmc_cpuid, sizeof(pmc_cpuid)));
+}
+
+uint32_t
+kpi_soft_events(struct kpi_soft_event *evs, uint32_t nevs)
+{
+	struct pmc_soft *ps;
+	uint32_t n;
+	int ev;
+
+	n = 0;
+	for (ev = PMC_EV_SOFT_FIRST; ev <= PMC_EV_SOFT_LAST; ev++) {
+		/* Holds pmc_softs_mtx (a spin lock) until released. */
+		if ((ps = pmc_soft_ev_acquire(ev)) == NULL)
+			continue;
+		if (n < nevs) {
+			evs[n].code = ps->ps_ev.pm_ev_code;
+			strlcpy(evs[n].name, ps->ps_ev.pm_ev_name,
+			    sizeof(evs[n].name));
+		}
+		pmc_soft_ev_release(ps);
+		n++;
+	}
+	return (n);
+}
+
+static bool
+kpi_soft_code(uint32_t code)
+{
+	return (code >= PMC_EV_SOFT_FIRST && code <= PMC_EV_SOFT_LAST);
+}
+
+int
+kpi_soft_event_registered(uint32_t code)
+{
+	struct pmc_soft *ps;
+
+	if (!kpi_soft_code(code) || (ps = pmc_soft_ev_acquire(code)) == NULL)
+		return (0);
+	pmc_soft_ev_release(ps);
+	return (1);
+}
+
+void
+kpi_soft_event_running(uint32_t code, int delta)
+{
+	struct pmc_soft *ps;
+
+	if (!kpi_soft_code(code) || (ps = pmc_soft_ev_acquire(code)) == NULL)
+		return;
+	/* The probes test ps_running without the lock. */
+	atomic_add_int((volatile u_int *)&ps->ps_running, delta);
+	pmc_soft_ev_release(ps);
+}
+
+void
+kpi_set_cpu_sampled(uint32_t cpu)
+{
+	/* Tells hardclock to call the hook with PMC_FN_DO_SAMPLES. */
+	DPCPU_ID_SET(cpu, pmc_sampled, 1);
+}
+
+/*
+ * Files.
+ */
+
+int
+kpi_fget_write(int fd, void **file)
+{
+	struct file *fp;
+	int error;
+
+	if ((error = fget_write(curthread, fd, &cap_write_rights, &fp)) != 0)
+		return (error);
+	*file = fp;
+	return (0);
+}
+
+void
+kpi_fdrop(void *file)
+{
+	fdrop((struct file *)file, curthread);
+}
+
+int
+kpi_file_write(void *file, const void *data, size_t len)
+{
+	struct file *fp;
+	struct uio auio;
+	struct iovec aiov;
+	size_t before;
+	int error;
+
+	if (len > IOSIZE_MAX)
+		return (EINVAL);
+	fp = file;
+	aiov.iov_base = __DECONST(void *, data);
+	aiov.iov_len = len;
+	auio.uio_iov = &aiov;
+	auio.uio_iovcnt = 1;
+	auio.uio_offset = -1;		/* the file's own offset */
+	auio.uio_resid = len;
+	auio.uio_segflg = UIO_SYSSPACE;
+	auio.uio_rw = UIO_WRITE;
+	auio.uio_td = curthread;
+	error = 0;
+	while (auio.uio_resid > 0) {
+		if (fp->f_type == DTYPE_VNODE)
+			bwillwrite();
+		before = auio.uio_resid;
+		/*
+		 * The credential the file was opened with: the writer may be
+		 * a kernel process, which has root's.
+		 */
+		error = fo_write(fp, &auio, fp->f_cred, 0, curthread);
+		if (error != 0)
+			break;
+		/* A writer that takes nothing would loop forever. */
+		if ((size_t)auio.uio_resid == before) {
+			error = EIO;
+			break;
+		}
+	}
+	return (error);
+}
+
+/*
+ * Kernel processes.  The state words are under one spin mutex so that a
+ * wakeup may come from any context but an NMI.
+ */
+struct kpi_kproc {
+	kpi_kproc_body_t	*body;
+	void			*arg;
+	pid_t			pid;
+	bool			pending;	/* woken since the last pass */
+	bool			stopping;	/* one last pass, then exit */
+	bool			gone;		/* no longer touches this */
+};
+
+static struct mtx kpi_kproc_mtx;
+MTX_SYSINIT(kpi_kproc, &kpi_kproc_mtx, "kpi kproc", MTX_SPIN);
+
+static void
+kpi_kproc_main(void *v)
+{
+	struct kpi_kproc *k;
+	bool last;
+
+	k = v;
+	mtx_lock_spin(&kpi_kproc_mtx);
+	for (;;) {
+		while (!k->pending && !k->stopping)
+			msleep_spin(k, &kpi_kproc_mtx, "kpiwait", 0);
+		last = k->stopping;
+		k->pending = false;
+		mtx_unlock_spin(&kpi_kproc_mtx);
+		k->body(k->arg);
+		mtx_lock_spin(&kpi_kproc_mtx);
+		if (last)
+			break;
+	}
+	k->gone = true;
+	wakeup(&k->gone);
+	mtx_unlock_spin(&kpi_kproc_mtx);
+	kproc_exit(0);
+}
+
+int
+kpi_kproc_create(const char *name, size_t len, kpi_kproc_body_t *body,
+    void *arg, void **kproc)
+{
+	struct kpi_kproc *k;
+	struct proc *p;
+	int error;
+
+	k = malloc(sizeof(*k), M_HWPMC, M_WAITOK | M_ZERO);
+	k->body = body;
+	k->arg = arg;
+	error = kproc_create(kpi_kproc_main, k, &p, RFHIGHPID, 0, "%.*s",
+	    (int)MIN(len, MAXCOMLEN), name);
+	if (error != 0) {
+		free(k, M_HWPMC);
+		return (error);
+	}
+	k->pid = p->p_pid;
+	*kproc = k;
+	return (0);
+}
+
+void
+kpi_kproc_wakeup(void *kproc)
+{
+	struct kpi_kproc *k;
+
+	k = kproc;
+	mtx_lock_spin(&kpi_kproc_mtx);
+	k->pending = true;
+	wakeup(k);
+	mtx_unlock_spin(&kpi_kproc_mtx);
+}
+
+void
+kpi_kproc_stop(void *kproc)
+{
+	struct kpi_kproc *k;
+
+	k = kproc;
+	mtx_lock_spin(&kpi_kproc_mtx);
+	k->stopping = true;
+	wakeup(k);
+	while (!k->gone)
+		msleep_spin(&k->gone, &kpi_kproc_mtx, "kpistop", 0);
+	mtx_unlock_spin(&kpi_kproc_mtx);
+	free(k, M_HWPMC);
+}
+
+uint32_t
+kpi_kproc_pid(void *kproc)
+{
+	return (((struct kpi_kproc *)kproc)->pid);
+}
+
+/*
+ * The interrupted context and call chains, by frame pointers.
+ */
+
+int
+kpi_interrupted(uint64_t *pc)
+{
+	struct trapframe *tf;
+
+	if ((tf = kpi_frame()) == NULL) {
+		*pc = 0;
+		return (0);
+	}
+	*pc = PMC_TRAPFRAME_TO_PC(tf);
+	return (TRAPF_USERMODE(tf) ? 1 : 0);
+}
+
+/* [va, va + len) lies in the current thread's kernel stack. */
+static bool
+kpi_on_kstack(uintptr_t va, size_t len)
+{
+	struct thread *td;
+	uintptr_t lo, hi;
+
+	td = curthread;
+	lo = td->td_kstack;
+	hi = lo + (uintptr_t)td->td_kstack_pages * PAGE_SIZE;
+	return (va >= lo && va < hi && len <= hi - va);
+}
+
+/* Frame records are two words: the caller's frame, then the return. */
+#define	KPI_FP_NEXT(fp)	(*(uintptr_t *)(fp))
+#define	KPI_FP_RET(fp)	(*(uintptr_t *)((fp) + sizeof(uintptr_t)))
+
+uint32_t __nosanitizeaddress __nosanitizememory
+kpi_kernel_callchain(uint64_t *pcs, uint32_t max)
+{
+	struct trapframe *tf;
+	uintptr_t fp, pc;
+	uint32_t n;
+#if defined(__amd64__)
+	uintptr_t sp;
+	uint32_t instr;
+#endif
+
+	tf = kpi_frame();
+	if (tf == NULL || max == 0 || TRAPF_USERMODE(tf))
+		return (0);
+	pc = PMC_TRAPFRAME_TO_PC(tf);
+	fp = PMC_TRAPFRAME_TO_FP(tf);
+	pcs[0] = pc;
+	if (max == 1 || !PMC_IN_KERNEL(pc) ||
+	    !kpi_on_kstack(fp, 2 * sizeof(uintptr_t)))
+		return (1);
+#if defined(__amd64__)
+	sp = PMC_TRAPFRAME_TO_KERNEL_SP(tf);
+	if (PMC_IN_TRAP_HANDLER(pc) || !kpi_on_kstack(sp, sizeof(uintptr_t)))
+		return (1);
+	/*
+	 * At a function's first instruction or its ret, no frame of its
+	 * own is set up and the return address is at the top of the
+	 * stack; one push later it is just above it.
+	 */
+	instr = *(uint32_t *)pc;
+	if (PMC_AT_FUNCTION_PROLOGUE_PUSH_BP(instr) ||
+	    PMC_AT_FUNCTION_EPILOGUE_RET(instr)) {
+		pc = *(uintptr_t *)sp;
+	} else if (PMC_AT_FUNCTION_PROLOGUE_MOV_SP_BP(instr)) {
+		sp += sizeof(uintptr_t);
+		if (!kpi_on_kstack(sp, sizeof(uintptr_t)))
+			return (1);
+		pc = *(uintptr_t *)sp;
+	} else {
+		pc = KPI_FP_RET(fp);
+		fp = KPI_FP_NEXT(fp);
+	}
+	for (n = 1; n < max; ) {
+		pcs[n++] = pc;
+		/* Below the trap handler is another context's frame. */
+		if (PMC_IN_TRAP_HANDLER(pc) ||
+		    !kpi_on_kstack(fp, 2 * sizeof(uintptr_t)))
+			break;
+		pc = KPI_FP_RET(fp);
+		fp = KPI_FP_NEXT(fp);
+	}
+#elif defined(__aarch64__)
+	/* The interrupted function's own LR is not trusted (leaf code). */
+	for (n = 1; n < max; ) {
+		pc = KPI_FP_RET(fp);
+		if (!PMC_IN_KERNEL(pc))
+			break;
+		pcs[n++] = pc;
+		fp = KPI_FP_NEXT(fp);
+		if (!kpi_on_kstack(fp, 2 * sizeof(uintptr_t)))
+			break;
+	}
+#else
+	n = 1;
+#endif
+	return (n);
+}
+
+/*
+ * Reads user memory: at the return to user mode a fault may be served;
+ * anywhere else it must fail instead.
+ */
+static bool
+kpi_user_word(uintptr_t uaddr, void *dst, size_t len)
+{
+	if (uaddr > VM_MAXUSER_ADDRESS || len > VM_MAXUSER_ADDRESS - uaddr)
+		return (false);
+	if (kpi_can_sleep())
+		return (copyin((const void *)uaddr, dst, len) == 0);
+	return (copyin_nofault((const void *)uaddr, dst, len) == 0);
+}
+
+uint32_t
+kpi_user_callchain(uint64_t *pcs, uint32_t max)
+{
+	struct thread *td;
+	struct trapframe *tf;
+	uintptr_t fp, oldfp, pc;
+	uint32_t n;
+#if defined(__amd64__)
+	uintptr_t sp;
+	uint32_t instr;
+#endif
+
+	td = curthread;
+	if (max == 0 || (td->td_proc->p_flag & P_KPROC) != 0)
+		return (0);
+	/* The hook's user frame, else the one saved at kernel entry. */
+	tf = atomic_load_ptr(&kpi_user_tf[curcpu]);
+	if (tf == NULL)
+		tf = td->td_frame;
+	if (tf == NULL || !TRAPF_USERMODE(tf))
+		return (0);
+	pc = PMC_TRAPFRAME_TO_PC(tf);
+	fp = PMC_TRAPFRAME_TO_FP(tf);
+	pcs[0] = pc;
+	n = 1;
+	if (max == 1 || !PMC_IN_USERSPACE(pc))
+		return (n);
+#if defined(__amd64__)
+	/* As in the kernel walk, prologue and ret have no frame yet. */
+	sp = PMC_TRAPFRAME_TO_USER_SP(tf);
+	oldfp = fp;
+	if (!kpi_user_word(pc, &instr, sizeof(instr)))
+		return (n);
+	if (PMC_AT_FUNCTION_PROLOGUE_PUSH_BP(instr) ||
+	    PMC_AT_FUNCTION_EPILOGUE_RET(instr)) {
+		if (!kpi_user_word(sp, &pc, sizeof(pc)))
+			return (n);
+	} else if (PMC_AT_FUNCTION_PROLOGUE_MOV_SP_BP(instr)) {
+		if (!kpi_user_word(sp + sizeof(uintptr_t), &pc, sizeof(pc)))
+			return (n);
+	} else {
+		if (!kpi_user_word(fp + sizeof(uintptr_t), &pc, sizeof(pc)) ||
+		    !kpi_user_word(fp, &fp, sizeof(fp)))
+			return (n);
+	}
+	while (n < max) {
+		if (pc == 0 || !PMC_IN_USERSPACE(pc))
+			break;
+		pcs[n++] = pc;
+		/* Frames go up the stack; anything else is not a chain. */
+		if (fp < oldfp)
+			break;
+		oldfp = fp;
+		if (!kpi_user_word(fp + sizeof(uintptr_t), &pc, sizeof(pc)) ||
+		    !kpi_user_word(fp, &fp, sizeof(fp)))
+			break;
+	}
+#elif defined(__aarch64__)
+	if (!PMC_IN_USERSPACE(fp))
+		return (n);
+	while (n < max) {
+		if (!kpi_user_word(fp + sizeof(uintptr_t), &pc, sizeof(pc)) ||
+		    !PMC_IN_USERSPACE(pc))
+			break;
+		pcs[n++] = pc;
+		oldfp = fp;
+		if (!kpi_user_word(fp, &fp, sizeof(fp)))
+			break;
+		/* Frames go strictly up the stack. */
+		if (fp <= oldfp || !PMC_IN_USERSPACE(fp))
+			break;
+	}
+#endif
+	return (n);
+}
+
+/*
+ * Executable mappings.
+ */
+
+uint32_t
+kpi_proc_mappings(uint32_t pid, struct kpi_mapping *maps, uint32_t nmaps)
+{
+	struct proc *p;
+	struct vmspace *vm;
+	vm_map_t map;
+	vm_map_entry_t entry;
+	vm_object_t obj, lobj, tobj;
+	struct vnode *vp, *last_vp;
+	vm_offset_t last_end;
+	char *fullpath, *freepath;
+	uint32_t i, n;
+
+	if ((p = pfind(pid)) == NULL)
+		return (0);
+	/* An exiting process may not be held; its mappings are going. */
+	if ((p->p_flag & P_WEXIT) != 0) {
+		PROC_UNLOCK(p);
+		return (0);
+	}
+	/* vmspace_acquire_ref() locks the process itself. */
+	_PHOLD(p);
+	PROC_UNLOCK(p);
+	vm = vmspace_acquire_ref(p);
+	PRELE(p);
+	if (vm == NULL)
+		return (0);
+
+	/*
+	 * First pass, under the map lock: the executable, vnode-backed
+	 * ranges, adjacent entries of one vnode merged.  Each recorded
+	 * range keeps a vnode reference in its path field until the names
+	 * are looked up, after the lock, as vn_fullpath() may sleep.
+	 */
+	n = 0;
+	last_vp = NULL;
+	last_end = 0;
+	map = &vm->vm_map;
+	vm_map_lock_read(map);
+	VM_MAP_ENTRY_FOREACH(entry, map) {
+		if ((entry->eflags & MAP_ENTRY_IS_SUB_MAP) != 0 ||
+		    (entry->protection & VM_PROT_EXECUTE) == 0 ||
+		    entry->object.vm_object == NULL)
+			continue;
+		/* The file is behind any shadow objects. */
+		obj = entry->object.vm_object;
+		VM_OBJECT_RLOCK(obj);
+		for (lobj = tobj = obj; tobj != NULL;
+		    tobj = tobj->backing_object) {
+			if (tobj != obj)
+				VM_OBJECT_RLOCK(tobj);
+			if (lobj != obj)
+				VM_OBJECT_RUNLOCK(lobj);
+			lobj = tobj;
+		}
+		vp = vm_object_vnode(lobj);
+		if (vp != NULL && vp == last_vp && entry->start == last_end) {
+			last_end = entry->end;
+			if (n <= nmaps)
+				maps[n - 1].end = last_end;
+		} else if (vp != NULL) {
+			if (n < nmaps) {
+				maps[n].start = entry->start;
+				maps[n].end = entry->end;
+				vref(vp);
+				memcpy(maps[n].path, &vp, sizeof(vp));
+			}
+			n++;
+			last_vp = vp;
+			last_end = entry->end;
+		}
+		if (lobj != obj)
+			VM_OBJECT_RUNLOCK(lobj);
+		VM_OBJECT_RUNLOCK(obj);
+	}
+	vm_map_unlock_read(map);
+	vmspace_free(vm);
+
+	/* Second pass, unlocked: the names. */
+	for (i = 0; i < MIN(n, nmaps); i++) {
+		memcpy(&vp, maps[i].path, sizeof(vp));
+		freepath = NULL;
+		if (vn_fullpath(vp, &fullpath, &freepath) != 0)
+			fullpath = "unknown";
+		strlcpy(maps[i].path, fullpath, sizeof(maps[i].path));
+		free(freepath, M_TEMP);
+		vrele(vp);
+	}
+	return (n);
+}
+
+uint32_t
+kpi_kernel_objects(struct kpi_mapping *maps, uint32_t nmaps)
+{
+	struct pmckern_map_in *km, *kmbase;
+	uint32_t n;
+
+	/* A malloc'd array ending with an empty entry. */
+	kmbase = linker_hwpmc_list_objects();
+	n = 0;
+	for (km = kmbase; km->pm_file != NULL; km++) {
+		if (n < nmaps) {
+			/* The linker does not say the size: one address. */
+			maps[n].start = km->pm_address;
+			maps[n].end = km->pm_address;
+			strlcpy(maps[n].path, (const char *)km->pm_file,
+			    sizeof(maps[n].path));
+		}
+		n++;
+	}
+	free(kmbase, M_LINKER);
+	return (n);
+}
+
+/*
+ * Module setup and teardown of this file's own state.
+ */
+
+static void
+kpi_glue_init(void *arg __unused)
+{
+	sysctl_ctx_init(&kpi_sysctl_ctx);
+}
+SYSINIT(kpi_glue, SI_SUB_DRIVERS, SI_ORDER_FIRST, kpi_glue_init, NULL);
+
+static void
+kpi_glue_fini(void *arg __unused)
+{
+	/* Knobs the module left behind must not outlive its memory. */
+	sysctl_ctx_free(&kpi_sysctl_ctx);
+}
+SYSUNINIT(kpi_glue, SI_SUB_DRIVERS, SI_ORDER_FIRST, kpi_glue_fini, NULL);
