@@ -188,8 +188,18 @@ impl Hwpmc {
             let (n, depth) = (r.meta.len(), r.depth);
             while r.count > 0 {
                 let i = r.tail;
-                if r.meta[i].pending && kpi::proc::thread_pid(r.meta[i].tid).is_some() {
-                    break;
+                if r.meta[i].pending {
+                    // Wait for the thread's return to user mode, unless it
+                    // is gone; when that cannot be learnt here (an
+                    // interrupt), wait at most 1/16 s, as FreeBSD does.
+                    let waited = kpi::time::rdtsc().saturating_sub(r.meta[i].tsc);
+                    let wait = match kpi::proc::thread_exists(r.meta[i].tid) {
+                        Some(alive) => alive,
+                        None => waited <= kpi::time::tsc_freq() / 16,
+                    };
+                    if wait {
+                        break;
+                    }
                 }
                 let meta = core::mem::take(&mut r.meta[i]);
                 r.tail = (i + 1) % n;

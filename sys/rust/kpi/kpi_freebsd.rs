@@ -339,6 +339,15 @@ pub fn thread_pid(tid: u32) -> Option<u32> {
     // SAFETY: one writable id.
     (unsafe { sys::kpi_thread_pid(tid, &mut pid) } == 0).then_some(pid)
 }
+pub fn thread_exists(tid: u32) -> Option<bool> {
+    let mut pid = 0;
+    // SAFETY: one writable id.
+    match unsafe { sys::kpi_thread_pid(tid, &mut pid) } {
+        0 => Some(true),
+        e if e == crate::errno::ESRCH.0 => Some(false),
+        _ => None,
+    }
+}
 pub fn proc_flags(pid: u32, set: u32, clear: u32) {
     // SAFETY: plain values.
     unsafe { sys::kpi_proc_flags(pid, set, clear) }

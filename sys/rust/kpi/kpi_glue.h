@@ -73,7 +73,8 @@ int	kpi_proc_path(uint32_t pid, char *buf, size_t len);
 /* Children, all processes: the count, even beyond the buffer. */
 uint32_t kpi_proc_children(uint32_t pid, uint32_t *pids, uint32_t npids);
 uint32_t kpi_all_pids(uint32_t *pids, uint32_t npids);
-int	kpi_thread_pid(uint32_t tid, uint32_t *pid);	/* 0 or ESRCH */
+/* 0, ESRCH, or EWOULDBLOCK where the lookup cannot lock (interrupts). */
+int	kpi_thread_pid(uint32_t tid, uint32_t *pid);
 void	kpi_proc_flags(uint32_t pid, uint32_t set, uint32_t clear);
 int	kpi_p_candebug(uint32_t pid);
 int	kpi_priv_check(int privilege);

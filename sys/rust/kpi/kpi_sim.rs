@@ -158,6 +158,15 @@ pub fn children(pid: u32) -> Vec<u32> {
 pub fn thread_pid(tid: u32) -> Option<u32> {
     kern::thread_pid(tid)
 }
+/// As on FreeBSD, where looking a thread up takes locks that an
+/// interrupt handler may not take: unknown in interrupt context.
+pub fn thread_exists(tid: u32) -> Option<bool> {
+    if kern::in_interrupt() {
+        None
+    } else {
+        Some(kern::thread_pid(tid).is_some())
+    }
+}
 pub fn proc_flags(pid: u32, set: u32, clear: u32) {
     kern::proc_flags(pid, set, clear);
 }

@@ -67,6 +67,12 @@ pub fn thread_pid(tid: Tid) -> Option<Pid> {
     crate::backend::thread_pid(tid)
 }
 
+/// Whether thread `tid` exists: `None` when that cannot be learnt here
+/// (FreeBSD's thread lookup takes locks an interrupt handler may not).
+pub fn thread_exists(tid: Tid) -> Option<bool> {
+    crate::backend::thread_exists(tid)
+}
+
 /// Sets and clears `p_flag` bits (under the process lock).
 pub fn set_flags(pid: Pid, set: u32, clear: u32) {
     crate::backend::proc_flags(pid, set, clear);

@@ -203,6 +203,34 @@ fn usercallchain_appends_the_user_stack_to_a_kernel_chain() {
 }
 
 #[test]
+fn a_sample_waits_at_most_a_sixteenth_of_a_second_for_its_user_chain() {
+    // The clock interrupt cannot look threads up (on FreeBSD tdfind takes
+    // locks): a sample waiting for a thread that stays in the kernel is
+    // logged with its kernel chain once it is 1/16 s old.
+    let s = sim(&[]);
+    let (owner, w) = (s.root(), s.root());
+    let (_, fd) = ss(
+        &s,
+        owner,
+        "CLOCK.HARD",
+        1,
+        1,
+        PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN,
+    );
+    s.m.set_location(w.tid, kernel_loc());
+    let hz = MachineConfig::default().hz;
+    s.run(w, 1, (hz / 16 + 20) as u32);
+    s.flushlog(owner).unwrap();
+    let c = chains(&s.file(owner, fd));
+    assert!(c.len() >= 10, "{} chains", c.len());
+    for ch in &c {
+        assert!(!ch.user);
+        assert_eq!(ch.pcs, KPC, "kernel frames only");
+    }
+    s.finish();
+}
+
+#[test]
 fn a_full_ring_drops_and_counts_then_recovers_after_draining() {
     let s = sim(&[("kern.hwpmc.nsamples", "4")]);
     let (owner, w) = (s.root(), s.root());
