@@ -707,13 +707,13 @@ impl Hwpmc {
             Hook::DoSamples => self.process_samples(kpi::cpu::curcpu()),
             Hook::Mmap { addr } => self.process_mmap(addr),
             Hook::Munmap { addr, size } => self.process_munmap(addr, size),
-            Hook::ThrCreate => {
-                self.ss_thread(true);
-                self.target_thread(true)
+            Hook::ThrCreate { tid } => {
+                self.ss_thread(true, tid);
+                self.target_thread(true, tid)
             }
-            Hook::ThrExit => {
-                self.ss_thread(false);
-                self.target_thread(false)
+            Hook::ThrExit { tid } => {
+                self.ss_thread(false, tid);
+                self.target_thread(false, tid)
             }
         }
     }

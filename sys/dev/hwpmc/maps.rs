@@ -272,11 +272,12 @@ impl Hwpmc {
     }
 
     /// System samplers hear of thread creation and exit.
-    pub(crate) fn ss_thread(&self, created: bool) {
+    pub(crate) fn ss_thread(&self, created: bool, tid: kpi::proc::Tid) {
         if !self.ss_active() {
             return;
         }
-        let (tid, pid) = (kpi::proc::curthread(), kpi::proc::curproc());
+        // Threads are created and exit within their process.
+        let pid = kpi::proc::curproc();
         let Some(p) = kpi::proc::pfind(pid) else {
             return;
         };

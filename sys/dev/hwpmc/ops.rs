@@ -1445,8 +1445,9 @@ impl Hwpmc {
     /// PMC_FN_THR_CREATE and PMC_FN_THR_EXIT for a target: its thread
     /// descriptors follow (`pmc_thread_descriptor_pool`). The new array is
     /// allocated before the spin lock is taken.
-    pub(crate) fn target_thread(&self, created: bool) {
-        let (tid, pid) = (kpi::proc::curthread(), kpi::proc::curproc());
+    pub(crate) fn target_thread(&self, created: bool, tid: kpi::proc::Tid) {
+        // Threads are created and exit within their process.
+        let pid = kpi::proc::curproc();
         if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
             return;
         }

@@ -4,7 +4,7 @@
 
 use alloc::sync::Arc;
 
-use crate::proc::Pid;
+use crate::proc::{Pid, Tid};
 
 /// A `pmc_hook` call; the thread it concerns is [`crate::proc::curthread`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +31,15 @@ pub enum Hook {
         cpu: u32,
     },
     /// PMC_FN_THR_CREATE.
-    ThrCreate,
+    ThrCreate {
+        /// The new thread (the hook may run in its creator).
+        tid: Tid,
+    },
     /// PMC_FN_THR_EXIT.
-    ThrExit,
+    ThrExit {
+        /// The exiting thread.
+        tid: Tid,
+    },
     /// PMC_FN_USER_CALLCHAIN(_SOFT): the thread returns to user mode with
     /// the AST it asked for ([`crate::proc::request_userret`]).
     UserRet,

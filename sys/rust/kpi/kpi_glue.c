@@ -1145,10 +1145,13 @@ kpi_pmc_hook(struct thread *td, int function, void *arg)
 		atomic_store_ptr(&kpi_soft_tf[cpu], NULL);
 		return (error);
 	case PMC_FN_THR_CREATE:
+		/* Called by the creator, about the new thread td. */
 		call.hook = KPI_HOOK_THR_CREATE;
+		call.tid = td->td_tid;
 		break;
 	case PMC_FN_THR_EXIT:
 		call.hook = KPI_HOOK_THR_EXIT;
+		call.tid = td->td_tid;
 		break;
 	case PMC_FN_USER_CALLCHAIN:
 	case PMC_FN_USER_CALLCHAIN_SOFT:

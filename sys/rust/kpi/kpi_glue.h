@@ -138,6 +138,7 @@ struct kpi_hook_args {
 	uint64_t	size;		/* munmap size */
 	uint32_t	ev;		/* soft event */
 	uint32_t	cpu;		/* soft event's CPU */
+	uint32_t	tid;		/* thread create/exit: the thread */
 };
 typedef int kpi_hook_t(void *arg, const struct kpi_hook_args *call);
 /* NULL removes the hook. */

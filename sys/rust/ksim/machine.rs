@@ -144,10 +144,16 @@ pub enum HookCall {
         /// CPU.
         cpu: u32,
     },
-    /// PMC_FN_THR_CREATE.
-    ThrCreate,
-    /// PMC_FN_THR_EXIT.
-    ThrExit,
+    /// PMC_FN_THR_CREATE, called by the creating thread.
+    ThrCreate {
+        /// The new thread.
+        tid: u32,
+    },
+    /// PMC_FN_THR_EXIT, called by the exiting thread.
+    ThrExit {
+        /// The exiting thread.
+        tid: u32,
+    },
     /// PMC_FN_USER_CALLCHAIN / PMC_FN_USER_CALLCHAIN_SOFT: the current
     /// thread returns to user mode with an AST the PMC code requested.
     UserRet,
@@ -657,10 +663,15 @@ impl Machine {
                     ast: false,
                 },
             );
-            st.procs.get_mut(&pid).unwrap().info.threads.push(tid);
-            tid
+            let threads = &mut st.procs.get_mut(&pid).unwrap().info.threads;
+            // As on FreeBSD, the creator (here the process's first thread)
+            // runs the hook about the new one.
+            let creator = threads.first().copied().unwrap_or(tid);
+            threads.push(tid);
+            (tid, creator)
         };
-        self.with_ctx(tid, || self.hook(&HookCall::ThrCreate));
+        let (tid, creator) = tid;
+        self.with_ctx(creator, || self.hook(&HookCall::ThrCreate { tid }));
         tid
     }
 
@@ -669,7 +680,7 @@ impl Machine {
         if let Some(cpu) = self.st().threads.get(&tid).and_then(|t| t.cpu) {
             self.switch_out(cpu);
         }
-        self.with_ctx(tid, || self.hook(&HookCall::ThrExit));
+        self.with_ctx(tid, || self.hook(&HookCall::ThrExit { tid }));
         let mut st = self.st();
         if let Some(t) = st.threads.remove(&tid) {
             if let Some(p) = st.procs.get_mut(&t.pid) {
