@@ -4,7 +4,6 @@
 //! specifiers, with `*` for every minor of a group; the empty string turns
 //! tracing off.
 
-use core::fmt::Write;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use kpi::errno::{EINVAL, KResult};
@@ -113,38 +112,9 @@ impl DebugFlags {
     }
 }
 
-/// A fixed buffer for one trace line, so tracing never allocates (trace
+/// One trace line: a fixed buffer, so tracing never allocates (trace
 /// points run in interrupt context too).
-pub(crate) struct Line {
-    buf: [u8; 160],
-    len: usize,
-}
-
-impl Line {
-    pub fn new() -> Line {
-        Line {
-            buf: [0; 160],
-            len: 0,
-        }
-    }
-    pub fn as_str(&self) -> &str {
-        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
-    }
-}
-
-impl Write for Line {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        // Longer lines are cut at a character boundary.
-        let room = self.buf.len() - self.len;
-        let mut n = s.len().min(room);
-        while !s.is_char_boundary(n) {
-            n -= 1;
-        }
-        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-        self.len += n;
-        Ok(())
-    }
-}
+pub(crate) type Line = kpi::LineBuf<160>;
 
 /// `PMCDBG`: a trace entry for `major`/`minor` when enabled.
 macro_rules! pmcdbg {
@@ -163,6 +133,7 @@ macro_rules! pmcdbg {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::fmt::Write;
 
     #[test]
     fn parses_the_hwpmc4_examples_and_rejects_unknown_names() {

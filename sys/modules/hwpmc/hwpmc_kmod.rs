@@ -8,7 +8,7 @@
 #![no_std]
 
 use core::ffi::{c_int, c_void};
-use core::fmt::{self, Write};
+use core::fmt::Write;
 use core::panic::PanicInfo;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
@@ -62,32 +62,10 @@ pub extern "C" fn hwpmc_rs_modevent(
     }
 }
 
-/// A fixed buffer: panicking must not allocate.
-struct PanicBuf {
-    buf: [u8; 192],
-    len: usize,
-}
-
-impl Write for PanicBuf {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let room = self.buf.len() - self.len;
-        let mut n = s.len().min(room);
-        // Cut on a character boundary, so the buffer stays UTF-8.
-        while !s.is_char_boundary(n) {
-            n -= 1;
-        }
-        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-        self.len += n;
-        Ok(())
-    }
-}
-
 #[panic_handler]
 fn panic(info: &PanicInfo<'_>) -> ! {
-    let mut out = PanicBuf {
-        buf: [0; 192],
-        len: 0,
-    };
+    // A fixed buffer: panicking must not allocate.
+    let mut out = kpi::LineBuf::<192>::new();
     // Truncation is the only failure and is wanted.
     let _ = match info.location() {
         Some(loc) => write!(
@@ -99,6 +77,5 @@ fn panic(info: &PanicInfo<'_>) -> ! {
         ),
         None => write!(out, "hwpmc: {}", info.message()),
     };
-    let text = core::str::from_utf8(&out.buf[..out.len]).unwrap_or("hwpmc: panic");
-    kpi::kernel_panic(text)
+    kpi::kernel_panic(out.as_str())
 }

@@ -51,6 +51,47 @@ pub mod uio;
 
 pub use errno::{Errno, KResult};
 
+/// Text formatted into a fixed buffer, without allocating: for trace
+/// points and panics, which may run in interrupt context. Longer text is
+/// cut at a character boundary.
+#[derive(Debug)]
+pub struct LineBuf<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> LineBuf<N> {
+    /// An empty line.
+    pub const fn new() -> Self {
+        LineBuf {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+    /// The text so far.
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl<const N: usize> Default for LineBuf<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> core::fmt::Write for LineBuf<N> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let mut n = s.len().min(N - self.len);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
 /// `printf(9)`: one console line.
 pub fn printf(line: &str) {
     backend::printf(line);

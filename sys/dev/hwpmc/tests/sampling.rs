@@ -79,6 +79,23 @@ fn ts(s: &Sim, owner: P, target: P, count: u64) -> (PmcId, i32) {
     (id, fd)
 }
 
+/// A thread in the kernel, sampled on every tick of CPU 1 with kernel and
+/// user call chains: (machine, owner, thread, log descriptor).
+fn kernel_thread_sampled_with_user_chains() -> (Sim, P, P, i32) {
+    let s = sim(&[]);
+    let (owner, w) = (s.root(), s.root());
+    let (_, fd) = ss(
+        &s,
+        owner,
+        "CLOCK.HARD",
+        1,
+        1,
+        PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN,
+    );
+    s.m.set_location(w.tid, kernel_loc());
+    (s, owner, w, fd)
+}
+
 struct Chain {
     pid: u32,
     tid: u32,
@@ -176,17 +193,7 @@ fn user_call_chains_are_completed_at_the_return_to_user_mode() {
 
 #[test]
 fn usercallchain_appends_the_user_stack_to_a_kernel_chain() {
-    let s = sim(&[]);
-    let (owner, w) = (s.root(), s.root());
-    let (_, fd) = ss(
-        &s,
-        owner,
-        "CLOCK.HARD",
-        1,
-        1,
-        PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN,
-    );
-    s.m.set_location(w.tid, kernel_loc());
+    let (s, owner, w, fd) = kernel_thread_sampled_with_user_chains();
     s.run(w, 1, 2);
     // The thread goes back to user mode: its AST completes the chain.
     s.m.set_location(w.tid, user_loc());
@@ -207,17 +214,7 @@ fn a_sample_waits_at_most_a_sixteenth_of_a_second_for_its_user_chain() {
     // The clock interrupt cannot look threads up (on FreeBSD tdfind takes
     // locks): a sample waiting for a thread that stays in the kernel is
     // logged with its kernel chain once it is 1/16 s old.
-    let s = sim(&[]);
-    let (owner, w) = (s.root(), s.root());
-    let (_, fd) = ss(
-        &s,
-        owner,
-        "CLOCK.HARD",
-        1,
-        1,
-        PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN,
-    );
-    s.m.set_location(w.tid, kernel_loc());
+    let (s, owner, w, fd) = kernel_thread_sampled_with_user_chains();
     let hz = MachineConfig::default().hz;
     s.run(w, 1, (hz / 16 + 20) as u32);
     s.flushlog(owner).unwrap();
