@@ -164,15 +164,30 @@ fn list_events(pmc: &Pmc, out: &mut impl Write) -> Result<(), Exit> {
         let events = class
             .ok_or(libc::EINVAL)
             .and_then(|cl| pmc.events_of_class(cl));
-        let events = events.map_err(|e| {
-            err(
-                EX_OSERR,
-                format!("ERROR: Cannot find information for event class \"{name}\""),
-                e,
-            )
-        })?;
-        for e in events {
-            let _ = writeln!(out, "\t{}", e.name.to_string_lossy());
+        match (events, pmc.pmu()) {
+            (Ok(events), _) => {
+                for e in events {
+                    let _ = writeln!(out, "\t{}", e.name.to_string_lossy());
+                }
+            }
+            // A hardware class: the events of the CPU's PMU table that
+            // it counts (FreeBSD lists the table for IAP too).
+            (Err(_), Some(table)) => {
+                for e in table.model.events {
+                    let name = e.name.to_string_lossy();
+                    let mut probe = <uapi::pmc::PmcOpPmcallocate as uapi::Plain>::zeroed();
+                    if table.allocate(&name, &mut probe).is_ok() && probe.pm_class == c.pm_class {
+                        let _ = writeln!(out, "\t{name}");
+                    }
+                }
+            }
+            (Err(e), None) => {
+                return Err(err(
+                    EX_OSERR,
+                    format!("ERROR: Cannot find information for event class \"{name}\""),
+                    e,
+                ));
+            }
         }
     }
     Ok(())
