@@ -473,6 +473,22 @@ fn user_system_bits(caps: u32) -> u64 {
     }
 }
 
+/// The qualifier fields that Intel's IA32_PERFEVTSELx and AMD's core
+/// PERF_CTL share: counter mask, user/kernel, edge, invert, interrupt.
+fn select_bits(d: &EventDesc, q: &Qualifiers, caps: u32) -> u64 {
+    let mut bits = (q.cmask.unwrap_or(d.cmask) & 0xFF) << SEL_CMASK_SHIFT | user_system_bits(caps);
+    if d.edge != 0 || q.edge {
+        bits |= SEL_EDGE;
+    }
+    if d.inv != 0 || q.inv {
+        bits |= SEL_INV;
+    }
+    if caps & PmcCaps::INTERRUPT.bits() != 0 {
+        bits |= SEL_INT;
+    }
+    bits
+}
+
 fn intel(
     name: &str,
     d: &EventDesc,
@@ -499,25 +515,14 @@ fn intel(
         *caps |= PmcCaps::QUALIFIER.bits();
     }
     let mut config = (d.event & 0xFF) | (d.umask.unwrap_or(0) & 0xFF) << 8;
-    let cmask = q.cmask.unwrap_or(d.cmask) & 0xFF;
-    config |= cmask << SEL_CMASK_SHIFT;
-    config |= user_system_bits(*caps);
-    if d.edge != 0 || q.edge {
-        config |= SEL_EDGE;
-    }
-    if d.inv != 0 || q.inv {
-        config |= SEL_INV;
-    }
+    config |= select_bits(d, q, *caps);
     if d.any != 0 || q.any {
         config |= SEL_ANY;
     }
-    if *caps & PmcCaps::INTERRUPT.bits() != 0 {
-        config |= SEL_INT;
-    }
     a.pm_class = class.raw();
     a.pm_md = md_zeroed();
-    set_md_u64(a, 0, config);
-    set_md_u64(a, 8, d.offcore_rsp);
+    set_md(a, 0, &config.to_ne_bytes());
+    set_md(a, 8, &d.offcore_rsp.to_ne_bytes());
     Ok(())
 }
 
@@ -550,35 +555,21 @@ fn amd(
             if core_only || q.any {
                 return Err(libc::EINVAL);
             }
-            let config = (d.event & 0xFF)
-                | ((d.event >> 8) & 0xF) << 32
-                | ((d.event >> 12) & 0x3) << 59
-                | (umask << 8) & 0xFF00;
+            let config = eventmask | ((d.event >> 12) & 0x3) << 59 | (umask << 8) & 0xFF00;
             (config, 2u32)
         }
         _ => {
             if q.any {
                 return Err(libc::EINVAL);
             }
-            let mut config = eventmask | (umask << 8) & 0xFF00;
-            config |= user_system_bits(*caps);
-            config |= (q.cmask.unwrap_or(d.cmask) & 0xFF) << SEL_CMASK_SHIFT;
-            if d.edge != 0 || q.edge {
-                config |= SEL_EDGE;
-            }
-            if d.inv != 0 || q.inv {
-                config |= SEL_INV;
-            }
-            if *caps & PmcCaps::INTERRUPT.bits() != 0 {
-                config |= SEL_INT;
-            }
+            let config = eventmask | (umask << 8) & 0xFF00 | select_bits(d, q, *caps);
             (config, 0u32)
         }
     };
     a.pm_class = PmcClass::K8.raw();
     a.pm_md = md_zeroed();
-    set_md_u64(a, 0, config);
-    set_md_u32(a, 8, sub_class);
+    set_md(a, 0, &config.to_ne_bytes());
+    set_md(a, 8, &sub_class.to_ne_bytes());
     Ok(())
 }
 
@@ -589,8 +580,8 @@ fn arm64(d: &EventDesc, q: &Qualifiers, a: &mut PmcOpPmcallocate) -> Result<(), 
     }
     a.pm_class = PmcClass::Armv8.raw();
     a.pm_md = md_zeroed();
-    set_md_u32(a, 0, d.event as u32);
-    set_md_u32(a, 4, PM_MD_RAW_EVENT);
+    set_md(a, 0, &(d.event as u32).to_ne_bytes());
+    set_md(a, 4, &PM_MD_RAW_EVENT.to_ne_bytes());
     Ok(())
 }
 
@@ -598,24 +589,16 @@ fn md_zeroed() -> uapi::pmc_mdep::PmcMdOpPmcallocate {
     uapi::pmc_mdep::PmcMdOpPmcallocate { __pad: [0; 4] }
 }
 
-/// Writes into the 32-byte `pm_md` union as the machine lays it out; the
-/// union is plain bytes for every member.
-fn set_md_u64(a: &mut PmcOpPmcallocate, offset: usize, value: u64) {
+/// Writes `bytes` at `offset` into the 32-byte `pm_md` union, as the
+/// machine lays its members out.
+fn set_md(a: &mut PmcOpPmcallocate, offset: usize, bytes: &[u8]) {
     // SAFETY: every member of the union is plain old data of at most 32
     // bytes, so its `__pad` view is always initialised and any bytes are
     // a valid value.
     let words = unsafe { &mut a.pm_md.__pad };
-    let mut bytes = words_to_bytes(words);
-    bytes[offset..offset + 8].copy_from_slice(&value.to_ne_bytes());
-    *words = bytes_to_words(&bytes);
-}
-
-fn set_md_u32(a: &mut PmcOpPmcallocate, offset: usize, value: u32) {
-    // SAFETY: as in `set_md_u64`.
-    let words = unsafe { &mut a.pm_md.__pad };
-    let mut bytes = words_to_bytes(words);
-    bytes[offset..offset + 4].copy_from_slice(&value.to_ne_bytes());
-    *words = bytes_to_words(&bytes);
+    let mut all = words_to_bytes(words);
+    all[offset..offset + bytes.len()].copy_from_slice(bytes);
+    *words = bytes_to_words(&all);
 }
 
 fn words_to_bytes(words: &[u64; 4]) -> [u8; 32] {
@@ -636,6 +619,6 @@ fn bytes_to_words(b: &[u8; 32]) -> [u64; 4] {
 
 /// Reads `pm_md` back as bytes (for tests and logs).
 pub fn md_bytes(a: &PmcOpPmcallocate) -> [u8; 32] {
-    // SAFETY: as in `set_md_u64`.
+    // SAFETY: as in `set_md`.
     words_to_bytes(unsafe { &a.pm_md.__pad })
 }
