@@ -523,18 +523,7 @@ impl Machine {
         system: bool,
     ) -> u32 {
         let mut st = self.st();
-        let tid = st.next_tid;
-        st.next_tid += 1;
-        st.threads.insert(
-            tid,
-            Thread {
-                pid,
-                cpu: None,
-                location: Location::default(),
-                activity: None,
-                ast: false,
-            },
-        );
+        let tid = st.new_thread(pid);
         st.procs.insert(
             pid,
             Proc {
@@ -649,20 +638,9 @@ impl Machine {
 
     /// A new thread in `pid` (PMC_FN_THR_CREATE).
     pub fn thread_create(&self, pid: u32) -> u32 {
-        let tid = {
+        let (tid, creator) = {
             let mut st = self.st();
-            let tid = st.next_tid;
-            st.next_tid += 1;
-            st.threads.insert(
-                tid,
-                Thread {
-                    pid,
-                    cpu: None,
-                    location: Location::default(),
-                    activity: None,
-                    ast: false,
-                },
-            );
+            let tid = st.new_thread(pid);
             let threads = &mut st.procs.get_mut(&pid).unwrap().info.threads;
             // As on FreeBSD, the creator (here the process's first thread)
             // runs the hook about the new one.
@@ -670,7 +648,6 @@ impl Machine {
             threads.push(tid);
             (tid, creator)
         };
-        let (tid, creator) = tid;
         self.with_ctx(creator, || self.hook(&HookCall::ThrCreate { tid }));
         tid
     }
@@ -1440,6 +1417,23 @@ impl State {
             .get(&pid)
             .map(|p| p.maps.clone())
             .unwrap_or_default()
+    }
+
+    /// A new thread of `pid`, not yet on a CPU; its id.
+    fn new_thread(&mut self, pid: u32) -> u32 {
+        let tid = self.next_tid;
+        self.next_tid += 1;
+        self.threads.insert(
+            tid,
+            Thread {
+                pid,
+                cpu: None,
+                location: Location::default(),
+                activity: None,
+                ast: false,
+            },
+        );
+        tid
     }
 
     pub(crate) fn live_pids(&self) -> Vec<u32> {
