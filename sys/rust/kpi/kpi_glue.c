@@ -892,30 +892,41 @@ kpi_sysctl_publish(const char *name, size_t len, int64_t value)
 	sx_xunlock(&kpi_sysctl_sx);
 }
 
+/*
+ * Takes the oid out of its slot and removes it; whoever takes it removes
+ * it, once.  Called and returns with kpi_sysctl_sx held exclusively, but
+ * drops it meanwhile: removal waits for the oid's running handlers and
+ * readers, after which the caller may free the slot.  False when there
+ * was no oid (another thread is removing it).
+ */
+static bool
+kpi_sysctl_oid_remove(struct sysctl_oid **oidp)
+{
+	struct sysctl_oid *oid;
+
+	sx_assert(&kpi_sysctl_sx, SA_XLOCKED);
+	if ((oid = *oidp) == NULL)
+		return (false);
+	*oidp = NULL;
+	sysctl_ctx_entry_del(&kpi_sysctl_ctx, oid);
+	sx_xunlock(&kpi_sysctl_sx);
+	sysctl_remove_oid(oid, 1, 0);
+	sx_xlock(&kpi_sysctl_sx);
+	return (true);
+}
+
 void
 kpi_sysctl_remove(const char *name, size_t len)
 {
 	char leaf[KPI_NAME_MAX];
 	struct kpi_sysctl_int *e;
-	struct sysctl_oid *oid;
 
 	if (kpi_sysctl_leaf(leaf, name, len) != 0)
 		return;
-	oid = NULL;
 	sx_xlock(&kpi_sysctl_sx);
-	/* Whoever takes the oid removes it, once. */
 	if ((e = kpi_sysctl_int_find(leaf)) != NULL &&
-	    (oid = e->oid) != NULL) {
-		e->oid = NULL;
-		sysctl_ctx_entry_del(&kpi_sysctl_ctx, oid);
-	}
-	sx_xunlock(&kpi_sysctl_sx);
-	if (oid == NULL)
-		return;
-	/* Waits for readers of e->value, so the slot is freed after. */
-	sysctl_remove_oid(oid, 1, 0);
-	sx_xlock(&kpi_sysctl_sx);
-	e->name[0] = '\0';
+	    kpi_sysctl_oid_remove(&e->oid))
+		e->name[0] = '\0';
 	sx_xunlock(&kpi_sysctl_sx);
 }
 
@@ -1004,28 +1015,19 @@ kpi_sysctl_str_remove(const char *name, size_t len)
 {
 	char leaf[KPI_NAME_MAX];
 	struct kpi_sysctl_str *s;
-	struct sysctl_oid *oid;
 
 	if (kpi_sysctl_leaf(leaf, name, len) != 0)
 		return;
-	oid = NULL;
 	sx_xlock(&kpi_sysctl_sx);
-	/* Whoever takes the oid removes it, once. */
-	if ((s = kpi_sysctl_str_find(leaf)) != NULL &&
-	    (oid = s->oid) != NULL) {
-		s->oid = NULL;
+	if ((s = kpi_sysctl_str_find(leaf)) != NULL) {
+		/* Handlers that start from now on refuse to run. */
 		s->removing = true;
-		sysctl_ctx_entry_del(&kpi_sysctl_ctx, oid);
+		if (kpi_sysctl_oid_remove(&s->oid)) {
+			s->handler = NULL;
+			s->arg = NULL;
+			s->name[0] = '\0';
+		}
 	}
-	sx_xunlock(&kpi_sysctl_sx);
-	if (oid == NULL)
-		return;
-	/* Not under our lock: this waits for the oid's running handlers. */
-	sysctl_remove_oid(oid, 1, 0);
-	sx_xlock(&kpi_sysctl_sx);
-	s->handler = NULL;
-	s->arg = NULL;
-	s->name[0] = '\0';
 	sx_xunlock(&kpi_sysctl_sx);
 }
 
