@@ -425,7 +425,7 @@ impl SimTransport {
                 let module = match m.in_thread(kld, hwpmc::Module::load) {
                     Ok(module) => module,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e.0));
+                        let _ = ready_tx.send(Err(e.get()));
                         return;
                     }
                 };

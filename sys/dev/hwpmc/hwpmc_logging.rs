@@ -7,8 +7,7 @@
 //! from the context-switch path. A write error stops the log: the error is
 //! kept for the next PMC_OP_FLUSHLOG and the owner gets SIGIO.
 
-use alloc::format;
-use alloc::sync::Arc;
+use core::fmt::Write as _;
 use core::sync::atomic::Ordering;
 
 use kpi::errno::{ENOMEM, Errno, KResult};
@@ -16,7 +15,7 @@ use kpi::file::KFile;
 use kpi::kproc::Kproc;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{Pid, SIGIO};
-use kpi::sync::{Mutex, SpinMutex};
+use kpi::sync::{SpinMutex, SpinMutexBox, Sx, SxBox};
 use uapi::pmclog::PmclogRecord;
 
 use crate::Stats;
@@ -31,7 +30,7 @@ pub(crate) struct LogBuffer {
 /// The buffers of all owners, allocated at load.
 #[derive(Debug)]
 pub(crate) struct LogPool {
-    free: SpinMutex<KVec<KBox<LogBuffer>>>,
+    free: SpinMutexBox<KVec<KBox<LogBuffer>>>,
     total: usize,
 }
 
@@ -50,7 +49,7 @@ impl LogPool {
             let _ = free.push_within_capacity(b);
         }
         Ok(LogPool {
-            free: SpinMutex::new("pmc-logpool", free),
+            free: SpinMutex::new(c"pmc-logpool", free, Wait::WaitOk)?,
             total: count,
         })
     }
@@ -88,9 +87,12 @@ pub(crate) struct OwnerLog {
     owner: Pid,
     pool: KArc<LogPool>,
     stats: KArc<Stats>,
-    st: SpinMutex<LogState>,
-    file: Mutex<Option<KFile>>,
-    writer: SpinMutex<Option<Kproc>>,
+    st: SpinMutexBox<LogState>,
+    /// The log file. An sx, not a mutex: the writer holds it across
+    /// fo_write, which may sleep, so that deconfiguring waits for a write
+    /// in progress instead of pulling the file from under it.
+    file: SxBox<Option<KFile>>,
+    writer: SpinMutexBox<Option<Kproc>>,
 }
 
 impl core::fmt::Debug for OwnerLog {
@@ -120,23 +122,30 @@ impl OwnerLog {
                 pool: pool.clone(),
                 stats: stats.clone(),
                 st: SpinMutex::new(
-                    "pmc-ownerlog",
+                    c"pmc-ownerlog",
                     LogState {
                         cur,
                         queue,
                         error: None,
                         closing: false,
                     },
-                ),
-                file: Mutex::new("pmc-logfile", None),
-                writer: SpinMutex::new("pmc-logwriter", None),
+                    Wait::WaitOk,
+                )?,
+                file: Sx::new(c"pmc-logfile", None, Wait::WaitOk)?,
+                writer: SpinMutex::new(c"pmc-logwriter", None, Wait::WaitOk)?,
             },
             Wait::WaitOk,
         )?;
         let body = log.clone();
+        let mut name = kpi::LineBuf::<32>::new();
+        let _ = write!(name, "hwpmc: proc({owner})");
         let writer = kpi::kproc::kproc_create(
-            &format!("hwpmc: proc({owner})"),
-            Arc::new(move || body.write_pass()),
+            name.as_str(),
+            kpi::kbox_dyn!(
+                move || body.write_pass(),
+                Wait::WaitOk,
+                dyn Fn() + Send + Sync
+            )?,
         )?;
         match kpi::file::fget_write(fd) {
             Ok(file) => *log.file.lock() = Some(file),

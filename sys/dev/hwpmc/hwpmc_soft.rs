@@ -5,8 +5,9 @@
 
 use kpi::KResult;
 use kpi::errno::EINVAL;
+
 use kpi::malloc::{KArc, KVec, Wait};
-use kpi::sync::SpinMutex;
+use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcState, set_c_field_str};
 use uapi::pmc_events::{PMC_EV_SOFT_FIRST, PMC_EV_SOFT_LAST};
 
@@ -34,14 +35,14 @@ struct SoftRow {
 /// The SOFT class: per CPU, the configured PMC and the count of each row.
 #[derive(Debug)]
 pub struct SoftClass {
-    cpus: KVec<SpinMutex<KVec<SoftRow>>>,
+    cpus: KVec<SpinMutexBox<KVec<SoftRow>>>,
 }
 
 impl SoftClass {
     /// A SOFT class for `ncpu` CPU ids; rows are allocated by `pcpu_init`.
     pub fn new(ncpu: u32) -> KResult<SoftClass> {
-        let cpus = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            SpinMutex::new("soft-pcpu", KVec::new())
+        let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
+            SpinMutex::new(c"soft-pcpu", KVec::new(), Wait::WaitOk)
         })?;
         Ok(SoftClass { cpus })
     }
@@ -53,9 +54,7 @@ impl SoftClass {
     }
 
     fn registered(ev: u32) -> bool {
-        kpi::kern_pmc::soft_events()
-            .iter()
-            .any(|(_, code)| *code == ev)
+        kpi::kern_pmc::soft_event_registered(ev)
     }
 }
 

@@ -225,20 +225,20 @@ impl Hwpmc {
         if class != PmcClass::Soft.raw() {
             return Err(EINVAL);
         }
-        let mut events = kpi::kern_pmc::soft_events();
-        events.retain(|(_, code)| (PMC_EV_SOFT_FIRST..=PMC_EV_SOFT_LAST).contains(code));
-        events.sort_by_key(|e| e.1);
+        let mut events = kpi::kern_pmc::soft_events(Wait::WaitOk)?;
+        events.retain(|e| (PMC_EV_SOFT_FIRST..=PMC_EV_SOFT_LAST).contains(&e.code));
+        events.sort_by_key(|e| e.code);
         let base = arg.offset(offset_of!(PmcOpGetdyneventinfo, pm_events));
-        for (i, (name, code)) in events
+        for (i, e) in events
             .iter()
             .enumerate()
             .take(uapi::pmc::PMC_EV_DYN_COUNT as usize)
         {
             let mut d = PmcDynEventDescr {
                 pm_ev_name: [0; PMC_NAME_MAX],
-                pm_ev_code: *code,
+                pm_ev_code: e.code,
             };
-            set_c_field_str(&mut d.pm_ev_name, name.as_bytes());
+            set_c_field_str(&mut d.pm_ev_name, e.name());
             copyout(&d, base.offset(i * size_of::<PmcDynEventDescr>()))?;
         }
         copyout(
@@ -411,6 +411,14 @@ impl Hwpmc {
         let class = dep.class();
         let id = pmc_id_make_id(cpu, mode.raw(), class.raw(), ri);
         // Everything that can fail to allocate, before any state changes.
+        let evname = if class == PmcClass::Soft {
+            kpi::kern_pmc::soft_events(Wait::WaitOk)?
+                .iter()
+                .find(|e| e.code == pa.pm_ev)
+                .copied()
+        } else {
+            None
+        };
         let pmc = KArc::try_new(
             Pmc {
                 id,
@@ -423,7 +431,7 @@ impl Hwpmc {
                 owner: me,
                 md: pa.pm_md,
                 vals: kpi::sync::SpinMutex::new(
-                    "pmc-pool",
+                    c"pmc-pool",
                     PmcVals {
                         state: PmcState::Allocated,
                         flags: pflags,
@@ -433,8 +441,9 @@ impl Hwpmc {
                         runcount: 0,
                         dropped: 0,
                     },
-                ),
-                log: kpi::sync::SpinMutex::new("pmc-logref", None),
+                    Wait::WaitOk,
+                )?,
+                log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)?,
             },
             Wait::WaitOk,
         )?;
@@ -469,7 +478,7 @@ impl Hwpmc {
             core.rowdisp[ri as usize] += 1;
         }
         pmc.set_log(core.owners[owner].log.clone());
-        self.log_allocation(&pmc);
+        self.log_allocation(&pmc, evname.as_ref().map_or(&[][..], |e| e.name()));
         let _ = core.owners[owner].pmcs.push_within_capacity(OwnedPmc {
             pmc,
             targets: KVec::new(),
@@ -515,8 +524,10 @@ impl Hwpmc {
             PmcState::Allocated | PmcState::Stopped => {}
             _ => return Err(EINVAL),
         }
-        let p = kpi::proc::pfind(pid).filter(|p| !p.zombie).ok_or(ESRCH)?;
-        kpi::proc::p_candebug(p.pid).map_err(|e| if e == ESRCH { ESRCH } else { EPERM })?;
+        kpi::proc::proc_state(pid)
+            .filter(|p| !p.zombie)
+            .ok_or(ESRCH)?;
+        kpi::proc::p_candebug(pid).map_err(|e| if e == ESRCH { ESRCH } else { EPERM })?;
         self.attach_process(core, at, pid)
     }
 
@@ -534,7 +545,9 @@ impl Hwpmc {
         } else {
             a.pm_pid as u32
         };
-        kpi::proc::pfind(pid).filter(|p| !p.zombie).ok_or(ESRCH)?;
+        kpi::proc::proc_state(pid)
+            .filter(|p| !p.zombie)
+            .ok_or(ESRCH)?;
         self.detach_process(core, at, pid)
     }
 
@@ -544,7 +557,7 @@ impl Hwpmc {
         out.try_push(pid, Wait::WaitOk)?;
         let mut i = 0;
         while i < out.len() {
-            for child in kpi::proc::children(out[i]) {
+            for &child in kpi::proc::children(out[i], Wait::WaitOk)?.iter() {
                 out.try_push(child, Wait::WaitOk)?;
             }
             i += 1;
@@ -582,19 +595,27 @@ impl Hwpmc {
     fn attach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
         let pm = Self::pmc_at(core, at).pmc.clone();
         let ri = pm.ri as usize;
-        // Allocate first: a descriptor if the process has none, and room
-        // in the PMC's target list.
+        // Allocate first: a descriptor if the process has none, room in
+        // the PMC's target list, and what the records need.
+        let record = if log { pm.log() } else { None };
         let exists = self.procs.lock().get(pid).is_some();
+        let snapshot = if !exists || record.is_some() {
+            kpi::proc::pfind(pid, Wait::WaitOk)?
+        } else {
+            None
+        };
+        let maps = match &record {
+            Some(_) if pm.mode.is_sampling() => Some(kpi::proc::mappings(pid, Wait::WaitOk)?),
+            _ => None,
+        };
         let fresh = if exists {
             None
         } else {
+            let no_threads = KVec::new();
+            let threads = snapshot.as_ref().map_or(&no_threads, |p| &p.threads);
             Some(PidHash::prepare(
                 pid,
-                PmcProcess::new(
-                    self.npmc,
-                    &kpi::proc::pfind(pid).map(|p| p.threads).unwrap_or_default(),
-                    Wait::WaitOk,
-                )?,
+                PmcProcess::new(self.npmc, threads, Wait::WaitOk)?,
                 Wait::WaitOk,
             )?)
         };
@@ -635,18 +656,17 @@ impl Hwpmc {
         });
         kpi::proc::set_flags(pid, P_HWPMC, 0);
         pmcdbg!(self.debug, "pmc", "attach", "id={:#x} pid={pid}", pm.id);
-        let record = if log { pm.log() } else { None };
-        if let (Some(log), Some(p)) = (record, kpi::proc::pfind(pid)) {
+        if let (Some(log), Some(p)) = (record, snapshot) {
             let _ = log.emit(&PmclogRecord {
                 tsc: kpi::time::rdtsc(),
                 body: PmclogBody::Pmcattach {
                     pmcid: pm.id,
                     pid,
-                    pathname: p.path.as_bytes(),
+                    pathname: &p.path,
                 },
             });
-            if pm.mode.is_sampling() {
-                Self::log_process_mappings(&log, pid);
+            if let Some(maps) = maps {
+                Self::log_mappings(&log, pid, &maps);
             }
         }
         Ok(())
@@ -745,7 +765,7 @@ impl Hwpmc {
             return Err(EDOOFUS);
         }
         if pm.mode.is_sampling() {
-            self.log_kernel_mappings(core, at.owner, pm.mode == PmcMode::Ss);
+            self.log_kernel_mappings(core, at.owner, pm.mode == PmcMode::Ss)?;
         }
         if pm.mode.is_virtual() {
             if Self::pmc_at(core, at).targets.is_empty() {
@@ -766,10 +786,10 @@ impl Hwpmc {
             return Err(ENXIO);
         }
         if pm.mode == PmcMode::Ss {
+            self.log_all_process_mappings(core, at.owner)?;
             core.owners[at.owner].sscount += 1;
             self.ss_running
                 .fetch_add(1, core::sync::atomic::Ordering::AcqRel);
-            self.log_all_process_mappings(core, at.owner);
         }
         let _bind = kpi::cpu::bind(cpu);
         let (dep, adjri) = self.classdep(pm.ri)?;
@@ -1055,6 +1075,7 @@ impl Hwpmc {
             if core.owners[owner].log.is_some() {
                 return Err(EBUSY);
             }
+            let cpuid = kpi::kern_pmc::pmc_cpuid(Wait::WaitOk)?;
             let log = OwnerLog::configure(me, cl.pm_logfd, &self.logpool, &self.stats, self.ncpu)?;
             pmcdbg!(
                 self.debug,
@@ -1065,7 +1086,6 @@ impl Hwpmc {
             );
             kpi::proc::set_flags(me, P_HWPMC, 0);
             let (sec, nsec) = kpi::time::nanotime();
-            let cpuid = kpi::kern_pmc::pmc_cpuid();
             let init = PmclogRecord {
                 tsc: kpi::time::rdtsc(),
                 body: PmclogBody::Initialize {
@@ -1076,7 +1096,7 @@ impl Hwpmc {
                         tv_sec: sec as isize,
                         tv_nsec: nsec as isize,
                     },
-                    cpuid: cpuid.as_bytes(),
+                    cpuid: &cpuid,
                 },
             };
             if let Err(e) = log.emit(&init) {
@@ -1274,27 +1294,19 @@ impl Hwpmc {
             "fork",
             "parent={parent} child={child}"
         );
-        if kpi::proc::pfind(parent).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(parent) {
             return;
         }
         let mut core = self.core.lock();
-        let inherited: KVec<KArc<Pmc>> = {
-            let procs = self.procs.lock();
-            let Some(pp) = procs.get(parent) else { return };
-            let mut v = KVec::new();
-            for s in pp.slots.iter() {
-                if let Some(pm) = &s.pmc {
-                    if pm.vals().flags.contains(PmcFlags::DESCENDANTS)
-                        && v.try_reserve(1, Wait::NoWait).is_ok()
-                    {
-                        let _ = v.push_within_capacity(pm.clone());
-                    }
-                }
-            }
-            v
-        };
-        for pm in inherited.iter() {
-            let Some(at) = Self::locate(&core, pm) else {
+        // Row by row, so that nothing is allocated to walk the rows.
+        for ri in 0..self.npmc {
+            let Some(pm) = self
+                .attached_at(parent, ri)
+                .filter(|pm| pm.vals().flags.contains(PmcFlags::DESCENDANTS))
+            else {
+                continue;
+            };
+            let Some(at) = Self::locate(&core, &pm) else {
                 continue;
             };
             if self.attach_one(&mut core, at, child, false).is_ok()
@@ -1319,29 +1331,23 @@ impl Hwpmc {
     /// still attach to it.
     pub(crate) fn process_exec(&self, credentials_changed: bool, base: u64, dyn_base: u64) {
         let pid = kpi::proc::curproc();
-        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(pid) {
             return;
         }
         let mut core = self.core.lock();
         if let Some(o) = Self::owner_index(&core, pid) {
             self.remove_owner_at(&mut core, o);
         }
-        self.log_procexec(&core, pid, base, dyn_base);
+        if self.log_procexec(&core, pid, base, dyn_base).is_err() {
+            self.records_lost();
+        }
         if !credentials_changed {
             return;
         }
-        let attached: KVec<KArc<Pmc>> = {
-            let procs = self.procs.lock();
-            let Some(pp) = procs.get(pid) else { return };
-            let mut v = KVec::new();
-            for s in pp.slots.iter().filter_map(|s| s.pmc.clone()) {
-                if v.try_reserve(1, Wait::NoWait).is_ok() {
-                    let _ = v.push_within_capacity(s);
-                }
-            }
-            v
-        };
-        for pm in attached.iter() {
+        for ri in 0..self.npmc {
+            let Some(pm) = self.attached_at(pid, ri) else {
+                continue;
+            };
             if pm.owner == pid {
                 continue;
             }
@@ -1350,7 +1356,7 @@ impl Hwpmc {
             if owner_may_debug(pm.owner, pid) {
                 continue;
             }
-            let Some(at) = Self::locate(&core, pm) else {
+            let Some(at) = Self::locate(&core, &pm) else {
                 continue;
             };
             let _ = self.detach_one(&mut core, at, pid, true);
@@ -1359,21 +1365,16 @@ impl Hwpmc {
 
     /// A PMCALLOCATE record, or PMCALLOCATEDYN with the event name for a
     /// SOFT PMC, when the owner has a log.
-    fn log_allocation(&self, pmc: &Pmc) {
+    fn log_allocation(&self, pmc: &Pmc, evname: &[u8]) {
         let Some(log) = pmc.log() else { return };
         let v = pmc.vals();
         let tsc = kpi::time::rdtsc();
         if pmc.class == PmcClass::Soft {
-            let name = kpi::kern_pmc::soft_events()
-                .into_iter()
-                .find(|e| e.1 == pmc.event)
-                .map(|e| e.0);
-            let name = name.as_deref().unwrap_or("");
             let body = PmclogBody::Pmcallocatedyn {
                 pmcid: pmc.id,
                 event: pmc.event,
                 flags: v.flags.bits(),
-                evname: name.as_bytes(),
+                evname,
             };
             let _ = log.emit(&PmclogRecord { tsc, body });
         } else {
@@ -1412,14 +1413,19 @@ impl Hwpmc {
         }
     }
 
-    /// A PROCEXEC record to each owner with a log whose PMC follows `pid`.
-    fn log_procexec(&self, core: &Core, pid: Pid, base: u64, dyn_base: u64) {
-        let Some(p) = kpi::proc::pfind(pid) else {
-            return;
-        };
+    /// The PMC attached to `pid` on row `ri`, if any (a reference taken
+    /// under the spin lock, which allocates nothing).
+    fn attached_at(&self, pid: Pid, ri: u32) -> Option<KArc<Pmc>> {
         let procs = self.procs.lock();
-        let Some(pp) = procs.get(pid) else { return };
-        for pm in pp.slots.iter().filter_map(|s| s.pmc.as_ref()) {
+        procs.get(pid)?.slots.get(ri as usize)?.pmc.clone()
+    }
+
+    /// A PROCEXEC record to each owner with a log whose PMC follows `pid`.
+    fn log_procexec(&self, core: &Core, pid: Pid, base: u64, dyn_base: u64) -> KResult<()> {
+        let Some(p) = kpi::proc::pfind(pid, Wait::WaitOk)? else {
+            return Ok(());
+        };
+        for pm in (0..self.npmc).filter_map(|ri| self.attached_at(pid, ri)) {
             let Some(o) = Self::owner_index(core, pm.owner) else {
                 continue;
             };
@@ -1432,7 +1438,7 @@ impl Hwpmc {
                     pmcid: pm.id,
                     base: base as usize,
                     dyn_base: dyn_base as usize,
-                    pathname: p.path.as_bytes(),
+                    pathname: &p.path,
                 };
                 let _ = log.emit(&PmclogRecord {
                     tsc: kpi::time::rdtsc(),
@@ -1440,6 +1446,7 @@ impl Hwpmc {
                 });
             }
         }
+        Ok(())
     }
 
     /// PMC_FN_THR_CREATE and PMC_FN_THR_EXIT for a target: its thread
@@ -1448,7 +1455,7 @@ impl Hwpmc {
     pub(crate) fn target_thread(&self, created: bool, tid: kpi::proc::Tid) {
         // Threads are created and exit within their process.
         let pid = kpi::proc::curproc();
-        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(pid) {
             return;
         }
         let _core = self.core.lock();
@@ -1491,31 +1498,19 @@ impl Hwpmc {
     /// PMCs it owns are released.
     pub(crate) fn process_exit(&self, pid: Pid) {
         pmcdbg!(self.debug, "process", "exit", "pid={pid}");
-        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(pid) {
             return;
         }
         let mut core = self.core.lock();
         self.process_all_samples();
-        let attached: KVec<KArc<Pmc>> = {
-            let procs = self.procs.lock();
-            match procs.get(pid) {
-                Some(pp) => {
-                    let mut v = KVec::new();
-                    for s in pp.slots.iter().filter_map(|s| s.pmc.clone()) {
-                        if v.try_reserve(1, Wait::NoWait).is_ok() {
-                            let _ = v.push_within_capacity(s);
-                        }
-                    }
-                    v
-                }
-                None => KVec::new(),
-            }
-        };
-        for pm in attached.iter() {
-            let Some(at) = Self::locate(&core, pm) else {
+        for ri in 0..self.npmc {
+            let Some(pm) = self.attached_at(pid, ri) else {
                 continue;
             };
-            self.log_procexit(pm, pid);
+            let Some(at) = Self::locate(&core, &pm) else {
+                continue;
+            };
+            self.log_procexit(&pm, pid);
             let _ = self.detach_one(&mut core, at, pid, false);
         }
         if let Some(o) = Self::owner_index(&core, pid) {

@@ -14,7 +14,7 @@ use core::sync::atomic::Ordering;
 use kpi::KResult;
 use kpi::malloc::{KArc, KVec, Wait};
 use kpi::proc::{Pid, Tid};
-use kpi::sync::SpinMutex;
+use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::pmc::{PMC_CC_F_USERSPACE, PmcFlags, PmcState};
 use uapi::pmclog::{PcList, PmclogBody, PmclogRecord, pmc_callchain_to_cpuflags};
 
@@ -264,16 +264,17 @@ pub(crate) fn alloc_rings(
     ncpu: u32,
     nsamples: u32,
     depth: u32,
-) -> KResult<KVec<KVec<SpinMutex<Ring>>>> {
+) -> KResult<KVec<KVec<SpinMutexBox<Ring>>>> {
     let mut all = KVec::with_capacity(ncpu as usize, Wait::WaitOk)?;
     for cpu in 0..ncpu {
         let mut rings = KVec::with_capacity(NRINGS, Wait::WaitOk)?;
         if kpi::cpu::exists(cpu) {
             for _ in 0..NRINGS {
                 let _ = rings.push_within_capacity(SpinMutex::new(
-                    "pmc-samples",
+                    c"pmc-samples",
                     Ring::new(nsamples, depth)?,
-                ));
+                    Wait::WaitOk,
+                )?);
             }
         }
         let _ = all.push_within_capacity(rings);

@@ -46,7 +46,7 @@ pub extern "C" fn hwpmc_rs_modevent(
                 DRIVER.store(raw, Ordering::Release);
                 0
             }
-            Err(e) => e.0,
+            Err(e) => e.get(),
         },
         MOD_UNLOAD | MOD_SHUTDOWN => {
             let raw = DRIVER.swap(core::ptr::null_mut(), Ordering::AcqRel);

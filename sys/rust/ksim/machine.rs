@@ -330,7 +330,6 @@ struct Cpu {
 #[derive(Debug, Default)]
 pub(crate) struct Kmem {
     pub(crate) live: BTreeMap<u64, usize>,
-    pub(crate) next_id: u64,
     pub(crate) calls: u64,
     pub(crate) fail_at: Option<u64>,
 }
@@ -345,6 +344,10 @@ pub(crate) struct State {
     /// (cpu, thread) the kernel code is running on behalf of.
     pub(crate) ctx: Option<(u32, u32)>,
     pub(crate) in_intr: bool,
+    /// In a non-maskable interrupt.
+    pub(crate) in_nmi: bool,
+    /// `td_critnest` of the kernel code running now.
+    pub(crate) critnest: u32,
     pub(crate) witness: Witness,
     pub(crate) kmem: Kmem,
     pub(crate) console: Vec<String>,
@@ -473,6 +476,8 @@ impl Machine {
             next_tid: FIRST_TID,
             ctx: None,
             in_intr: false,
+            in_nmi: false,
+            critnest: 0,
             witness: Witness::new(witness_on),
             kmem: Kmem::default(),
             console: Vec::new(),
@@ -743,7 +748,27 @@ impl Machine {
                 .expect("switch_in of unknown thread")
                 .cpu = Some(cpu);
         }
-        self.with_ctx_on(cpu, tid, || self.hook(&HookCall::CswIn));
+        self.with_ctx_on(cpu, tid, || self.sched_hook(&HookCall::CswIn));
+    }
+
+    /// A scheduler hook: FreeBSD's sched_switch calls PMC_SWITCH_CONTEXT
+    /// with the thread lock, a spin mutex, held, so the hook runs in a
+    /// critical section.
+    fn sched_hook(&self, call: &HookCall) {
+        self.st().critnest += 1;
+        self.hook(call);
+        self.st().critnest -= 1;
+    }
+
+    /// Runs `f` as a non-maskable interrupt on `cpu` while `tid` runs
+    /// there (the x86 PMC interrupt).
+    pub fn nmi<R>(&self, cpu: u32, tid: u32, f: impl FnOnce() -> R) -> R {
+        self.with_ctx_on(cpu, tid, || {
+            let saved = std::mem::replace(&mut self.st().in_nmi, true);
+            let r = f();
+            self.st().in_nmi = saved;
+            r
+        })
     }
 
     /// Takes the running thread off `cpu` (PMC_FN_CSW_OUT).
@@ -752,7 +777,7 @@ impl Machine {
             return;
         };
         self.advance_ns(1000);
-        self.with_ctx_on(cpu, tid, || self.hook(&HookCall::CswOut));
+        self.with_ctx_on(cpu, tid, || self.sched_hook(&HookCall::CswOut));
         let mut st = self.st();
         st.cpus[cpu as usize].running = None;
         if let Some(t) = st.threads.get_mut(&tid) {
@@ -1212,8 +1237,8 @@ impl Machine {
 
     pub(crate) fn may_sleep_here(&self) {
         let mut st = self.st();
-        let in_intr = st.in_intr;
-        st.witness.check_sleep(in_intr);
+        let ctx = st.context();
+        st.witness.check_sleep(ctx);
     }
 
     /// Registered system call numbers.
@@ -1388,6 +1413,15 @@ impl Machine {
 }
 
 impl State {
+    /// What the witness needs to know of where kernel code runs now.
+    pub(crate) fn context(&self) -> crate::witness::Context {
+        crate::witness::Context {
+            intr: self.in_intr,
+            nmi: self.in_nmi,
+            critnest: self.critnest,
+        }
+    }
+
     pub(crate) fn cur(&self) -> (u32, u32) {
         self.ctx.expect("kernel code ran with no current thread")
     }

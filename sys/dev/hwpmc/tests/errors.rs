@@ -818,7 +818,7 @@ fn eagain_configurelog_cannot_create_the_helper_process() {
     s.soft_tc(p); // an owner already: the next allocations are the log's
     let fd = s.open(p, ksim::FileKind::Regular, true);
     let mut results = Vec::new();
-    for k in 1..8 {
+    for k in 1..32 {
         s.m.fail_alloc_in(k);
         let r = s.configurelog(p, fd, 0);
         s.m.clear_alloc_failure();

@@ -244,7 +244,7 @@ fn debugflags_select_the_traced_events() {
     );
     assert_eq!(
         s.m.sysctl_write_str("kern.hwpmc.debugflags", "pmc=bogus"),
-        Err(EINVAL.0)
+        Err(EINVAL.get())
     );
     assert_eq!(
         s.m.sysctl_str("kern.hwpmc.debugflags").as_deref(),

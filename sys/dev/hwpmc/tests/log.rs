@@ -70,7 +70,7 @@ fn kproc_creation_failure_gives_eagain() {
     let p = s.root();
     let fd = s.open(p, FileKind::Regular, true);
     let mut seen = Vec::new();
-    for k in 1..10 {
+    for k in 1..32 {
         s.m.fail_alloc_in(k);
         let r = s.configurelog(p, fd, 0);
         s.m.clear_alloc_failure();
