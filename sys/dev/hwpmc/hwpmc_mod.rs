@@ -23,6 +23,9 @@
 extern crate alloc;
 
 #[macro_use]
+extern crate kpi;
+
+#[macro_use]
 mod debug;
 pub mod hwpmc_class;
 mod hwpmc_logging;

@@ -701,6 +701,7 @@ impl Hwpmc {
             }
             slot.pmc = None;
             slot.pmcval = 0;
+            kassert!(pp.refcnt > 0, "target {pid} with no references");
             pp.refcnt -= 1;
             if pid == pm.owner {
                 pp.msr_access = false;
@@ -836,6 +837,11 @@ impl Hwpmc {
         }
         if pm.mode == PmcMode::Ss {
             let o = &mut core.owners[at.owner];
+            kassert!(
+                o.sscount > 0,
+                "owner {} stops a sampler it does not count",
+                o.pid
+            );
             o.sscount = o.sscount.saturating_sub(1);
             self.ss_running
                 .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
@@ -981,6 +987,7 @@ impl Hwpmc {
             return;
         };
         let was = pm.update(|v| core::mem::replace(&mut v.state, PmcState::Deleted));
+        kassert!(was != PmcState::Deleted, "PMC {:#x} released twice", pm.id);
         if pm.mode.is_system() {
             let cpu = pm.cpu;
             let _bind = kpi::cpu::bind(cpu);
@@ -996,10 +1003,21 @@ impl Hwpmc {
             drop(rows);
             if pm.mode == PmcMode::Ss && was == PmcState::Running {
                 let o = &mut core.owners[at.owner];
+                kassert!(
+                    o.sscount > 0,
+                    "owner {} releases a sampler it does not count",
+                    o.pid
+                );
                 o.sscount = o.sscount.saturating_sub(1);
                 self.ss_running
                     .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
             }
+            kassert!(
+                core.rowdisp[pm.ri as usize] < 0,
+                "row {} disposition {} releasing a system PMC",
+                pm.ri,
+                core.rowdisp[pm.ri as usize]
+            );
             core.rowdisp[pm.ri as usize] += 1;
         } else {
             // Take it off any CPU where a target runs now.
@@ -1013,7 +1031,14 @@ impl Hwpmc {
                     let _ = dep.stop_pmc(cpu, adjri, &pm);
                     let _ = dep.config_pmc(cpu, adjri, None);
                     row.pmc = None;
-                    pm.update(|v| v.runcount = v.runcount.saturating_sub(1));
+                    pm.update(|v| {
+                        kassert!(
+                            v.runcount > 0,
+                            "PMC {:#x} on CPU {cpu} with runcount 0",
+                            pm.id
+                        );
+                        v.runcount = v.runcount.saturating_sub(1)
+                    });
                 }
             }
             while let Some(&pid) = Self::pmc_at(core, at).targets.last() {
@@ -1022,6 +1047,12 @@ impl Hwpmc {
                     self.unlink_target(core, at, pid);
                 }
             }
+            kassert!(
+                core.rowdisp[pm.ri as usize] > 0,
+                "row {} disposition {} releasing a process PMC",
+                pm.ri,
+                core.rowdisp[pm.ri as usize]
+            );
             core.rowdisp[pm.ri as usize] -= 1;
         }
         let _ = dep.release_pmc(
@@ -1180,6 +1211,12 @@ impl Hwpmc {
             let v = pm.update(|v| {
                 if v.state == PmcState::Running {
                     v.runcount += 1;
+                    kassert!(
+                        v.runcount <= self.ncpu,
+                        "PMC {:#x} running on {} CPUs",
+                        pm.id,
+                        v.runcount
+                    );
                 }
                 *v
             });
@@ -1229,6 +1266,11 @@ impl Hwpmc {
             let _ = dep.stop_pmc(cpu, adjri, &pm);
             let hw = dep.read_pmc(cpu, adjri).unwrap_or(row.saved);
             let deleted = pm.update(|v| {
+                kassert!(
+                    v.runcount > 0,
+                    "PMC {:#x} switched out with runcount 0",
+                    pm.id
+                );
                 v.runcount = v.runcount.saturating_sub(1);
                 v.state == PmcState::Deleted
             });
@@ -1521,6 +1563,11 @@ impl Hwpmc {
     /// Number of target descriptors (for tests and statistics).
     pub fn target_count(&self) -> usize {
         self.procs.lock().len()
+    }
+
+    /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
+    pub fn system_samplers(&self) -> u32 {
+        self.ss_running.load(core::sync::atomic::Ordering::Acquire)
     }
 }
 

@@ -97,6 +97,12 @@ impl Hwpmc {
             return false;
         }
         let slot = r.head;
+        kassert!(
+            slot < r.meta.len() && r.count < r.meta.len(),
+            "ring on CPU {cpu}: head {slot} count {} of {}",
+            r.count,
+            r.meta.len()
+        );
         let depth = r.depth;
         let (npc, pending) = {
             let pcs = &mut r.pcs[slot * depth..(slot + 1) * depth];
@@ -187,6 +193,13 @@ impl Hwpmc {
             let mut r = ring.lock();
             let (n, depth) = (r.meta.len(), r.depth);
             while r.count > 0 {
+                kassert!(
+                    r.count <= n && r.tail < n && r.head < n,
+                    "ring on CPU {cpu}: count {} tail {} head {} of {n}",
+                    r.count,
+                    r.tail,
+                    r.head
+                );
                 let i = r.tail;
                 if r.meta[i].pending {
                     // Wait for the thread's return to user mode, unless it

@@ -1,6 +1,14 @@
 //! The simulator backend: every kpi call served by the current `ksim`
 //! machine.
 
+// The simulator backend is host code: the kernel allocation lints of
+// sys/clippy.toml do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 use alloc::vec::Vec;
 use std::rc::Rc;
 

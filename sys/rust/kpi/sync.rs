@@ -12,7 +12,7 @@
 //! Each rule is checked at compile time; these do not compile:
 //!
 //! An sx whose data cannot be shared between readers:
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! fn shared<T: Sync>() {}
 //! shared::<kpi::sync::Sx<core::cell::Cell<u32>>>();
 //! ```
@@ -24,12 +24,12 @@
 //! ```
 //!
 //! A guard released on another thread:
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! fn send<T: Send>(_: T) {}
 //! let m = kpi::sync::Mutex::new(c"m", 0u32, kpi::malloc::Wait::WaitOk).unwrap();
 //! send(m.lock());
 //! ```
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! fn send<T: Send>(_: T) {}
 //! let s = kpi::sync::Sx::new(c"s", 0u32, kpi::malloc::Wait::WaitOk).unwrap();
 //! send(s.lock_shared());
@@ -42,16 +42,16 @@
 //! ```
 //!
 //! A lock moved out of its place once initialised:
-//! ```compile_fail
+//! ```compile_fail,E0507
 //! let m = kpi::sync::SpinMutex::new(c"m", 0u32, kpi::malloc::Wait::WaitOk).unwrap();
 //! let moved: kpi::sync::SpinMutex<u32> = *m;
 //! ```
-//! ```compile_fail
+//! ```compile_fail,E0596
 //! let mut a = kpi::sync::Mutex::new(c"a", 0u32, kpi::malloc::Wait::WaitOk).unwrap();
 //! let mut b = kpi::sync::Mutex::new(c"b", 1u32, kpi::malloc::Wait::WaitOk).unwrap();
 //! core::mem::swap(&mut *a, &mut *b);
 //! ```
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! let m = kpi::sync::Mutex::new(c"m", 0u32, kpi::malloc::Wait::WaitOk).unwrap();
 //! let unpinned = core::pin::Pin::into_inner(m);
 //! ```
@@ -63,7 +63,7 @@
 //! ```
 //!
 //! A name the kernel could not keep:
-//! ```compile_fail
+//! ```compile_fail,E0597
 //! let name = std::ffi::CString::new("m").unwrap();
 //! let m = kpi::sync::Mutex::new(&name, 0u32, kpi::malloc::Wait::WaitOk);
 //! ```

@@ -1,6 +1,14 @@
 //! Module load: the kernel checks, the tunables and their diagnostics,
 //! the banner and the sysctls.
 
+// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
+// do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,14 @@
 //! driver writes for allocation, attach, context switches, fork, exec,
 //! exit and user data, parsed back with the pmclog decoder.
 
+// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
+// do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 mod common;
 
 use common::*;
