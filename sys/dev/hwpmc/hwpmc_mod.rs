@@ -733,7 +733,10 @@ impl Hwpmc {
                 credentials_changed,
                 base,
                 dyn_base,
-            } => self.process_exec(credentials_changed, base, dyn_base),
+            } => {
+                self.ss_exec(base, dyn_base);
+                self.process_exec(credentials_changed, base, dyn_base)
+            }
             Hook::UserRet => self.user_callchain(),
             Hook::DoSamples => self.process_samples(kpi::cpu::curcpu()),
             Hook::Mmap { addr } => self.process_mmap(addr),

@@ -319,6 +319,38 @@ impl Hwpmc {
         Ok(())
     }
 
+    /// System samplers hear of every exec (PROCEXEC with no PMC id), so
+    /// that a reader attributes later samples to the new image.
+    pub(crate) fn ss_exec(&self, base: u64, dyn_base: u64) {
+        if !self.ss_active() {
+            return;
+        }
+        let pid = kpi::proc::curproc();
+        if self.try_ss_exec(pid, base, dyn_base).is_err() {
+            self.records_lost();
+        }
+    }
+
+    fn try_ss_exec(&self, pid: Pid, base: u64, dyn_base: u64) -> KResult<()> {
+        let Some(p) = kpi::proc::pfind(pid, Wait::WaitOk)? else {
+            return Ok(());
+        };
+        let core = self.core.lock();
+        for log in Self::ss_logs(&core)?.iter() {
+            emit(
+                log,
+                PmclogBody::Procexec {
+                    pid,
+                    pmcid: uapi::pmc::PMC_ID_INVALID,
+                    base: base as usize,
+                    dyn_base: dyn_base as usize,
+                    pathname: &p.path,
+                },
+            );
+        }
+        Ok(())
+    }
+
     /// System samplers hear of every exit (SYSEXIT).
     pub(crate) fn ss_exit(&self, pid: Pid) {
         if !self.ss_active() {

@@ -816,25 +816,44 @@ impl Hwpmc {
             PmcState::Running => {}
             _ => return Err(EINVAL),
         }
-        pm.update(|v| v.state = PmcState::Stopped);
+        self.stop_pmc(core, at)
+    }
+
+    /// `pmc_stop` of a running PMC. A process PMC stops at each target's
+    /// next switch-out, which still adds the last slice. A system PMC
+    /// stops on its CPU, keeping the count for a later start, and stops
+    /// counting as a system sampler of its owner. A system PMC whose CPU
+    /// is away stays running with ENXIO (FreeBSD marks it stopped and
+    /// leaves the hardware armed, so a release after the CPU returns would
+    /// not stop it).
+    fn stop_pmc(&self, core: &mut Core, at: At) -> KResult<()> {
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        kassert!(
+            pm.state() == PmcState::Running,
+            "stopping PMC {:#x} in state {:?}",
+            pm.id,
+            pm.state()
+        );
         if pm.mode.is_virtual() {
-            // The hardware stops at each target's next switch-out, which
-            // still adds the last slice.
+            pm.update(|v| v.state = PmcState::Stopped);
             return Ok(());
         }
         let cpu = pm.cpu;
         if !kpi::cpu::is_active(cpu) {
             return Err(ENXIO);
         }
+        pm.update(|v| v.state = PmcState::Stopped);
         let (dep, adjri) = self.classdep(pm.ri)?;
-        {
+        let r = {
             let _bind = kpi::cpu::bind(cpu);
-            dep.stop_pmc(cpu, adjri, &pm)?;
-            if pm.mode.is_counting() {
-                let now = dep.read_pmc(cpu, adjri)?;
-                pm.update(|v| v.initial = now);
-            }
-        }
+            dep.stop_pmc(cpu, adjri, &pm).and_then(|()| {
+                if pm.mode.is_counting() {
+                    let now = dep.read_pmc(cpu, adjri)?;
+                    pm.update(|v| v.initial = now);
+                }
+                Ok(())
+            })
+        };
         if pm.mode == PmcMode::Ss {
             let o = &mut core.owners[at.owner];
             kassert!(
@@ -846,7 +865,7 @@ impl Hwpmc {
             self.ss_running
                 .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
         }
-        Ok(())
+        r
     }
 
     fn op_pmcrw(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
@@ -922,6 +941,16 @@ impl Hwpmc {
         if pm.mode.is_sampling() {
             let min = self.mincount.get().max(1) as u64;
             pm.update(|v| v.reloadcount = sc.pm_count.max(min));
+        } else if pm.mode.is_virtual() {
+            // hwpmc(4): counting continues from the count set. A process
+            // counting PMC's count is its total over its targets (what
+            // PMCRW reads), so the count set becomes that total. FreeBSD's
+            // C driver keeps it in pm_initial, which process mode never
+            // reads; see hwpmc(4) COMPATIBILITY.
+            pm.update(|v| {
+                v.initial = sc.pm_count;
+                v.savedvalue = sc.pm_count;
+            });
         } else {
             pm.update(|v| v.initial = sc.pm_count);
         }
@@ -1149,16 +1178,21 @@ impl Hwpmc {
         Ok(())
     }
 
-    /// Closes and deconfigures an owner's log; its PMCs that need a log
-    /// stop first.
+    /// Closes and deconfigures an owner's log. Its running PMCs that need
+    /// a log are stopped first, as PMCSTOP stops them (`pmc_stop`): the
+    /// counter stops and a system sampler no longer counts for its owner.
     fn deconfigure_log(&self, core: &mut Core, owner: usize, log: KArc<OwnerLog>) {
+        self.process_all_samples();
+        for i in 0..core.owners[owner].pmcs.len() {
+            let v = core.owners[owner].pmcs[i].pmc.vals();
+            if v.state == PmcState::Running && v.flags.contains(PmcFlags::NEEDS_LOGFILE) {
+                // A CPU that is away keeps its PMC running until release.
+                let _ = self.stop_pmc(core, At { owner, pmc: i });
+            }
+        }
         self.process_all_samples();
         log.close();
         for p in core.owners[owner].pmcs.iter() {
-            let v = p.pmc.vals();
-            if v.state == PmcState::Running && v.flags.contains(PmcFlags::NEEDS_LOGFILE) {
-                p.pmc.update(|v| v.state = PmcState::Stopped);
-            }
             p.pmc.set_log(None);
         }
         log.deconfigure();

@@ -211,6 +211,10 @@ impl Hwpmc {
                         None => waited <= kpi::time::tsc_freq() / 16,
                     };
                     if wait {
+                        // Come back at the next clock tick: the thread may
+                        // be gone by then, or the wait over, even if no
+                        // other sample arrives on this CPU.
+                        kpi::kern_pmc::set_cpu_sampled(cpu);
                         break;
                     }
                 }

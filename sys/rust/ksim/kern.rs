@@ -360,7 +360,7 @@ pub fn soft_event_running(code: u32, delta: i32) {
     let m = current();
     let mut st = m.st();
     if let Some(e) = st.soft_events.iter_mut().find(|e| e.code == code) {
-        e.running = e.running.saturating_add_signed(delta);
+        e.running += delta;
     }
 }
 

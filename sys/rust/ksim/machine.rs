@@ -290,8 +290,9 @@ pub struct SoftEvent {
     pub name: String,
     /// Event code, from `PMC_EV_SOFT_FIRST` up.
     pub code: u32,
-    /// How many PMCs use it (`ps_running`).
-    pub running: u32,
+    /// How many PMCs use it (`ps_running`), signed as FreeBSD's is, so
+    /// that a decrement too many shows as a negative count.
+    pub running: i32,
 }
 
 #[derive(Debug)]
@@ -659,7 +660,9 @@ impl Machine {
 
     /// A thread exits (PMC_FN_THR_EXIT, after being switched out).
     pub fn thread_exit(&self, tid: u32) {
-        if let Some(cpu) = self.st().threads.get(&tid).and_then(|t| t.cpu) {
+        // The borrow of the state ends before the switch-out borrows it.
+        let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+        if let Some(cpu) = on_cpu {
             self.switch_out(cpu);
         }
         self.with_ctx(tid, || self.hook(&HookCall::ThrExit { tid }));
@@ -676,7 +679,8 @@ impl Machine {
     pub fn exit(&self, pid: u32) {
         let threads = self.st().procs[&pid].info.threads.clone();
         for &tid in &threads {
-            if let Some(cpu) = self.st().threads.get(&tid).and_then(|t| t.cpu) {
+            let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+            if let Some(cpu) = on_cpu {
                 self.switch_out(cpu);
             }
         }
@@ -842,7 +846,7 @@ impl Machine {
     }
 
     /// The CLOCK.HARD soft event: its code and how many PMCs use it.
-    fn clock_hard(st: &State) -> Option<(u32, u32)> {
+    fn clock_hard(st: &State) -> Option<(u32, i32)> {
         st.soft_events
             .iter()
             .find(|e| e.name == "CLOCK.HARD")
@@ -851,7 +855,7 @@ impl Machine {
 
     /// The clock interrupt on `cpu`: CLOCK.HARD for the running thread,
     /// then hardclock's sample processing and the AST on return.
-    fn clock_interrupt(&self, cpu: u32, running: Option<u32>, ev: Option<(u32, u32)>) {
+    fn clock_interrupt(&self, cpu: u32, running: Option<u32>, ev: Option<(u32, i32)>) {
         if let (Some(tid), Some((code, n))) = (running, ev) {
             if n > 0 {
                 self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
