@@ -123,6 +123,35 @@ impl Pmc {
     }
 }
 
+/// What tests may see of an allocated PMC ([`Hwpmc::for_each_pmc`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PmcView {
+    /// The PMC's id.
+    pub id: PmcId,
+    /// The owner process.
+    pub owner: Pid,
+    /// Event code.
+    pub event: u32,
+    /// Class.
+    pub class: PmcClass,
+    /// Mode.
+    pub mode: PmcMode,
+    /// CPU of a system PMC, `PMC_CPU_ANY` for a process one.
+    pub cpu: u32,
+    /// `pm_state`.
+    pub state: PmcState,
+    /// `pm_flags`.
+    pub flags: PmcFlags,
+    /// CPUs it is configured on now.
+    pub runcount: u32,
+    /// Processes it is attached to.
+    pub targets: usize,
+    /// The owner's running system samplers (`po_sscount`).
+    pub owner_sscount: u32,
+    /// The owner has a log configured.
+    pub owner_has_log: bool,
+}
+
 /// The driver's statistics (`kern.hwpmc.stats`).
 #[derive(Debug, Default)]
 pub struct Stats {

@@ -196,6 +196,19 @@ impl PmcClassDep for SoftClass {
         used
     }
 
+    fn rows_on_event(&self, event: u32) -> (u32, u32) {
+        let (mut armed, mut stalled) = (0, 0);
+        for cpu in self.cpus.iter() {
+            for row in cpu.lock().iter() {
+                if row.pmc.as_ref().is_some_and(|pm| pm.event == event) {
+                    armed += row.armed as u32;
+                    stalled += row.stalled as u32;
+                }
+            }
+        }
+        (armed, stalled)
+    }
+
     fn unstall(&self, cpu: u32) {
         let Some(slot) = self.cpus.get(cpu as usize) else {
             return;

@@ -32,6 +32,7 @@ impl Hwpmc {
     /// Records a hook could not write for want of memory: they count as
     /// lost, as records for which no log buffer was free do.
     pub(crate) fn records_lost(&self) {
+        self.stats.buffer_requests.fetch_add(1, Ordering::Relaxed);
         self.stats
             .buffer_requests_failed
             .fetch_add(1, Ordering::Relaxed);

@@ -201,7 +201,12 @@ impl Hwpmc {
                     r.head
                 );
                 let i = r.tail;
-                if r.meta[i].pending {
+                // A sample of a released PMC waits for nothing.
+                let live = r.meta[i]
+                    .pmc
+                    .as_ref()
+                    .is_some_and(|pm| pm.state() != PmcState::Deleted);
+                if r.meta[i].pending && live {
                     // Wait for the thread's return to user mode, unless it
                     // is gone; when that cannot be learnt here (an
                     // interrupt), wait at most 1/16 s, as FreeBSD does.
@@ -221,7 +226,11 @@ impl Hwpmc {
                 let meta = core::mem::take(&mut r.meta[i]);
                 r.tail = (i + 1) % n;
                 r.count -= 1;
-                let Some(pm) = meta.pmc else { continue };
+                let Some(pm) = meta.pmc else {
+                    // Its PMC was released while the sample waited.
+                    self.sample_stats.unlogged.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
                 let log = pm.log().filter(|_| pm.state() != PmcState::Deleted);
                 let Some(log) = log else {
                     self.sample_stats.unlogged.fetch_add(1, Ordering::Relaxed);
@@ -256,6 +265,27 @@ impl Hwpmc {
         // Counters stalled on a full ring run again.
         for slot in self.classes.iter() {
             slot.dep.unstall(cpu);
+        }
+    }
+
+    /// Makes the rings forget `pm` (at its release, after the rings were
+    /// drained): samples still waiting there are dropped unlogged when
+    /// their turn comes. The rings then hold no reference to it, so the
+    /// last one is never dropped in interrupt context or under a ring's
+    /// spin lock (FreeBSD's release waits for the PMC's samples instead).
+    pub(crate) fn forget_samples_of(&self, pm: &KArc<Pmc>) {
+        for rings in self.rings.iter() {
+            for ring in rings.iter() {
+                let mut r = ring.lock();
+                let (n, count, tail) = (r.meta.len(), r.count, r.tail);
+                for k in 0..count {
+                    let meta = &mut r.meta[(tail + k) % n];
+                    if meta.pmc.as_ref().is_some_and(|x| KArc::ptr_eq(x, pm)) {
+                        // Not the last reference: the caller holds one.
+                        meta.pmc = None;
+                    }
+                }
+            }
         }
     }
 

@@ -1229,7 +1229,12 @@ impl Machine {
         self.0.st.borrow().files.get(&id).map_or(0, |f| f.refs)
     }
 
-    /// The thread running on `cpu`.
+    /// The state of `cpu`.
+    pub fn cpu_state(&self, cpu: u32) -> CpuState {
+        self.0.st.borrow().cpu_state(cpu)
+    }
+
+    /// The thread running on `cpu`, if any.
     pub fn running_on(&self, cpu: u32) -> Option<u32> {
         self.0
             .st
