@@ -24,7 +24,7 @@ use std::mem::{offset_of, size_of};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use hwpmc::{Module, PmcView};
-use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
+use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig, UserProt};
 use uapi::pmc::*;
 use uapi::pmclog::{PmclogBody, records};
 use uapi::{AsBytes, Plain};
@@ -75,8 +75,19 @@ pub enum Op {
     Fork { proc: u16 },
     /// execve(2), set-id or not.
     Exec { proc: u16, setid: bool },
-    /// exit(2).
+    /// exit(2): its first half (P_WEXIT, the exit handlers) now; the
+    /// process stays there, exiting, until it finishes.
     Exit { proc: u16 },
+    /// An exiting process finishes exiting (a zombie).
+    FinishExit { proc: u16 },
+    /// wait(2) reaps a zombie: its pid may be reused.
+    Reap { proc: u16 },
+    /// The reader of a process's pipes reads them.
+    Drain { proc: u16 },
+    /// The argument of the next system call straddles a page boundary, and
+    /// the second page is read-only (copyin works, copyout faults half
+    /// way) or unmapped.
+    FaultNext { readonly: bool },
     /// A new thread.
     ThreadCreate { proc: u16 },
     /// A thread exits.
@@ -182,7 +193,7 @@ impl Op {
     /// A random step.
     pub fn random(r: &mut Rng) -> Op {
         let proc = r.idx();
-        match r.below(115) {
+        match r.below(125) {
             0..=1 => Op::Spawn { root: r.chance(70) },
             2..=4 => Op::Fork { proc },
             5..=6 => Op::Exec {
@@ -270,7 +281,7 @@ impl Op {
             },
             82..=85 => Op::ConfigureLog {
                 proc,
-                kind: r.below(8) as u8,
+                kind: r.below(11) as u8,
             },
             86 => Op::DeconfigureLog { proc },
             87..=88 => Op::FlushLog { proc },
@@ -299,6 +310,12 @@ impl Op {
             100 => Op::BadPointer {
                 proc,
                 op: r.below(20) as u8,
+            },
+            115..=116 => Op::FinishExit { proc },
+            117..=118 => Op::Reap { proc },
+            119..=120 => Op::Drain { proc },
+            121 => Op::FaultNext {
+                readonly: r.chance(60),
             },
             104..=111 => Op::Profile {
                 proc,
@@ -334,6 +351,10 @@ struct Proc {
     pid: u32,
     threads: Vec<u32>,
     alive: bool,
+    /// Exit begun (its exit handlers ran); a zombie once finished.
+    exiting: bool,
+    zombie: bool,
+    reaped: bool,
     fds: Vec<i32>,
     maps: [bool; 4],
 }
@@ -359,6 +380,7 @@ struct Run {
     pmcs: Vec<(u32, PmcId)>,
     logs: Vec<Log>,
     klds: [bool; 2],
+    fault_next: Option<UserProt>,
     next_cookie: u32,
     fail_next: Option<u64>,
     last_stats: [u64; 8],
@@ -370,6 +392,9 @@ fn kind_of(k: u8) -> (FileKind, bool) {
         4 => (FileKind::Pipe, false),
         5 => (FileKind::Socket, false),
         6 => (FileKind::Full, true),
+        8 => (FileKind::Short { max: 5 }, false),
+        9 => (FileKind::Interrupting { every: 3 }, false),
+        10 => (FileKind::BoundedPipe { capacity: 3000 }, false),
         _ => (
             FileKind::Failing {
                 after: 200,
@@ -390,8 +415,10 @@ fn pick<T>(v: &[T], i: u16) -> Option<&T> {
 
 impl Run {
     fn new() -> Run {
+        // Few pids, so that reaped ones come back.
         let cfg = MachineConfig {
             cpus: vec![CpuState::Online; NCPU as usize],
+            pid_max: 230,
             ..MachineConfig::default()
         };
         let m = Machine::new(cfg);
@@ -412,6 +439,7 @@ impl Run {
             pmcs: Vec::new(),
             logs: Vec::new(),
             klds: [false; 2],
+            fault_next: None,
             next_cookie: 1,
             fail_next: None,
             last_stats: [0; 8],
@@ -422,13 +450,25 @@ impl Run {
         self.module.as_ref().expect("loaded").driver()
     }
 
+    /// Whether the machine has room for another process: pids are few,
+    /// and zombies and kernel processes hold theirs.
+    fn room_for_process(&self) -> bool {
+        self.procs.iter().filter(|p| !p.reaped).count() < 90
+    }
+
     fn spawn(&mut self, root: bool) {
+        if !self.room_for_process() {
+            return;
+        }
         let cred = if root { Cred::root() } else { Cred::user(1001) };
         let (pid, tid) = self.m.spawn(cred, "w");
         self.procs.push(Proc {
             pid,
             threads: vec![tid],
             alive: true,
+            exiting: false,
+            zombie: false,
+            reaped: false,
             fds: Vec::new(),
             maps: [false; 4],
         });
@@ -459,10 +499,20 @@ impl Run {
         }
     }
 
-    fn syscall(&self, p: usize, op: u32, bytes: &mut [u8]) -> Result<(), i32> {
+    fn syscall(&mut self, p: usize, op: u32, bytes: &mut [u8]) -> Result<(), i32> {
+        let fault = self.fault_next.take();
         let pr = &self.procs[p];
         self.room_for(pr.threads[0]);
-        let uaddr = self.m.user_alloc(pr.pid, bytes.len().max(1));
+        let uaddr = match fault {
+            None => self.m.user_alloc(pr.pid, bytes.len().max(1)),
+            Some(prot) => {
+                // Four bytes on a good page, the rest on a bad one.
+                let base = self.m.user_alloc(pr.pid, 2 * ksim::PAGE_SIZE as usize);
+                let second = base + ksim::PAGE_SIZE;
+                self.m.user_protect(pr.pid, second, ksim::PAGE_SIZE, prot);
+                second - 4
+            }
+        };
         self.m.user_write(pr.pid, uaddr, bytes);
         let r = self
             .m
@@ -472,7 +522,7 @@ impl Run {
         r.map(|_| ())
     }
 
-    fn call<T: AsBytes>(&self, p: usize, op: PmcOp, arg: &mut T) -> Result<(), i32> {
+    fn call<T: AsBytes>(&mut self, p: usize, op: PmcOp, arg: &mut T) -> Result<(), i32> {
         let mut bytes = arg.as_bytes().to_vec();
         let r = self.syscall(p, op.raw(), &mut bytes);
         *arg = T::read_from(&bytes).expect("same size");
@@ -503,12 +553,15 @@ impl Run {
         match *op {
             Op::Spawn { root } => self.spawn(root),
             Op::Fork { proc } => {
-                if let Some(p) = self.live(proc) {
+                if let (Some(p), true) = (self.live(proc), self.room_for_process()) {
                     let (pid, tid) = self.m.fork(self.procs[p].pid);
                     self.procs.push(Proc {
                         pid,
                         threads: vec![tid],
                         alive: true,
+                        exiting: false,
+                        zombie: false,
+                        reaped: false,
                         fds: Vec::new(),
                         maps: self.procs[p].maps,
                     });
@@ -523,15 +576,53 @@ impl Run {
             }
             Op::Exit { proc } => {
                 if let Some(p) = self.live(proc) {
-                    self.m.exit(self.procs[p].pid);
+                    self.m.exit_begin(self.procs[p].pid);
                     self.procs[p].alive = false;
-                    self.procs[p].fds.clear();
+                    self.procs[p].exiting = true;
                     for l in self.logs.iter_mut() {
                         if l.owner == self.procs[p].pid {
                             l.active = false;
                         }
                     }
                 }
+            }
+            Op::FinishExit { proc } => {
+                let exiting: Vec<usize> = (0..self.procs.len())
+                    .filter(|&k| self.procs[k].exiting && !self.procs[k].zombie)
+                    .collect();
+                if let Some(&p) = pick(&exiting, proc) {
+                    self.finish_exit(p);
+                }
+            }
+            Op::Reap { proc } => {
+                let zombies: Vec<usize> = (0..self.procs.len())
+                    .filter(|&k| self.procs[k].zombie && !self.procs[k].reaped)
+                    .collect();
+                if let Some(&p) = pick(&zombies, proc) {
+                    self.m.reap(self.procs[p].pid);
+                    self.procs[p].reaped = true;
+                }
+            }
+            Op::Drain { proc } => {
+                if let Some(p) = self.live(proc) {
+                    let pid = self.procs[p].pid;
+                    let files: Vec<u64> = self
+                        .logs
+                        .iter()
+                        .filter(|l| l.owner == pid)
+                        .map(|l| l.file)
+                        .collect();
+                    for f in files {
+                        self.m.drain(f);
+                    }
+                }
+            }
+            Op::FaultNext { readonly } => {
+                self.fault_next = Some(if readonly {
+                    UserProt::ReadOnly
+                } else {
+                    UserProt::None
+                })
             }
             Op::ThreadCreate { proc } => {
                 if let Some(p) = self.live(proc) {
@@ -879,16 +970,20 @@ impl Run {
                 None => return,
             },
         };
-        let simple = |run: &Run, op: PmcOp| {
+        let simple = |run: &mut Run, op: PmcOp| {
             let mut s = PmcOpSimple { pm_pmcid: id };
             run.call(p, op, &mut s)
         };
         match what {
             PmcCall::Attach { target } | PmcCall::Detach { target } => {
-                let pid = match self.live(target) {
-                    Some(t) => self.procs[t].pid as i32,
-                    None => 0,
+                // Mostly a live process; sometimes any the run has seen:
+                // exiting, a zombie, or a pid that may have been reused.
+                let t = if target % 4 == 0 {
+                    pick(&self.procs, target / 4).map(|q| q.pid)
+                } else {
+                    self.live(target).map(|t| self.procs[t].pid)
                 };
+                let pid = t.map_or(0, |pid| pid as i32);
                 let mut a = PmcOpPmcattach {
                     pm_pmc: id,
                     pm_pid: pid,
@@ -984,6 +1079,14 @@ impl Run {
                 ));
             }
         }
+        // A process whose exit handlers ran is nobody's target (unless
+        // its pid went to a new process).
+        for q in self.procs.iter().filter(|q| q.exiting) {
+            let reused = self.procs.iter().any(|o| o.alive && o.pid == q.pid);
+            if !reused && self.driver().is_target(q.pid) {
+                return Err(format!("exited process {} is still a target", q.pid));
+            }
+        }
         // Running PMCs: within the CPUs, and system samplers counted.
         let mut ss: BTreeMap<u32, u32> = BTreeMap::new();
         for v in &views {
@@ -1045,9 +1148,20 @@ impl Run {
         Ok(())
     }
 
+    fn finish_exit(&mut self, p: usize) {
+        self.m.exit_finish(self.procs[p].pid);
+        self.procs[p].zombie = true;
+        self.procs[p].fds.clear();
+    }
+
     /// Unloads the driver and checks the logs and what is left.
     fn finish(mut self) -> Result<(), String> {
         let _e = self.m.enter();
+        for p in 0..self.procs.len() {
+            if self.procs[p].exiting && !self.procs[p].zombie {
+                self.finish_exit(p);
+            }
+        }
         if std::env::var_os("HWPMC_RANDOM_VERBOSE").is_some() {
             let st = self.driver().stats();
             let ss = self.driver().sample_stats();

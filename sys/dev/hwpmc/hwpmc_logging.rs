@@ -10,7 +10,7 @@
 use core::fmt::Write as _;
 use core::sync::atomic::Ordering;
 
-use kpi::errno::{ENOMEM, Errno, KResult};
+use kpi::errno::{EAGAIN, EINTR, ENOMEM, Errno, KResult};
 use kpi::file::KFile;
 use kpi::kproc::Kproc;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
@@ -25,6 +25,9 @@ use crate::Stats;
 pub(crate) struct LogBuffer {
     data: KVec<u8>,
     len: usize,
+    /// Bytes already written out (a short or blocked write stops inside
+    /// a buffer).
+    sent: usize,
     /// From the shared pool (and goes back there), or a log's own buffer
     /// for its CLOSELOG record.
     pooled: bool,
@@ -46,6 +49,7 @@ impl LogPool {
                 LogBuffer {
                     data: KVec::zeroed(size, Wait::WaitOk)?,
                     len: 0,
+                    sent: 0,
                     pooled: true,
                 },
                 Wait::WaitOk,
@@ -69,6 +73,7 @@ impl LogPool {
             return Some(b);
         }
         b.len = 0;
+        b.sent = 0;
         // The pool has room for every buffer it ever handed out.
         let r = self.free.lock().push_within_capacity(b);
         kassert!(r.is_ok(), "log buffer pool over capacity");
@@ -87,6 +92,9 @@ struct LogState {
     cur: KVec<Option<KBox<LogBuffer>>>,
     /// Full or flushed buffers waiting for the writer, oldest first.
     queue: KVec<KBox<LogBuffer>>,
+    /// The buffer the writer is in the middle of (a short, interrupted
+    /// or blocked write), written before the queue.
+    writing: Option<KBox<LogBuffer>>,
     /// The write error that stopped the log.
     error: Option<Errno>,
     /// CLOSELOG was logged; the writer closes the file once drained.
@@ -141,6 +149,7 @@ impl OwnerLog {
             LogBuffer {
                 data: KVec::zeroed(closing_record.encoded_len(), Wait::WaitOk)?,
                 len: 0,
+                sent: 0,
                 pooled: false,
             },
             Wait::WaitOk,
@@ -155,6 +164,7 @@ impl OwnerLog {
                     LogState {
                         cur,
                         queue,
+                        writing: None,
                         error: None,
                         closing: false,
                         closelog: Some(closelog),
@@ -323,6 +333,9 @@ impl OwnerLog {
         }
         let mut own = None;
         let mut st = self.st.lock();
+        if let Some(b) = st.writing.take() {
+            own = own.or(self.pool.put(b));
+        }
         while let Some(b) = st.queue.pop() {
             own = own.or(self.pool.put(b));
         }
@@ -345,37 +358,69 @@ impl OwnerLog {
         st.error.is_none() && !st.closing
     }
 
-    /// One pass of the writer: writes the queued buffers in order. A write
-    /// error is kept, the file dropped and the owner signalled.
+    /// One pass of the writer: writes the queued buffers in order. A
+    /// short write goes on with the rest, an interrupted one is retried, a
+    /// blocked one (EAGAIN: the pipe is full) keeps its place for the next
+    /// pass, which the file's draining starts. A write error is kept, the
+    /// file dropped and the owner signalled.
     fn write_pass(&self) {
+        // Interruptions in a row before giving up with EINTR.
+        const MAX_INTERRUPTED: u32 = 64;
+        let mut interrupted = 0;
         loop {
             let next = {
                 let mut st = self.st.lock();
-                if st.queue.is_empty() {
-                    None
-                } else {
-                    Some(st.queue.remove(0))
+                match st.writing.take() {
+                    Some(b) => Some(b),
+                    None if !st.queue.is_empty() => Some(st.queue.remove(0)),
+                    None => None,
                 }
             };
-            let Some(buf) = next else { break };
-            let result = {
+            let Some(mut buf) = next else { break };
+            let outcome = {
                 let file = self.file.lock();
                 match file.as_ref() {
-                    Some(f) if self.st.lock().error.is_none() => f.write_all(&buf.data[..buf.len]),
-                    _ => Ok(()),
+                    Some(f) if self.st.lock().error.is_none() => {
+                        f.write(&buf.data[buf.sent..buf.len]).map(Some)
+                    }
+                    // No file any more, or after an error: dropped.
+                    _ => Ok(None),
                 }
             };
-            drop(self.pool.put(buf));
-            if let Err(e) = result {
-                self.st.lock().error = Some(e);
-                let file = self.file.lock().take();
-                drop(file);
-                kpi::proc::psignal(self.owner, SIGIO);
+            match outcome {
+                Ok(Some(n)) if buf.sent + n < buf.len => {
+                    buf.sent += n;
+                    // A write that took nothing waits like a full pipe.
+                    let progress = n > 0;
+                    self.st.lock().writing = Some(buf);
+                    if !progress {
+                        break;
+                    }
+                }
+                Ok(_) => {
+                    interrupted = 0;
+                    drop(self.pool.put(buf));
+                }
+                Err(EINTR) if interrupted < MAX_INTERRUPTED => {
+                    interrupted += 1;
+                    self.st.lock().writing = Some(buf);
+                }
+                Err(EAGAIN) => {
+                    self.st.lock().writing = Some(buf);
+                    break;
+                }
+                Err(e) => {
+                    drop(self.pool.put(buf));
+                    self.st.lock().error = Some(e);
+                    let file = self.file.lock().take();
+                    drop(file);
+                    kpi::proc::psignal(self.owner, SIGIO);
+                }
             }
         }
         let done = {
             let st = self.st.lock();
-            st.closing && st.queue.is_empty()
+            st.closing && st.queue.is_empty() && st.writing.is_none()
         };
         if done {
             let file = self.file.lock().take();

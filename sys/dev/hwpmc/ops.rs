@@ -524,8 +524,10 @@ impl Hwpmc {
             PmcState::Allocated | PmcState::Stopped => {}
             _ => return Err(EINVAL),
         }
+        // A process working on exiting counts as gone, as on FreeBSD: its
+        // exit handler may have run already.
         kpi::proc::proc_state(pid)
-            .filter(|p| !p.zombie)
+            .filter(|p| !p.exiting())
             .ok_or(ESRCH)?;
         kpi::proc::p_candebug(pid).map_err(|e| if e == ESRCH { ESRCH } else { EPERM })?;
         self.attach_process(core, at, pid)
@@ -545,8 +547,10 @@ impl Hwpmc {
         } else {
             a.pm_pid as u32
         };
+        // A process working on exiting counts as gone, as on FreeBSD: its
+        // exit handler may have run already.
         kpi::proc::proc_state(pid)
-            .filter(|p| !p.zombie)
+            .filter(|p| !p.exiting())
             .ok_or(ESRCH)?;
         self.detach_process(core, at, pid)
     }
@@ -558,7 +562,11 @@ impl Hwpmc {
         let mut i = 0;
         while i < out.len() {
             for &child in kpi::proc::children(out[i], Wait::WaitOk)?.iter() {
-                out.try_push(child, Wait::WaitOk)?;
+                // An exiting child would keep a descriptor its exit
+                // handler no longer removes.
+                if kpi::proc::proc_state(child).is_some_and(|c| !c.exiting()) {
+                    out.try_push(child, Wait::WaitOk)?;
+                }
             }
             i += 1;
         }
@@ -1632,6 +1640,11 @@ impl Hwpmc {
             let (x, y) = slot.dep.rows_on_event(event);
             (a + x, s + y)
         })
+    }
+
+    /// Whether `pid` has a target descriptor (a PMC attached to it).
+    pub fn is_target(&self, pid: Pid) -> bool {
+        self.procs.lock().get(pid).is_some()
     }
 
     /// Owners (processes with PMCs or a log).

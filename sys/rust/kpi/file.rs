@@ -14,8 +14,12 @@ pub fn fget_write(fd: i32) -> KResult<KFile> {
 }
 
 impl KFile {
-    /// Writes all of `data` (`fo_write`); may sleep.
-    pub fn write_all(&self, data: &[u8]) -> KResult<()> {
+    /// One `fo_write` of `data`: how many bytes the file took (fewer than
+    /// offered on a short write; a write that took some bytes before an
+    /// error reports them, and the error comes with the next write), or
+    /// the error: EINTR to try again, EAGAIN when the file is full (a
+    /// pipe whose reader is behind), anything else for good. May sleep.
+    pub fn write(&self, data: &[u8]) -> KResult<usize> {
         crate::backend::file_write(self.0, data)
     }
 }

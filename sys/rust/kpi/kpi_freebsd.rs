@@ -705,11 +705,23 @@ pub fn fdrop(id: u64) {
     // SAFETY: a file reference from fget_write, dropped once.
     unsafe { sys::kpi_fdrop(id as *mut c_void) }
 }
-pub fn file_write(id: u64, data: &[u8]) -> KResult<()> {
-    // SAFETY: a held file reference and `data.len()` readable bytes.
-    errno_result(unsafe {
-        sys::kpi_file_write(id as *mut c_void, data.as_ptr().cast(), data.len())
-    })
+pub fn file_write(id: u64, data: &[u8]) -> KResult<usize> {
+    let mut written = 0usize;
+    // SAFETY: a held file reference, `data.len()` readable bytes and one
+    // writable count.
+    let e = unsafe {
+        sys::kpi_file_write(
+            id as *mut c_void,
+            data.as_ptr().cast(),
+            data.len(),
+            &mut written,
+        )
+    };
+    // Bytes taken before an error count; the error comes back next time.
+    match errno_result(e) {
+        Err(_) if written > 0 => Ok(written),
+        r => r.map(|()| written),
+    }
 }
 
 unsafe extern "C" fn kproc_trampoline(arg: *mut c_void) {

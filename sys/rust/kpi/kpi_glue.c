@@ -1493,7 +1493,7 @@ kpi_fdrop(void *file)
 }
 
 int
-kpi_file_write(void *file, const void *data, size_t len)
+kpi_file_write(void *file, const void *data, size_t len, size_t *written)
 {
 	struct file *fp;
 	struct uio auio;
@@ -1501,6 +1501,7 @@ kpi_file_write(void *file, const void *data, size_t len)
 	size_t before;
 	int error;
 
+	*written = 0;
 	if (len > IOSIZE_MAX)
 		return (EINVAL);
 	fp = file;
@@ -1531,6 +1532,8 @@ kpi_file_write(void *file, const void *data, size_t len)
 			break;
 		}
 	}
+	/* What was taken, even before an error (EAGAIN on a full pipe). */
+	*written = len - auio.uio_resid;
 	return (error);
 }
 

@@ -181,7 +181,8 @@ void	kpi_set_cpu_sampled(uint32_t cpu);	/* DPCPU pmc_sampled */
 /* Files (the log). */
 int	kpi_fget_write(int fd, void **file);
 void	kpi_fdrop(void *file);
-int	kpi_file_write(void *file, const void *data, size_t len);
+int	kpi_file_write(void *file, const void *data, size_t len,
+	    size_t *written);	/* one fo_write; bytes taken in *written */
 
 /* Kernel processes running body(arg) once per wakeup until stopped. */
 typedef void kpi_kproc_body_t(void *arg);

@@ -362,7 +362,7 @@ pub fn fget_write(fd: i32) -> KResult<u64> {
 pub fn fdrop(id: u64) {
     kern::fdrop(id);
 }
-pub fn file_write(id: u64, data: &[u8]) -> KResult<()> {
+pub fn file_write(id: u64, data: &[u8]) -> KResult<usize> {
     kern::file_write(id, data).map_err(errno)
 }
 

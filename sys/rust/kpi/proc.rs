@@ -12,6 +12,8 @@ pub type Tid = u32;
 
 /// `P_HWPMC`: the process uses PMCs.
 pub const P_HWPMC: u32 = 0x0080_0000;
+/// `P_WEXIT`: the process is working on exiting.
+pub const P_WEXIT: u32 = 0x0000_2000;
 /// `PRIV_PMC_MANAGE`.
 pub const PRIV_PMC_MANAGE: u32 = 450;
 /// `PRIV_PMC_SYSTEM`.
@@ -47,6 +49,14 @@ pub struct ProcState {
     pub flags: u32,
     /// Exited, not yet reaped.
     pub zombie: bool,
+}
+
+impl ProcState {
+    /// A zombie, or working on exiting (`P_WEXIT`): its process_exit
+    /// handlers may have run already.
+    pub fn exiting(&self) -> bool {
+        self.zombie || self.flags & P_WEXIT != 0
+    }
 }
 
 /// The current thread (`curthread`).

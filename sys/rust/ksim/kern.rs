@@ -445,28 +445,66 @@ pub fn fdrop(id: u64) {
     }
 }
 
-/// `fo_write` of all of `data`; may sleep. A full device fails with
-/// ENOSPC; a failing one takes what it can and fails with its errno.
-pub fn file_write(id: u64, data: &[u8]) -> Result<(), i32> {
+/// `fo_write` of `data`: how much the file took, which may be less than
+/// all of it (a short write), or why it took nothing. A full device fails
+/// with ENOSPC; a failing one takes what it can, then fails with its
+/// errno; an interrupting one fails with EINTR now and then; a full
+/// bounded pipe blocks: EAGAIN here, and the writing kernel process is
+/// woken when the pipe is drained. May sleep.
+pub fn file_write(id: u64, data: &[u8]) -> Result<usize, i32> {
     const ENOSPC: i32 = 28;
     const EBADF: i32 = 9;
+    const EINTR: i32 = 4;
+    const EAGAIN: i32 = 35;
     let m = current();
     m.may_sleep_here();
     let mut st = m.st();
+    let (_, tid) = st.cur();
+    let writer = st
+        .kprocs
+        .iter()
+        .find(|(_, k)| k.tid == tid)
+        .map(|(id, k)| (*id, k.stopping));
     let f = st.files.get_mut(&id).ok_or(EBADF)?;
-    match f.kind {
-        FileKind::Full => Err(ENOSPC),
+    f.writes += 1;
+    let n = match f.kind {
+        FileKind::Full => return Err(ENOSPC),
         FileKind::Failing { after, errno } => {
-            let room = after.saturating_sub(f.data.len());
+            let n = after.saturating_sub(f.data.len()).min(data.len());
+            if n == 0 && !data.is_empty() {
+                return Err(errno);
+            }
+            n
+        }
+        FileKind::Short { max } => max.max(1).min(data.len()),
+        FileKind::Interrupting { every } => {
+            if f.writes % every.max(2) == 0 {
+                return Err(EINTR);
+            }
+            data.len()
+        }
+        FileKind::BoundedPipe { capacity } => {
+            if f.unread >= capacity && writer.is_some_and(|w| w.1) {
+                // A last pass is not left blocked: the reader runs.
+                f.unread = 0;
+            }
+            let room = capacity.saturating_sub(f.unread);
+            if room == 0 && !data.is_empty() {
+                if let Some((k, _)) = writer {
+                    if !f.waiters.contains(&k) {
+                        f.waiters.push(k);
+                    }
+                }
+                return Err(EAGAIN);
+            }
             let n = room.min(data.len());
-            f.data.extend_from_slice(&data[..n]);
-            if n < data.len() { Err(errno) } else { Ok(()) }
+            f.unread += n;
+            n
         }
-        _ => {
-            f.data.extend_from_slice(data);
-            Ok(())
-        }
-    }
+        _ => data.len(),
+    };
+    f.data.extend_from_slice(&data[..n]);
+    Ok(n)
 }
 
 /// `kproc_create`: a kernel process named `name` whose `body` runs each

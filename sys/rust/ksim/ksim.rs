@@ -33,7 +33,8 @@ pub mod machine_guard {
 
 pub use machine::{
     Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Location,
-    Machine, MachineConfig, Mapping, ProcInfo, SoftEvent, SyscallHandler, SysctlStrFn, Violation,
+    Machine, MachineConfig, Mapping, P_WEXIT, PAGE_SIZE, ProcInfo, SoftEvent, SyscallHandler,
+    SysctlStrFn, UserProt, Violation,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

@@ -37,6 +37,9 @@ pub struct MachineConfig {
     /// Whether the lock witness checks lock orders (benchmarks turn it off
     /// to measure the kernel code rather than the checker).
     pub witness: bool,
+    /// The largest pid (`pid_max`); past it pids wrap around and the
+    /// lowest free one from 100 on is reused, as on FreeBSD.
+    pub pid_max: u32,
 }
 
 impl Default for MachineConfig {
@@ -49,9 +52,27 @@ impl Default for MachineConfig {
             kernel_pmc_version: 0x0A03_0000,
             cpuid: "GenuineIntel-6-55-4".into(),
             witness: true,
+            pid_max: 99_999,
         }
     }
 }
+
+/// The protection of a page of user memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserProt {
+    /// Readable and writable.
+    ReadWrite,
+    /// Readable only: copyout faults on it.
+    ReadOnly,
+    /// Unmapped: copyin and copyout fault on it.
+    None,
+}
+
+/// The size of a page of user memory.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// `P_WEXIT` of `p_flag`: the process is working on exiting.
+pub const P_WEXIT: u32 = 0x0000_2000;
 
 /// Process credentials, as far as the debug and privilege checks use them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,6 +276,25 @@ pub enum FileKind {
         /// The error of the failing writes.
         errno: i32,
     },
+    /// A file that takes at most `max` bytes a write: short writes.
+    Short {
+        /// Bytes a write takes at most.
+        max: usize,
+    },
+    /// A file whose every `every`th write is interrupted (EINTR) before
+    /// taking anything.
+    Interrupting {
+        /// Period of the interruptions.
+        every: u32,
+    },
+    /// The write end of a pipe holding at most `capacity` unread bytes: a
+    /// write to a full pipe blocks (the writer is woken when the reader
+    /// drains it, [`Machine::drain`]). A writer's last pass before it
+    /// exits is not left blocked: the reader is taken to read meanwhile.
+    BoundedPipe {
+        /// Unread bytes the pipe holds.
+        capacity: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -264,6 +304,12 @@ pub(crate) struct File {
     pub(crate) data: Vec<u8>,
     /// Descriptors and kernel references.
     pub(crate) refs: u32,
+    /// Write calls so far.
+    pub(crate) writes: u32,
+    /// Bytes of a pipe not read yet.
+    pub(crate) unread: usize,
+    /// Kernel processes blocked writing to it.
+    pub(crate) waiters: Vec<u64>,
 }
 
 /// A kernel process body: one pass of its loop, run when woken.
@@ -273,6 +319,8 @@ pub(crate) struct Kproc {
     pub(crate) pid: u32,
     pub(crate) tid: u32,
     pub(crate) pending: bool,
+    /// Running its last pass (kproc_stop).
+    pub(crate) stopping: bool,
 }
 
 /// A registered system call: its arguments in, an errno or a return value
@@ -299,6 +347,8 @@ pub struct SoftEvent {
 struct Proc {
     info: ProcInfo,
     umem: BTreeMap<u64, Vec<u8>>,
+    /// Pages of `umem` that are not read-write, by page address.
+    prot: BTreeMap<u64, UserProt>,
     next_uaddr: u64,
     fds: BTreeMap<i32, u64>,
     maps: Vec<Mapping>,
@@ -546,6 +596,7 @@ impl Machine {
                     threads: vec![tid],
                 },
                 umem: BTreeMap::new(),
+                prot: BTreeMap::new(),
                 next_uaddr: 0x1000_0000,
                 fds: BTreeMap::new(),
                 maps: Vec::new(),
@@ -557,12 +608,7 @@ impl Machine {
     /// Creates a process as if it existed before the test started (no
     /// fork event), child of init. Returns (pid, main thread id).
     pub fn spawn(&self, cred: Cred, comm: &str) -> (u32, u32) {
-        let pid = {
-            let mut st = self.st();
-            let pid = st.next_pid;
-            st.next_pid += 1;
-            pid
-        };
+        let pid = self.st().alloc_pid();
         let tid = self.insert_proc(pid, 1, cred, comm, &format!("/usr/bin/{comm}"), false);
         (pid, tid)
     }
@@ -576,12 +622,7 @@ impl Machine {
             let p = &st.procs[&parent];
             (p.info.clone(), p.info.threads[0])
         };
-        let pid = {
-            let mut st = self.st();
-            let pid = st.next_pid;
-            st.next_pid += 1;
-            pid
-        };
+        let pid = self.st().alloc_pid();
         let tid = self.insert_proc(pid, parent, info.cred, &info.comm, &info.path, false);
         {
             let mut st = self.st();
@@ -674,10 +715,25 @@ impl Machine {
         }
     }
 
-    /// exit(2): the process_exit handlers run in the exiting process's
-    /// context, its threads are switched out and it becomes a zombie.
+    /// exit(2): [`Machine::exit_begin`], then [`Machine::exit_finish`].
     pub fn exit(&self, pid: u32) {
-        let threads = self.st().procs[&pid].info.threads.clone();
+        self.exit_begin(pid);
+        self.exit_finish(pid);
+    }
+
+    /// The first half of exit1(): the process is marked exiting
+    /// (`P_WEXIT`), its threads are switched out, and the process_exit
+    /// handlers run in its context. It is still there, threads and all,
+    /// until [`Machine::exit_finish`]: other processes' system calls may
+    /// find it in the middle of exiting.
+    pub fn exit_begin(&self, pid: u32) {
+        let threads = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("exit of unknown pid");
+            assert!(p.info.flags & P_WEXIT == 0, "exit of an exiting process");
+            p.info.flags |= P_WEXIT;
+            p.info.threads.clone()
+        };
         for &tid in &threads {
             let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
             if let Some(cpu) = on_cpu {
@@ -685,6 +741,12 @@ impl Machine {
             }
         }
         self.with_ctx(threads[0], || self.event(&Event::ProcessExit { pid }));
+    }
+
+    /// The rest of exit1(): the threads go and the process becomes a
+    /// zombie; its descriptors close and its children go to init.
+    pub fn exit_finish(&self, pid: u32) {
+        let threads = self.st().procs[&pid].info.threads.clone();
         let mut st = self.st();
         for tid in &threads {
             st.threads.remove(tid);
@@ -1043,9 +1105,7 @@ impl Machine {
     pub(crate) fn kproc_create(&self, name: &str, body: KprocFn) -> u64 {
         let pid = {
             let mut st = self.st();
-            let pid = st.next_pid;
-            st.next_pid += 1;
-            pid
+            st.alloc_pid()
         };
         let tid = self.insert_proc(pid, 0, Cred::root(), name, "", true);
         let mut st = self.st();
@@ -1057,6 +1117,7 @@ impl Machine {
                 pid,
                 tid,
                 pending: false,
+                stopping: false,
             },
         );
         drop(st);
@@ -1070,6 +1131,9 @@ impl Machine {
         let tid = self.0.st.borrow().kprocs.get(&id).map(|k| k.tid);
         let body = self.0.handlers.borrow_mut().kprocs.remove(&id);
         if let (Some(tid), Some(body)) = (tid, body) {
+            if let Some(k) = self.st().kprocs.get_mut(&id) {
+                k.stopping = true;
+            }
             self.with_ctx(tid, || body());
             let mut st = self.st();
             if let Some(k) = st.kprocs.remove(&id) {
@@ -1173,6 +1237,9 @@ impl Machine {
                 writable,
                 data: Vec::new(),
                 refs: 1,
+                writes: 0,
+                unread: 0,
+                waiters: Vec::new(),
             },
         );
         let p = st.procs.get_mut(&pid).expect("open in unknown pid");
@@ -1188,6 +1255,28 @@ impl Machine {
         if let Some(f) = id.and_then(|id| st.files.get_mut(&id)) {
             f.refs -= 1;
         }
+    }
+
+    /// The reader of a pipe reads everything written so far: writers
+    /// blocked on it are woken and run.
+    pub fn drain(&self, id: u64) {
+        let woken = {
+            let mut st = self.st();
+            let Some(f) = st.files.get_mut(&id) else {
+                return;
+            };
+            f.unread = 0;
+            std::mem::take(&mut f.waiters)
+        };
+        {
+            let mut st = self.st();
+            for k in woken {
+                if let Some(k) = st.kprocs.get_mut(&k) {
+                    k.pending = true;
+                }
+            }
+        }
+        self.settle();
     }
 
     /// The file a descriptor refers to.
@@ -1308,18 +1397,40 @@ impl Machine {
         addr
     }
 
-    /// Copies `data` into `pid`'s memory at `addr`.
+    /// Copies `data` into `pid`'s memory at `addr` (as the process would
+    /// have before protecting it).
     pub fn user_write(&self, pid: u32, addr: u64, data: &[u8]) {
         self.st()
-            .umem_write(pid, addr, data)
+            .umem_write_raw(pid, addr, data)
             .expect("user_write outside a mapping");
+    }
+
+    /// mprotect(2) (or munmap(2) for [`UserProt::None`]) of the pages of
+    /// `pid`'s memory that `[addr, addr + len)` touches.
+    pub fn user_protect(&self, pid: u32, addr: u64, len: u64, prot: UserProt) {
+        let mut st = self.st();
+        let p = st
+            .procs
+            .get_mut(&pid)
+            .expect("user_protect for unknown pid");
+        let mut page = addr & !(PAGE_SIZE - 1);
+        while page < addr + len {
+            if prot == UserProt::ReadWrite {
+                p.prot.remove(&page);
+            } else {
+                p.prot.insert(page, prot);
+            }
+            page += PAGE_SIZE;
+        }
     }
 
     /// Reads `len` bytes of `pid`'s memory at `addr`.
     pub fn user_read(&self, pid: u32, addr: u64, len: usize) -> Vec<u8> {
-        self.st()
-            .umem_read(pid, addr, len)
-            .expect("user_read outside a mapping")
+        let mut st = self.st();
+        let (buf, off) = st
+            .mapping(pid, addr, len)
+            .expect("user_read outside a mapping");
+        buf[off..off + len].to_vec()
     }
 
     /// Sets a kernel environment variable (a loader tunable).
@@ -1422,6 +1533,23 @@ impl Machine {
 }
 
 impl State {
+    /// A free pid: the next one, or past `pid_max` the lowest free one
+    /// from the first (pids of live processes and zombies are taken).
+    pub(crate) fn alloc_pid(&mut self) -> u32 {
+        let max = self.cfg.pid_max.max(FIRST_PID);
+        if self.next_pid > max {
+            self.next_pid = FIRST_PID;
+        }
+        let start = self.next_pid;
+        let mut pid = start;
+        while self.procs.contains_key(&pid) {
+            pid = if pid >= max { FIRST_PID } else { pid + 1 };
+            assert!(pid != start, "no free pid below pid_max {max}");
+        }
+        self.next_pid = pid + 1;
+        pid
+    }
+
     /// What the witness needs to know of where kernel code runs now.
     pub(crate) fn context(&self) -> crate::witness::Context {
         crate::witness::Context {
@@ -1533,12 +1661,59 @@ impl State {
         (off.checked_add(len)? <= buf.len()).then_some((buf, off))
     }
 
+    /// The protection of the page holding `addr`.
+    fn page_prot(&self, pid: u32, addr: u64) -> UserProt {
+        self.procs
+            .get(&pid)
+            .and_then(|p| p.prot.get(&(addr & !(PAGE_SIZE - 1))).copied())
+            .unwrap_or(UserProt::ReadWrite)
+    }
+
+    /// The first address of `[addr, addr + len)` on a page with a
+    /// protection that `bad` refuses.
+    fn first_fault(
+        &self,
+        pid: u32,
+        addr: u64,
+        len: usize,
+        bad: fn(UserProt) -> bool,
+    ) -> Option<u64> {
+        let end = addr.checked_add(len as u64)?;
+        let mut page = addr & !(PAGE_SIZE - 1);
+        while page < end {
+            if bad(self.page_prot(pid, page)) {
+                return Some(page.max(addr));
+            }
+            page += PAGE_SIZE;
+        }
+        None
+    }
+
+    /// copyin: fails at an unmapped page anywhere in the range.
     pub(crate) fn umem_read(&mut self, pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
+        if self
+            .first_fault(pid, addr, len, |p| p == UserProt::None)
+            .is_some()
+        {
+            return None;
+        }
         let (buf, off) = self.mapping(pid, addr, len)?;
         Some(buf[off..off + len].to_vec())
     }
 
+    /// copyout: writes up to the first page that is not writable, then
+    /// fails, as copyout(9) leaves what it wrote before the fault.
     pub(crate) fn umem_write(&mut self, pid: u32, addr: u64, data: &[u8]) -> Option<()> {
+        let fault = self.first_fault(pid, addr, data.len(), |p| p != UserProt::ReadWrite);
+        let n = fault.map_or(data.len(), |f| (f - addr) as usize);
+        let (buf, off) = self.mapping(pid, addr, data.len())?;
+        buf[off..off + n].copy_from_slice(&data[..n]);
+        fault.is_none().then_some(())
+    }
+
+    /// What the process itself writes (test set-up), whatever the pages'
+    /// protection.
+    pub(crate) fn umem_write_raw(&mut self, pid: u32, addr: u64, data: &[u8]) -> Option<()> {
         let (buf, off) = self.mapping(pid, addr, data.len())?;
         buf[off..off + data.len()].copy_from_slice(data);
         Some(())

@@ -287,3 +287,77 @@ fn threads_and_processes_may_exit_while_on_a_cpu() {
     assert_eq!(armed(&s, "CLOCK.HARD"), 0);
     s.finish();
 }
+
+#[test]
+fn a_process_in_the_middle_of_exiting_cannot_be_attached_to() {
+    let s = sim(&[]);
+    let (p, t) = (s.root(), s.root());
+    let id = s.soft_tc(p);
+    s.m.exit_begin(t.pid);
+    assert_eq!(s.attach(p, id, t.pid as i32), Err(ESRCH));
+    assert_eq!(s.detach(p, id, t.pid as i32), Err(ESRCH));
+    s.m.exit_finish(t.pid);
+    assert!(!s.module().driver().is_target(t.pid));
+    s.finish();
+}
+
+#[test]
+fn a_reused_pid_is_not_the_old_process_s_target() {
+    let cfg = MachineConfig {
+        pid_max: 110,
+        ..MachineConfig::default()
+    };
+    let s = Sim::with(cfg, &[]);
+    let p = s.root();
+    let id = s.soft_tc(p);
+    let t = s.root();
+    s.attach(p, id, t.pid as i32).unwrap();
+    s.m.exit(t.pid);
+    s.m.reap(t.pid);
+    // The pid space is small: the ninth process gets the old pid back.
+    let spawned: Vec<P> = (0..9).map(|_| s.root()).collect();
+    let again = *spawned.last().unwrap();
+    assert_eq!(again.pid, t.pid, "the pid is reused");
+    assert!(!s.module().driver().is_target(again.pid));
+    assert_eq!(
+        s.detach(p, id, again.pid as i32),
+        Err(ESRCH),
+        "no descriptor"
+    );
+    // Room for the unloading process.
+    s.m.exit(spawned[0].pid);
+    s.m.reap(spawned[0].pid);
+    s.finish();
+}
+
+#[test]
+fn copyout_to_a_read_only_page_fails_half_way_with_efault() {
+    let s = sim(&[]);
+    let p = s.root();
+    let id = s.soft_tc(p);
+    s.setcount(p, id, 0x1122_3344_5566_7788).unwrap();
+    // PMCRW: the id and flags on a writable page, the value on a
+    // read-only one: copyin works, copyout of the old value faults.
+    let page = ksim::PAGE_SIZE;
+    let base = s.m.user_alloc(p.pid, 2 * page as usize);
+    let arg = base + page - 8;
+    let mut rw = PmcOpPmcrw {
+        pm_pmcid: id,
+        pm_flags: PmcFlags::OLDVALUE.bits(),
+        pm_value: 0,
+    };
+    s.m.user_write(p.pid, arg, uapi::AsBytes::as_bytes(&rw));
+    s.m.user_protect(p.pid, base + page, page, ksim::UserProt::ReadOnly);
+    let r =
+        s.m.syscall(p.tid, s.sysnum, &[PmcOp::Pmcrw.raw() as u64, arg]);
+    assert_eq!(r, Err(EFAULT.get()));
+    let back = s.m.user_read(p.pid, arg, 16);
+    rw.pm_value = u64::from_ne_bytes(back[8..16].try_into().unwrap());
+    assert_eq!(rw.pm_value, 0, "nothing landed on the read-only page");
+    // Unmapped: copyin itself faults.
+    s.m.user_protect(p.pid, base + page, page, ksim::UserProt::None);
+    let r =
+        s.m.syscall(p.tid, s.sysnum, &[PmcOp::Pmcrw.raw() as u64, arg]);
+    assert_eq!(r, Err(EFAULT.get()));
+    s.finish();
+}
