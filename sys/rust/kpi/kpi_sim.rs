@@ -10,7 +10,7 @@
 )]
 
 use alloc::vec::Vec;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use ksim::kern;
 pub use ksim::kern::LockKind;
@@ -278,7 +278,7 @@ pub fn sysctl_remove(name: &str) {
 }
 
 pub fn syscall_register(handler: crate::SyscallFn) -> KResult<u32> {
-    Ok(kern::syscall_register(Rc::new(move |args: &[u64]| {
+    Ok(kern::syscall_register(Arc::new(move |args: &[u64]| {
         handler(args).map_err(|e| e.get())
     })))
 }
@@ -288,7 +288,7 @@ pub fn syscall_deregister(num: u32) {
 
 pub fn set_pmc_hook(hook: Option<HookFn>) -> KResult<()> {
     kern::set_pmc_hook(hook.map(|h| {
-        Rc::new(move |call: &ksim::HookCall| {
+        Arc::new(move |call: &ksim::HookCall| {
             let hook = match *call {
                 ksim::HookCall::CswIn => Hook::CswIn,
                 ksim::HookCall::CswOut => Hook::CswOut,
@@ -310,13 +310,13 @@ pub fn set_pmc_hook(hook: Option<HookFn>) -> KResult<()> {
                 ksim::HookCall::Munmap { addr, size } => Hook::Munmap { addr, size },
             };
             h(&hook);
-        }) as Rc<dyn Fn(&ksim::HookCall)>
+        }) as Arc<dyn Fn(&ksim::HookCall) + Send + Sync>
     }));
     Ok(())
 }
 
 pub fn eventhandler_register(handler: EventFn) -> KResult<u64> {
-    Ok(kern::eventhandler_register(Rc::new(
+    Ok(kern::eventhandler_register(Arc::new(
         move |ev: &ksim::Event| {
             let ev = match *ev {
                 ksim::Event::ProcessFork { parent, child } => {
@@ -369,7 +369,7 @@ pub fn file_write(id: u64, data: &[u8]) -> KResult<usize> {
 pub fn kproc_create(name: &str, body: crate::kproc::KprocFn) -> KResult<u64> {
     kern::kproc_create(
         name,
-        Rc::new(move || {
+        Arc::new(move || {
             body();
         }),
     )
@@ -451,7 +451,7 @@ pub fn sysctl_str_register(
     kern::sysctl_str_register(
         name,
         value,
-        Rc::new(move |v: &str| handler(v).map_err(|e| e.get())),
+        Arc::new(move |v: &str| handler(v).map_err(|e| e.get())),
     );
     Ok(())
 }

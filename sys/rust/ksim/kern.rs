@@ -296,7 +296,7 @@ pub fn printf(line: &str) {
 /// `syscall_register` with NO_SYSCALL: the first free dynamic slot.
 pub fn syscall_register(handler: SyscallHandler) -> u32 {
     let m = current();
-    let mut h = m.0.handlers.borrow_mut();
+    let mut h = m.0.handlers();
     let num = (210..).find(|n| !h.syscalls.contains_key(n)).unwrap_or(210);
     h.syscalls.insert(num, handler);
     num
@@ -306,20 +306,20 @@ pub fn syscall_register(handler: SyscallHandler) -> u32 {
 pub fn syscall_deregister(num: u32) {
     // Dropped after the borrow ends: the handler may own the last
     // reference to kernel state whose teardown calls back in here.
-    let old = current().0.handlers.borrow_mut().syscalls.remove(&num);
+    let old = current().0.handlers().syscalls.remove(&num);
     drop(old);
 }
 
 /// Sets `pmc_hook`; `None` clears it.
 pub fn set_pmc_hook(hook: Option<HookFn>) {
-    let old = std::mem::replace(&mut current().0.handlers.borrow_mut().hook, hook);
+    let old = std::mem::replace(&mut current().0.handlers().hook, hook);
     drop(old);
 }
 
 /// `EVENTHANDLER_REGISTER` for process_fork and process_exit; returns a tag.
 pub fn eventhandler_register(handler: EventFn) -> u64 {
     let m = current();
-    let mut h = m.0.handlers.borrow_mut();
+    let mut h = m.0.handlers();
     h.next_event_id += 1;
     let id = h.next_event_id;
     h.events.push((id, handler));
@@ -330,7 +330,7 @@ pub fn eventhandler_register(handler: EventFn) -> u64 {
 pub fn eventhandler_deregister(tag: u64) {
     let m = current();
     let old: Vec<_> = {
-        let mut h = m.0.handlers.borrow_mut();
+        let mut h = m.0.handlers();
         let (gone, keep) = std::mem::take(&mut h.events)
             .into_iter()
             .partition(|e| e.0 == tag);
@@ -584,8 +584,7 @@ pub fn kernel_objects() -> Vec<crate::machine::Mapping> {
 /// Publishes a writable string sysctl with its handler and initial value.
 pub fn sysctl_str_register(name: &str, value: &str, handler: crate::machine::SysctlStrFn) {
     let m = current();
-    m.0.handlers
-        .borrow_mut()
+    m.0.handlers()
         .sysctl_str
         .insert(name.into(), handler);
     m.st().sysctl_str.insert(name.into(), value.into());
@@ -594,7 +593,7 @@ pub fn sysctl_str_register(name: &str, value: &str, handler: crate::machine::Sys
 /// Removes a string sysctl.
 pub fn sysctl_str_remove(name: &str) {
     if let Some(m) = crate::machine::try_current() {
-        let old = m.0.handlers.borrow_mut().sysctl_str.remove(name);
+        let old = m.0.handlers().sysctl_str.remove(name);
         drop(old);
         m.st().sysctl_str.remove(name);
     }

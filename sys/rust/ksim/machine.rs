@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 pub use crate::witness::Violation;
 use crate::witness::Witness;
@@ -221,7 +221,7 @@ pub struct Location {
 
 /// What a thread does: asked for its next location at every clock tick
 /// while it runs (a workload program).
-pub trait Activity {
+pub trait Activity: Send {
     /// The location for the coming tick.
     fn step(&mut self) -> Location;
 }
@@ -313,7 +313,7 @@ pub(crate) struct File {
 }
 
 /// A kernel process body: one pass of its loop, run when woken.
-pub type KprocFn = Rc<dyn Fn()>;
+pub type KprocFn = Arc<dyn Fn() + Send + Sync>;
 
 pub(crate) struct Kproc {
     pub(crate) pid: u32,
@@ -325,11 +325,11 @@ pub(crate) struct Kproc {
 
 /// A registered system call: its arguments in, an errno or a return value
 /// out.
-pub type SyscallHandler = Rc<dyn Fn(&[u64]) -> Result<i64, i32>>;
+pub type SyscallHandler = Arc<dyn Fn(&[u64]) -> Result<i64, i32> + Send + Sync>;
 /// The `pmc_hook` function.
-pub type HookFn = Rc<dyn Fn(&HookCall)>;
+pub type HookFn = Arc<dyn Fn(&HookCall) + Send + Sync>;
 /// An event handler.
-pub type EventFn = Rc<dyn Fn(&Event)>;
+pub type EventFn = Arc<dyn Fn(&Event) + Send + Sync>;
 
 /// A kernel software event (`PMC_SOFT_DEFINE`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -425,7 +425,7 @@ pub(crate) struct State {
 
 /// The handler of a writable string sysctl (`SYSCTL_PROC`): validates
 /// and applies a new value.
-pub type SysctlStrFn = Rc<dyn Fn(&str) -> Result<(), i32>>;
+pub type SysctlStrFn = Arc<dyn Fn(&str) -> Result<(), i32> + Send + Sync>;
 
 #[derive(Default)]
 pub(crate) struct Handlers {
@@ -439,13 +439,34 @@ pub(crate) struct Handlers {
 }
 
 pub(crate) struct Inner {
-    pub(crate) st: RefCell<State>,
-    pub(crate) handlers: RefCell<Handlers>,
+    st: Mutex<State>,
+    handlers: Mutex<Handlers>,
+}
+
+/// Locks `m`. Kernel code of the simulated machine runs one piece at a
+/// time (the scheduler of `sched` passes a baton between host threads), so
+/// a held lock means this thread took it twice: that is a bug in the
+/// simulator, reported as RefCell would report it.
+fn take<'a, T>(m: &'a Mutex<T>, what: &str) -> MutexGuard<'a, T> {
+    match m.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => panic!("ksim: the machine's {what} taken twice"),
+    }
+}
+
+impl Inner {
+    pub(crate) fn st(&self) -> MutexGuard<'_, State> {
+        take(&self.st, "state")
+    }
+    pub(crate) fn handlers(&self) -> MutexGuard<'_, Handlers> {
+        take(&self.handlers, "handlers")
+    }
 }
 
 /// A simulated machine. Cloning gives another handle to the same machine.
 #[derive(Clone)]
-pub struct Machine(pub(crate) Rc<Inner>);
+pub struct Machine(pub(crate) Arc<Inner>);
 
 impl std::fmt::Debug for Machine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -551,9 +572,9 @@ impl Machine {
             sysctl_str: BTreeMap::new(),
             ktr: Vec::new(),
         };
-        let m = Machine(Rc::new(Inner {
-            st: RefCell::new(st),
-            handlers: RefCell::new(Handlers::default()),
+        let m = Machine(Arc::new(Inner {
+            st: Mutex::new(st),
+            handlers: Mutex::new(Handlers::default()),
         }));
         m.insert_proc(1, 0, Cred::root(), "init", "/sbin/init", true);
         m
@@ -565,8 +586,8 @@ impl Machine {
         Entered(())
     }
 
-    pub(crate) fn st(&self) -> std::cell::RefMut<'_, State> {
-        self.0.st.borrow_mut()
+    pub(crate) fn st(&self) -> MutexGuard<'_, State> {
+        self.0.st()
     }
 
     fn insert_proc(
@@ -783,7 +804,7 @@ impl Machine {
 
     /// The process, if it exists (zombies included).
     pub fn proc_info(&self, pid: u32) -> Option<ProcInfo> {
-        self.0.st.borrow().procs.get(&pid).map(|p| p.info.clone())
+        self.0.st().procs.get(&pid).map(|p| p.info.clone())
     }
 
     /// Advances the machine's clock (a context switch costs a little time,
@@ -959,7 +980,7 @@ impl Machine {
 
     /// A thread of init standing in for the idle thread.
     fn idle_tid(&self) -> u32 {
-        self.0.st.borrow().procs[&1].info.threads[0]
+        self.0.st().procs[&1].info.threads[0]
     }
 
     /// Gives a thread an activity, asked for its location every tick.
@@ -984,7 +1005,7 @@ impl Machine {
     /// (e.g. a page fault).
     pub fn soft_event(&self, cpu: u32, name: &str) {
         let (running, ev) = {
-            let st = self.0.st.borrow();
+            let st = self.0.st();
             let ev = st
                 .soft_events
                 .iter()
@@ -1027,7 +1048,7 @@ impl Machine {
     /// switched in on the first idle online CPU for the call, and out
     /// again after it.
     pub fn syscall(&self, tid: u32, num: u32, args: &[u64]) -> Result<i64, i32> {
-        let handler = self.0.handlers.borrow().syscalls.get(&num).cloned();
+        let handler = self.0.handlers().syscalls.get(&num).cloned();
         let Some(handler) = handler else {
             return Err(78); // ENOSYS
         };
@@ -1046,8 +1067,7 @@ impl Machine {
     fn kernel_call<R>(&self, tid: u32, what: &str, f: impl FnOnce() -> R) -> R {
         let on_cpu = self
             .0
-            .st
-            .borrow()
+            .st()
             .threads
             .get(&tid)
             .and_then(|t| t.cpu)
@@ -1056,7 +1076,7 @@ impl Machine {
             None
         } else {
             let cpu = {
-                let st = self.0.st.borrow();
+                let st = self.0.st();
                 st.cpus
                     .iter()
                     .position(|c| c.state == CpuState::Online && c.running.is_none())
@@ -1079,7 +1099,7 @@ impl Machine {
     /// Lets the woken kernel processes run, as the scheduler would once the
     /// current activity sleeps or returns to user mode.
     pub fn settle(&self) {
-        if std::mem::replace(&mut self.0.handlers.borrow_mut().settling, true) {
+        if std::mem::replace(&mut self.0.handlers().settling, true) {
             return;
         }
         loop {
@@ -1093,13 +1113,13 @@ impl Machine {
                 })
             };
             let Some((id, tid)) = next else { break };
-            let body = self.0.handlers.borrow().kprocs.get(&id).cloned();
+            let body = self.0.handlers().kprocs.get(&id).cloned();
             if let Some(body) = body {
                 self.with_ctx(tid, || body());
                 self.st().witness.check_return();
             }
         }
-        self.0.handlers.borrow_mut().settling = false;
+        self.0.handlers().settling = false;
     }
 
     pub(crate) fn kproc_create(&self, name: &str, body: KprocFn) -> u64 {
@@ -1121,15 +1141,15 @@ impl Machine {
             },
         );
         drop(st);
-        self.0.handlers.borrow_mut().kprocs.insert(id, body);
+        self.0.handlers().kprocs.insert(id, body);
         id
     }
 
     /// Runs a kernel process's body now, in its own context, then removes
     /// it (`kproc_exit` after its last pass).
     pub(crate) fn kproc_stop(&self, id: u64) {
-        let tid = self.0.st.borrow().kprocs.get(&id).map(|k| k.tid);
-        let body = self.0.handlers.borrow_mut().kprocs.remove(&id);
+        let tid = self.0.st().kprocs.get(&id).map(|k| k.tid);
+        let body = self.0.handlers().kprocs.remove(&id);
         if let (Some(tid), Some(body)) = (tid, body) {
             if let Some(k) = self.st().kprocs.get_mut(&id) {
                 k.stopping = true;
@@ -1150,7 +1170,7 @@ impl Machine {
 
     /// A file's contents.
     pub fn read_file(&self, path: &str) -> Option<Vec<u8>> {
-        self.0.st.borrow().vfs.get(path).cloned()
+        self.0.st().vfs.get(path).cloned()
     }
 
     /// mmap(2) of an executable object at `[addr, addr + len)` by `pid`
@@ -1216,7 +1236,7 @@ impl Machine {
 
     /// Kernel processes alive, by name.
     pub fn kprocs(&self) -> Vec<String> {
-        let st = self.0.st.borrow();
+        let st = self.0.st();
         st.kprocs
             .values()
             .filter_map(|k| st.procs.get(&k.pid).map(|p| p.info.comm.clone()))
@@ -1282,8 +1302,7 @@ impl Machine {
     /// The file a descriptor refers to.
     pub fn file_of(&self, pid: u32, fd: i32) -> Option<u64> {
         self.0
-            .st
-            .borrow()
+            .st()
             .procs
             .get(&pid)
             .and_then(|p| p.fds.get(&fd).copied())
@@ -1293,8 +1312,7 @@ impl Machine {
     /// copying out a file that grows without re-reading all of it.
     pub fn file_data_from(&self, id: u64, offset: usize) -> Vec<u8> {
         self.0
-            .st
-            .borrow()
+            .st()
             .files
             .get(&id)
             .and_then(|f| f.data.get(offset..))
@@ -1305,8 +1323,7 @@ impl Machine {
     /// Everything written to a file.
     pub fn file_data(&self, id: u64) -> Vec<u8> {
         self.0
-            .st
-            .borrow()
+            .st()
             .files
             .get(&id)
             .map(|f| f.data.clone())
@@ -1315,19 +1332,18 @@ impl Machine {
 
     /// Descriptors and kernel references to a file.
     pub fn file_refs(&self, id: u64) -> u32 {
-        self.0.st.borrow().files.get(&id).map_or(0, |f| f.refs)
+        self.0.st().files.get(&id).map_or(0, |f| f.refs)
     }
 
     /// The state of `cpu`.
     pub fn cpu_state(&self, cpu: u32) -> CpuState {
-        self.0.st.borrow().cpu_state(cpu)
+        self.0.st().cpu_state(cpu)
     }
 
     /// The thread running on `cpu`, if any.
     pub fn running_on(&self, cpu: u32) -> Option<u32> {
         self.0
-            .st
-            .borrow()
+            .st()
             .cpus
             .get(cpu as usize)
             .and_then(|c| c.running)
@@ -1341,12 +1357,12 @@ impl Machine {
 
     /// Registered system call numbers.
     pub fn syscalls(&self) -> Vec<u32> {
-        self.0.handlers.borrow().syscalls.keys().copied().collect()
+        self.0.handlers().syscalls.keys().copied().collect()
     }
 
     fn with_ctx<R>(&self, tid: u32, f: impl FnOnce() -> R) -> R {
         let cpu = {
-            let st = self.0.st.borrow();
+            let st = self.0.st();
             let running = st.threads.get(&tid).and_then(|t| t.cpu);
             running.unwrap_or_else(|| {
                 st.cpus
@@ -1367,7 +1383,7 @@ impl Machine {
     }
 
     fn hook(&self, call: &HookCall) {
-        let hook = self.0.handlers.borrow().hook.clone();
+        let hook = self.0.handlers().hook.clone();
         if let Some(h) = hook {
             h(call);
         }
@@ -1376,8 +1392,7 @@ impl Machine {
     fn event(&self, ev: &Event) {
         let handlers: Vec<EventFn> = self
             .0
-            .handlers
-            .borrow()
+            .handlers()
             .events
             .iter()
             .map(|e| e.1.clone())
@@ -1446,7 +1461,7 @@ impl Machine {
     /// sysctl(8) writing a string sysctl: its handler validates the value
     /// (an errno for a bad one) and the value is kept.
     pub fn sysctl_write_str(&self, name: &str, value: &str) -> Result<(), i32> {
-        let handler = self.0.handlers.borrow().sysctl_str.get(name).cloned();
+        let handler = self.0.handlers().sysctl_str.get(name).cloned();
         let handler = handler.ok_or(2)?; // ENOENT
         let (_, tid) = self.spawn(Cred::root(), "sysctl");
         self.in_thread(tid, || handler(value))?;
@@ -1457,7 +1472,7 @@ impl Machine {
     /// Reads a string sysctl. `kern.hwpmc.cpuid` is the kernel's own
     /// (kern_pmc.c, present with `options HWPMC_HOOKS`).
     pub fn sysctl_str(&self, name: &str) -> Option<String> {
-        let st = self.0.st.borrow();
+        let st = self.0.st();
         if name == "kern.hwpmc.cpuid" && st.cfg.kernel_pmc_version != 0 {
             return Some(st.cfg.cpuid.clone());
         }
@@ -1467,7 +1482,7 @@ impl Machine {
     /// The live processes as (pid, command name), in pid order, as the
     /// `kern.proc.proc` sysctl lists them.
     pub fn processes(&self) -> Vec<(u32, String)> {
-        let st = self.0.st.borrow();
+        let st = self.0.st();
         st.live_pids()
             .into_iter()
             .filter_map(|pid| st.procs.get(&pid).map(|p| (pid, p.info.comm.clone())))
@@ -1476,38 +1491,38 @@ impl Machine {
 
     /// The ktr(4) trace buffer.
     pub fn ktr(&self) -> Vec<String> {
-        self.0.st.borrow().ktr.clone()
+        self.0.st().ktr.clone()
     }
 
     /// Reads an integer sysctl.
     pub fn sysctl_get(&self, name: &str) -> Option<i64> {
-        self.0.st.borrow().sysctl.get(name).copied()
+        self.0.st().sysctl.get(name).copied()
     }
 
     /// Lines the kernel printed.
     pub fn console(&self) -> Vec<String> {
-        self.0.st.borrow().console.clone()
+        self.0.st().console.clone()
     }
 
     /// Signals sent, as (pid, signal), in order.
     pub fn signals(&self) -> Vec<(u32, i32)> {
-        self.0.st.borrow().signals.clone()
+        self.0.st().signals.clone()
     }
 
     /// Rule violations the witness saw.
     pub fn violations(&self) -> Vec<Violation> {
-        self.0.st.borrow().witness.violations.clone()
+        self.0.st().witness.violations.clone()
     }
 
     /// Kernel allocations still live, and their bytes.
     pub fn kmem_live(&self) -> (usize, usize) {
-        let st = self.0.st.borrow();
+        let st = self.0.st();
         (st.kmem.live.len(), st.kmem.live.values().sum())
     }
 
     /// Kernel allocation calls so far.
     pub fn kmem_calls(&self) -> u64 {
-        self.0.st.borrow().kmem.calls
+        self.0.st().kmem.calls
     }
 
     /// Makes the `n`th kernel allocation from now (1 = the next) fail.
@@ -1523,12 +1538,12 @@ impl Machine {
 
     /// The software events and their users.
     pub fn soft_events(&self) -> Vec<SoftEvent> {
-        self.0.st.borrow().soft_events.clone()
+        self.0.st().soft_events.clone()
     }
 
     /// The TSC of `cpu`.
     pub fn tsc(&self, cpu: u32) -> u64 {
-        self.0.st.borrow().cpus[cpu as usize].tsc
+        self.0.st().cpus[cpu as usize].tsc
     }
 }
 
