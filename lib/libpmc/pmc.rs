@@ -22,6 +22,9 @@ pub type Errno = c_int;
 /// `EPROGMISMATCH` (FreeBSD's value): the driver's ABI major differs.
 pub const EPROGMISMATCH: Errno = 75;
 
+/// The first `PMC_VERSION` whose driver has PMC_OP_GETCAPS.
+const PMC_VERSION_WITH_GETCAPS: u32 = 0x0A03_0000;
+
 /// One event a class offers: its canonical name and code.
 #[derive(Debug, Clone)]
 pub struct EventDescr {
@@ -50,6 +53,8 @@ pub struct Pmc {
     classes: Vec<ClassDescr>,
     /// The PMU event table of the CPU `kern.hwpmc.cpuid` names.
     pmu: Option<PmuTable>,
+    /// The driver's `PMC_VERSION`, from PMC_OP_GETMODULEVERSION.
+    driver_version: u32,
 }
 
 impl core::fmt::Debug for Pmc {
@@ -110,12 +115,14 @@ impl Pmc {
             cpuinfo: PmcOpGetcpuinfo::zeroed(),
             classes: Vec::new(),
             pmu: None,
+            driver_version: 0,
         };
         let mut version = PMC_VERSION;
         pmc.call_struct(PmcOp::Getmoduleversion, &mut version)?;
         if version & 0xFF00_0000 != PMC_VERSION & 0xFF00_0000 {
             return Err(EPROGMISMATCH);
         }
+        pmc.driver_version = version;
         let mut cpuinfo = PmcOpGetcpuinfo::zeroed();
         pmc.call_struct(PmcOp::Getcpuinfo, &mut cpuinfo)?;
         pmc.cpuinfo = cpuinfo;
@@ -389,10 +396,28 @@ impl Pmc {
         self.call(PmcOp::Pmcsetcount, &mut b)
     }
 
-    /// `pmc_capabilities`: the capabilities of the PMC's class, from the
-    /// cached CPU information (no system call, as in FreeBSD).
+    /// Whether the driver has PMC_OP_GETCAPS: minor version 3 of the
+    /// 2026 ABI on (FreeBSD 15.0's driver, 0x0A000000, lacks it).
+    pub fn driver_has_getcaps(&self) -> bool {
+        self.driver_version & 0x00FF_0000 >= PMC_VERSION_WITH_GETCAPS & 0x00FF_0000
+    }
+
+    /// The driver's version, as PMC_OP_GETMODULEVERSION reported it.
+    pub fn driver_version(&self) -> u32 {
+        self.driver_version
+    }
+
+    /// `pmc_capabilities`: the capabilities of the PMC's own row, asked of
+    /// the driver with PMC_OP_GETCAPS, which fails for an id that is not
+    /// an allocated PMC of the caller. A driver without the operation is
+    /// answered from the cached class table, as FreeBSD 15.0's library
+    /// does.
     pub fn capabilities(&self, id: PmcId) -> Result<u32, Errno> {
-        self.class_info(id).map(|c| c.pm_caps)
+        if self.driver_has_getcaps() {
+            self.row_caps(id)
+        } else {
+            self.class_info(id).map(|c| c.pm_caps)
+        }
     }
     /// `pmc_width`: the counter width of the PMC's class.
     pub fn width(&self, id: PmcId) -> Result<u32, Errno> {

@@ -399,3 +399,92 @@ fn process_sampling_of_the_workload() {
         assert_eq!(samples, 3, "set {with_set} flags {flags:#x}");
     }
 }
+
+/// pmc_capabilities asks the driver (PMC_OP_GETCAPS): ids that were never
+/// allocated, or were released, fail, as FreeBSD's 2026 tests expect.
+#[test]
+fn capabilities_come_from_the_drivers_row() {
+    let pmc = machine(2);
+    assert!(
+        pmc.driver_has_getcaps(),
+        "the simulated driver is 0x0A030000"
+    );
+    let id = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    let caps = pmc.capabilities(id).unwrap();
+    assert_eq!(caps, pmc.row_caps(id).unwrap());
+    assert_ne!(caps & PmcCaps::READ.bits(), 0);
+    // An id of the same class, never allocated, while the program owns a
+    // PMC: the driver finds no such PMC.
+    let other = (id & !0xFF) | ((pmc_id_to_rowindex(id) + 1) & 0xFF);
+    assert_ne!(other, id);
+    assert_eq!(pmc.capabilities(other).unwrap_err(), libc::EINVAL);
+    pmc.release(id).unwrap();
+    // Released: the program owns nothing any more.
+    assert_eq!(pmc.capabilities(id).unwrap_err(), libc::ESRCH);
+}
+
+/// A driver of FreeBSD 15.0 (0x0A000000) has no PMC_OP_GETCAPS: the class
+/// table answers, and the operation is never issued.
+struct Driver15 {
+    sim: SimTransport,
+    getcaps_calls: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl pmc::transport::Transport for Driver15 {
+    fn call(&self, op: u32, arg: &mut [u8]) -> Result<(), libc::c_int> {
+        if op == PmcOp::Getcaps.raw() {
+            self.getcaps_calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(libc::EINVAL);
+        }
+        self.sim.call(op, arg)?;
+        if op == PmcOp::Getmoduleversion.raw() {
+            arg[..4].copy_from_slice(&0x0A00_0000u32.to_ne_bytes());
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn capabilities_of_a_driver_without_getcaps_come_from_the_class() {
+    let sim = SimTransport::boot(SimConfig {
+        cpus: 1,
+        comm: "pmc_api".into(),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let getcaps_calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let pmc = Pmc::init(Box::new(Driver15 {
+        sim,
+        getcaps_calls: getcaps_calls.clone(),
+    }))
+    .unwrap();
+    assert_eq!(pmc.driver_version(), 0x0A00_0000);
+    assert!(!pmc.driver_has_getcaps());
+    let id = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    let class = pmc
+        .cpuinfo()
+        .pm_classes
+        .iter()
+        .find(|c| c.pm_class == PmcClass::Soft.raw())
+        .unwrap()
+        .pm_caps;
+    assert_eq!(pmc.capabilities(id).unwrap(), class);
+    assert_eq!(getcaps_calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
