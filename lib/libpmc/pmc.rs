@@ -65,7 +65,7 @@ impl core::fmt::Debug for Pmc {
     }
 }
 
-/// Event aliases of a CPU without PMU tables (FreeBSD's generic list).
+/// Event aliases of the generic CPU type (FreeBSD's generic list).
 const GENERIC_ALIASES: &[(&str, &str)] = &[("instructions", "SOFT-CLOCK.HARD")];
 
 /// FreeBSD's event-name comparison: case-insensitive, and space, `_`, `-`
@@ -226,7 +226,9 @@ impl Pmc {
 
     /// Parses a counter specification (`[CLASS-]EVENT[,qualifier...]`, or
     /// an alias) into an allocation request; EINVAL for an unknown event,
-    /// a class this machine lacks, or a qualifier the class refuses.
+    /// a class prefix this machine lacks, or a qualifier the class
+    /// refuses. An event of the PMU table becomes a request for its class
+    /// even where the driver lacks that class: the driver refuses it.
     pub fn parse_spec(
         &self,
         spec: &str,
@@ -243,21 +245,29 @@ impl Pmc {
         if mode.is_sampling() {
             a.pm_caps |= PmcCaps::INTERRUPT.bits();
         }
-        // The PMU tables first, as FreeBSD's library; their event counts
-        // only on a driver with the event's class, else the static tables
-        // (and the generic aliases) get their turn.
+        // The PMU tables first, as FreeBSD's library. An event found there
+        // is asked of the driver whether or not it offers the event's
+        // class (it refuses a class it lacks): no other event stands in
+        // for it. Only a name the table lacks goes on to the static
+        // tables.
         if let Some(pmu) = &self.pmu {
             let mut request = a;
             match pmu.allocate(spec, &mut request) {
-                Ok(()) if self.has_class(request.pm_class) => return Ok(request),
+                Ok(()) => return Ok(request),
                 Err(e) if e != libc::ENOENT => return Err(e),
-                _ => {}
+                Err(_) => {}
             }
         }
-        let spec = GENERIC_ALIASES
-            .iter()
-            .find(|(alias, _)| alias.eq_ignore_ascii_case(spec))
-            .map_or(spec, |(_, s)| *s);
+        // The generic aliases belong to the generic CPU type, as in
+        // FreeBSD's library, where each CPU type has its own aliases.
+        let spec = if self.cpuinfo.pm_cputype == PmcCputype::Generic.raw() {
+            GENERIC_ALIASES
+                .iter()
+                .find(|(alias, _)| alias.eq_ignore_ascii_case(spec))
+                .map_or(spec, |(_, s)| *s)
+        } else {
+            spec
+        };
         let (name, quals) = spec
             .split_once(',')
             .map_or((spec, None), |(n, q)| (n, Some(q)));

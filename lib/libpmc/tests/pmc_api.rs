@@ -94,7 +94,6 @@ fn specifications_become_allocation_requests() {
         "SOFT-CLOCK.HARD",
         "soft-clock-hard",
         "CLOCK.HARD",
-        "instructions",
         "SOFT-CLOCK.HARD,usr",
     ] {
         let a = pmc
@@ -487,4 +486,57 @@ fn capabilities_of_a_driver_without_getcaps_come_from_the_class() {
         .pm_caps;
     assert_eq!(pmc.capabilities(id).unwrap(), class);
     assert_eq!(getcaps_calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+/// A hardware event name of the PMU table, on a driver without the
+/// hardware class: the request names the hardware class and the driver
+/// refuses it, as on FreeBSD; no software event stands in for it.
+#[test]
+fn a_hardware_event_without_its_class_is_refused() {
+    let pmc = machine(1);
+    assert!(pmc.pmu().is_some(), "the default CPU key has a PMU table");
+    assert!(!pmc.has_class(PmcClass::Iap.raw()));
+    let a = pmc
+        .parse_spec("instructions", PmcMode::Sc, 0, 0, 0)
+        .unwrap();
+    assert_eq!(a.pm_class, PmcClass::Iap.raw());
+    for spec in ["instructions", "inst_retired.any_p", "cycles"] {
+        assert_eq!(
+            pmc.allocate(spec, PmcMode::Sc.raw(), 0, 0, 0).unwrap_err(),
+            libc::EINVAL,
+            "{spec}"
+        );
+    }
+    // Nothing was allocated: the program owns no PMC.
+    assert_eq!(pmc.release(0).unwrap_err(), libc::ESRCH);
+}
+
+/// FreeBSD's generic aliases (`instructions` is SOFT-CLOCK.HARD) hold for
+/// the generic CPU type when libpmc has no PMU table for the CPU.
+#[test]
+fn the_generic_cpu_type_has_the_generic_aliases() {
+    let pmc = boot(SimConfig {
+        cpus: 1,
+        comm: "pmc_api".into(),
+        cpuid: "NoSuchVendor-0-0".into(),
+        ..SimConfig::default()
+    });
+    assert!(pmc.pmu().is_none());
+    assert_eq!(pmc.cpuinfo().pm_cputype, PmcCputype::Generic.raw());
+    let hard = pmc
+        .events_of_class(PmcClass::Soft)
+        .unwrap()
+        .iter()
+        .find(|e| e.name.to_bytes() == b"CLOCK.HARD")
+        .unwrap()
+        .code;
+    let a = pmc
+        .parse_spec("instructions", PmcMode::Sc, 0, 0, 0)
+        .unwrap();
+    assert_eq!((a.pm_class, a.pm_ev), (PmcClass::Soft.raw(), hard));
+    // Other names of the PMU tables are unknown there.
+    assert_eq!(
+        pmc.parse_spec("cycles", PmcMode::Sc, 0, 0, 0).unwrap_err(),
+        libc::EINVAL
+    );
 }

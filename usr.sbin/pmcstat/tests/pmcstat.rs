@@ -734,3 +734,30 @@ fn targets_chosen_by_a_regular_expression() {
     // four CPUs' 8000 ticks, less a little for the program itself.
     assert!((7000..=8000).contains(&count), "{out}");
 }
+
+/// A hardware event of the CPU's PMU table, on a machine whose driver has
+/// no hardware class (the simulator has SOFT and TSC only): FreeBSD's
+/// libpmc fails the allocation, and pmcstat stops before printing any
+/// column, instead of counting another event under the name.
+#[test]
+fn a_hardware_event_the_driver_lacks_fails_the_allocation() {
+    let cases: [(&[&str], &str); 2] = [
+        (&["-s", "instructions", "-w", "1", "-l", "1"], "system"),
+        (
+            &["-p", "instructions", "-t", "0", "-w", "1", "-l", "1"],
+            "process",
+        ),
+    ];
+    for (args, mode) in cases {
+        let o = pmcstat(args);
+        assert_eq!(o.status.code(), Some(71), "{}", text(&o.stderr));
+        assert_eq!(
+            text(&o.stderr),
+            format!(
+                "pmcstat: ERROR: Cannot allocate {mode}-mode pmc with specification \
+                 \"instructions\": Invalid argument\n"
+            )
+        );
+        assert!(o.stdout.is_empty(), "no column: {}", text(&o.stdout));
+    }
+}
