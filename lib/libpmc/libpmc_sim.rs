@@ -17,7 +17,7 @@ use ksim::workload::Program;
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
 use uapi::pmc::{PmcOp, PmcOpConfigurelog};
 
-use crate::transport::Transport;
+use crate::transport::{Transport, host_errno};
 
 /// Environment variable with the simulated machine's CPU count.
 pub const CPUS_ENV: &str = "LIBPMC_SIM_CPUS";
@@ -425,7 +425,7 @@ impl SimTransport {
                 let module = match m.in_thread(kld, hwpmc::Module::load) {
                     Ok(module) => module,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e.0));
+                        let _ = ready_tx.send(Err(host_errno(e.0)));
                         return;
                     }
                 };
@@ -625,7 +625,8 @@ impl Transport for SimTransport {
         })?;
         let (bytes, result) = answer.recv().map_err(|_| libc::ENXIO)?;
         arg.copy_from_slice(&bytes);
-        result
+        // The driver's errno values are FreeBSD's.
+        result.map_err(host_errno)
     }
 
     fn spawn(&self, argv: &[String]) -> Result<i32, c_int> {

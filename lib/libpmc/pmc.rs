@@ -19,8 +19,10 @@ use crate::transport::Transport;
 /// An errno value.
 pub type Errno = c_int;
 
-/// `EPROGMISMATCH` (FreeBSD's value): the driver's ABI major differs.
-pub const EPROGMISMATCH: Errno = 75;
+/// `EPROGMISMATCH`: the driver's ABI major differs. FreeBSD's value
+/// (75) on FreeBSD, the host's nearest elsewhere (see
+/// [`crate::transport::host_errno`]).
+pub const EPROGMISMATCH: Errno = crate::transport::host_errno(75);
 
 /// The first `PMC_VERSION` whose driver has PMC_OP_GETCAPS.
 const PMC_VERSION_WITH_GETCAPS: u32 = 0x0A03_0000;

@@ -540,3 +540,75 @@ fn the_generic_cpu_type_has_the_generic_aliases() {
         libc::EINVAL
     );
 }
+
+fn strerror(e: i32) -> String {
+    std::io::Error::from_raw_os_error(e)
+        .to_string()
+        .split(" (os error")
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The simulated driver answers with FreeBSD's errno values; the caller
+/// gets the host's, whose strerror(3) says what FreeBSD's would.
+#[test]
+fn driver_errors_arrive_as_the_hosts_errno_values() {
+    let pmc = machine(1);
+    // ENOSYS (78 on FreeBSD): a SOFT PMC has no MSR (asked of a
+    // process-mode PMC attached to its owner alone, as the driver wants).
+    let soft = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    pmc.attach(soft, 0).unwrap();
+    let e = pmc.get_msr(soft).unwrap_err();
+    assert_eq!(e, libc::ENOSYS);
+    assert_eq!(strerror(e), "Function not implemented");
+    // EOPNOTSUPP (45): the TSC class cannot interrupt, so cannot sample.
+    let e = pmc
+        .allocate("TSC", PmcMode::Ss.raw(), 0, 0, 1000)
+        .unwrap_err();
+    assert_eq!(e, libc::EOPNOTSUPP);
+    assert_eq!(strerror(e), "Operation not supported");
+    // EDOOFUS (88, "Programming error"; no such value on Linux): a
+    // sampling PMC started without a log.
+    let sampling = pmc
+        .allocate("SOFT-CLOCK.HARD", PmcMode::Ss.raw(), 0, 0, 1000)
+        .unwrap();
+    let e = pmc.start(sampling).unwrap_err();
+    assert_eq!(e, pmc::transport::host_errno(88));
+    #[cfg(target_os = "linux")]
+    assert_eq!(strerror(e), "Invalid argument");
+}
+
+/// The translation table against FreeBSD's `sys/errno.h` texts, for the
+/// values whose numbers differ between FreeBSD and Linux.
+#[test]
+#[cfg(target_os = "linux")]
+fn freebsd_errno_values_become_the_hosts() {
+    use pmc::transport::host_errno;
+    for (freebsd, text) in [
+        (11, "Resource deadlock avoided"),
+        (22, "Invalid argument"),
+        (35, "Resource temporarily unavailable"),
+        (45, "Operation not supported"),
+        (55, "No buffer space available"),
+        (60, "Connection timed out"),
+        (63, "File name too long"),
+        (66, "Directory not empty"),
+        (78, "Function not implemented"),
+        (84, "Value too large for defined data type"),
+        (92, "Protocol error"),
+    ] {
+        assert_eq!(strerror(host_errno(freebsd)), text, "{freebsd}");
+    }
+    // EPROGMISMATCH, the library's own version error, is the host's too.
+    assert_eq!(pmc::pmc::EPROGMISMATCH, libc::EPROTO);
+    assert_eq!(host_errno(0x7fff), libc::EIO);
+}

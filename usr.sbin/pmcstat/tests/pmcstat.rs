@@ -761,3 +761,19 @@ fn a_hardware_event_the_driver_lacks_fails_the_allocation() {
         assert!(o.stdout.is_empty(), "no column: {}", text(&o.stdout));
     }
 }
+
+/// The simulated driver's FreeBSD errno values reach pmcstat's messages as
+/// the host's: EOPNOTSUPP (45 on FreeBSD, "Level 2 not synchronized" on
+/// Linux if passed through) for a TSC PMC, which cannot sample.
+#[test]
+fn a_driver_error_is_told_in_the_hosts_words() {
+    let log = tmp("tsc.log");
+    let o = pmcstat(&["-S", "TSC", "-O", &log, "-l", "1"]);
+    let _ = std::fs::remove_file(&log);
+    assert_eq!(o.status.code(), Some(71), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        "pmcstat: ERROR: Cannot allocate system-mode pmc with specification \"TSC\": \
+         Operation not supported\n"
+    );
+}
