@@ -777,3 +777,17 @@ fn a_driver_error_is_told_in_the_hosts_words() {
          Operation not supported\n"
     );
 }
+
+/// A target pid that the simulated machine does not have: nothing to
+/// attach to, and pmcstat says so at once.
+#[test]
+fn a_target_pid_that_does_not_exist() {
+    let started = std::time::Instant::now();
+    let o = pmcstat(&["-p", "SOFT-CLOCK.HARD", "-t", "1000000000", "-w", "1"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        "pmcstat: ERROR: No processes were attached to.\n"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
