@@ -475,7 +475,9 @@ fn an_unknown_workload_fails_initialisation() {
     assert_eq!(o.status.code(), Some(69));
     assert_eq!(
         text(&o.stderr),
-        "pmcstat: ERROR: Initialization of the pmc(3) library failed: Invalid argument\n"
+        "libpmc: simulated machine: LIBPMC_SIM_WORKLOAD=\"make\" is not work or \
+         work:THREADS, THREADS from 1 to 64\n\
+         pmcstat: ERROR: Initialization of the pmc(3) library failed: Invalid argument\n"
     );
 }
 
