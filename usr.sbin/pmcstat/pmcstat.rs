@@ -180,7 +180,7 @@ struct Args {
     targets: Vec<i32>,
     /// `-t` regular expressions, matched against command names once the
     /// library is up.
-    target_patterns: Vec<pmc::regex::Regex>,
+    target_patterns: Vec<pmc::regcomp::Regex>,
     has_target: bool,
     list_counters: bool,
     describe: Option<String>,
@@ -513,7 +513,7 @@ fn parse(argv: &[String]) -> Result<Args, Exit> {
                             a.targets.insert(0, pid as i32)
                         }
                         _ => {
-                            let re = pmc::regex::Regex::new(v).map_err(|e| {
+                            let re = pmc::regcomp::Regex::new(v).map_err(|e| {
                                 errx(
                                     EX_SOFTWARE,
                                     format!("ERROR: Failed to compile regex \"{v}\": {e}"),

@@ -426,7 +426,7 @@ fn freebsds_argument_checks() {
         (
             &["-t", "(make", "-p", "SOFT-CLOCK.HARD"],
             70,
-            "ERROR: Failed to compile regex \"(make\": unmatched (",
+            "ERROR: Failed to compile regex \"(make\": ",
         ),
         (
             &["-s", "TSC", "nosuch"],
@@ -792,4 +792,38 @@ fn a_target_pid_that_does_not_exist() {
         "pmcstat: ERROR: No processes were attached to.\n"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
+
+/// `-t` patterns are POSIX extended regular expressions compiled by the C
+/// library's regcomp(3), as in FreeBSD's pmcstat: bounds work, and a bad
+/// pattern is reported with regerror(3)'s words.
+#[test]
+fn target_patterns_are_regcomp_extended_expressions() {
+    let o = pmcstat_with_workload(&[
+        "-p",
+        "SOFT-CLOCK.HARD",
+        "-t",
+        "^wo(r){1}k$",
+        "-w",
+        "1",
+        "-l",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("p/SOFT-CLOCK.HARD"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = pmcstat(&["-p", "SOFT-CLOCK.HARD", "-t", "(make"]);
+    assert_eq!(o.status.code(), Some(70));
+    let reason = if cfg!(all(target_os = "linux", target_env = "gnu")) {
+        "Unmatched ( or \\("
+    } else {
+        "parentheses not balanced"
+    };
+    assert_eq!(
+        text(&o.stderr),
+        format!("pmcstat: ERROR: Failed to compile regex \"(make\": {reason}\n")
+    );
 }
