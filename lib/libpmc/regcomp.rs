@@ -66,7 +66,7 @@ impl Regex {
         // before `self` is dropped; `c` is NUL-terminated; one regmatch_t
         // is writable.
         let r = unsafe { libc::regexec(&*self.re, c.as_ptr(), 1, &mut m, 0) };
-        (r == 0).then(|| (m.rm_so as usize, m.rm_eo as usize))
+        (r == 0).then_some((m.rm_so as usize, m.rm_eo as usize))
     }
 
     /// Whether the pattern matches somewhere in `text`.
