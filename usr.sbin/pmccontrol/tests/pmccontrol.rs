@@ -269,3 +269,49 @@ fn a_bad_machine_variable_is_named() {
         );
     }
 }
+
+/// Arguments are taken as the bytes they are (getopt(3) over OsString):
+/// one that is not UTF-8 is refused with a message, never a panic.
+#[test]
+fn arguments_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let run = |args: &[&[u8]]| {
+        Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+            .args(args.iter().map(|a| OsStr::from_bytes(a)))
+            .env("LIBPMC_TRANSPORT", "sim")
+            .output()
+            .unwrap()
+    };
+    for (args, code, msg) in [
+        (
+            &[&b"-c"[..], b"\xff"][..],
+            65,
+            "pmccontrol: \"\\xff\" is not a valid CPU id\n",
+        ),
+        (
+            &[&b"-e\xfe1"[..]][..],
+            65,
+            "pmccontrol: \"\\xfe1\" is not a valid PMC id\n",
+        ),
+        (
+            &[&b"-d"[..], b"7\xff"][..],
+            65,
+            "pmccontrol: \"7\\xff\" is not a valid PMC id\n",
+        ),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), msg, "{args:?}");
+    }
+    let o = run(&[b"-\xe9"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("pmccontrol: Unrecognized option \"-\\xe9\"\npmccontrol: Usage:"),
+        "{}",
+        stderr(&o)
+    );
+    // A wildcard followed by anything is still the wildcard, as in C.
+    let o = run(&[b"-c", b"*\xff", b"-e", b"0"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -827,3 +827,50 @@ fn target_patterns_are_regcomp_extended_expressions() {
         format!("pmcstat: ERROR: Failed to compile regex \"(make\": {reason}\n")
     );
 }
+
+/// Arguments are taken as the bytes they are (getopt(3) over OsString):
+/// one that is not UTF-8 is refused with a message naming it, never a
+/// panic.
+#[test]
+fn arguments_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let run = |args: &[&[u8]]| {
+        Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+            .args(args.iter().map(|a| OsStr::from_bytes(a)))
+            .env("LIBPMC_TRANSPORT", "sim")
+            .output()
+            .unwrap()
+    };
+    for (args, msg) in [
+        (
+            &[&b"-O"[..], b"log\xff"][..],
+            "pmcstat: ERROR: the argument \"log\\xff\" of option -O is not valid UTF-8.\n",
+        ),
+        (
+            &[&b"-sTSC\xfe"[..]][..],
+            "pmcstat: ERROR: the argument \"TSC\\xfe\" of option -s is not valid UTF-8.\n",
+        ),
+        (
+            &[&b"-s"[..], b"TSC", b"work", b"\xff"][..],
+            "pmcstat: ERROR: the command line argument \"\\xff\" is not valid UTF-8.\n",
+        ),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stderr), msg, "{args:?}");
+    }
+    for (args, first) in [
+        (&[&b"-\xe9"[..]][..], "pmcstat: illegal option -- \\xe9\n"),
+        (
+            &[&b"-qw"[..]][..],
+            "pmcstat: option requires an argument -- w\n",
+        ),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(err.starts_with(first), "{args:?}: {err}");
+        assert!(err.contains("[options] [commandline]"), "{err}");
+    }
+}
