@@ -161,6 +161,14 @@ pub fn from_environment() -> Result<Box<dyn Transport>, c_int> {
         Ok("sim") => Ok(Box::new(
             crate::libpmc_sim::SimTransport::from_environment()?
         )),
+        #[cfg(not(feature = "sim"))]
+        Ok("sim") => {
+            eprintln!(
+                "libpmc: {TRANSPORT_ENV}=sim, but this libpmc was built without the \
+                 simulator (the Cargo feature `sim`)"
+            );
+            Err(libc::EINVAL)
+        }
         Ok("syscall") | Err(_) => Syscall::find().map(|s| Box::new(s) as Box<dyn Transport>),
         // An unknown transport is a configuration error, not a missing
         // module.
