@@ -516,16 +516,23 @@ fn a_long_live_run_does_not_stall_on_a_full_pipe() {
 
 #[test]
 fn an_interrupt_ends_the_run_without_another_line() {
-    let child = sim_pmcstat(&["-c", "0", "-s", "TSC", "-w", "0.01"])
+    use std::io::BufRead;
+    let mut child = sim_pmcstat(&["-c", "0", "-s", "TSC", "-w", "0.01"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Signal it once it is counting (it has printed its header and a
+    // line), not while it starts, when SIGINT would still kill it.
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut err = String::new();
+    while err.lines().count() < 2 {
+        assert_ne!(reader.read_line(&mut err).unwrap(), 0, "{err}");
+    }
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
+    std::io::Read::read_to_string(&mut reader, &mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{err}");
     assert!(err.starts_with("#             s/00/TSC \n"), "{err}");
     assert!(
         err.lines().count() > 2,
