@@ -456,7 +456,7 @@ impl SimTransport {
                 let module = match m.in_thread(kld, hwpmc::Module::load) {
                     Ok(module) => module,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(host_errno(e.0)));
+                        let _ = ready_tx.send(Err(host_errno(e.get())));
                         return;
                     }
                 };

@@ -93,4 +93,9 @@ pub trait PmcClassDep: Send + Sync {
     /// The core drained `cpu`'s sample rings: counters stalled on a full
     /// ring run again.
     fn unstall(&self, _cpu: u32) {}
+    /// Rows that count kernel event `event`, as (holding the event armed,
+    /// stalled): for the invariant checks of tests.
+    fn rows_on_event(&self, _event: u32) -> (u32, u32) {
+        (0, 0)
+    }
 }

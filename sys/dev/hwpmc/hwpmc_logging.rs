@@ -7,8 +7,7 @@
 //! from the context-switch path. A write error stops the log: the error is
 //! kept for the next PMC_OP_FLUSHLOG and the owner gets SIGIO.
 
-use alloc::format;
-use alloc::sync::Arc;
+use core::fmt::Write as _;
 use core::sync::atomic::Ordering;
 
 use kpi::errno::{ENOMEM, Errno, KResult};
@@ -16,7 +15,7 @@ use kpi::file::KFile;
 use kpi::kproc::Kproc;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{Pid, SIGIO};
-use kpi::sync::{Mutex, SpinMutex};
+use kpi::sync::{SpinMutex, SpinMutexBox, Sx, SxBox};
 use uapi::pmclog::PmclogRecord;
 
 use crate::Stats;
@@ -26,12 +25,15 @@ use crate::Stats;
 pub(crate) struct LogBuffer {
     data: KVec<u8>,
     len: usize,
+    /// From the shared pool (and goes back there), or a log's own buffer
+    /// for its CLOSELOG record.
+    pooled: bool,
 }
 
 /// The buffers of all owners, allocated at load.
 #[derive(Debug)]
 pub(crate) struct LogPool {
-    free: SpinMutex<KVec<KBox<LogBuffer>>>,
+    free: SpinMutexBox<KVec<KBox<LogBuffer>>>,
     total: usize,
 }
 
@@ -44,13 +46,14 @@ impl LogPool {
                 LogBuffer {
                     data: KVec::zeroed(size, Wait::WaitOk)?,
                     len: 0,
+                    pooled: true,
                 },
                 Wait::WaitOk,
             )?;
             let _ = free.push_within_capacity(b);
         }
         Ok(LogPool {
-            free: SpinMutex::new("pmc-logpool", free),
+            free: SpinMutex::new(c"pmc-logpool", free, Wait::WaitOk)?,
             total: count,
         })
     }
@@ -59,10 +62,17 @@ impl LogPool {
         self.free.lock().pop()
     }
 
-    fn put(&self, mut b: KBox<LogBuffer>) {
+    /// Takes a buffer back. A log's own CLOSELOG buffer is handed back to
+    /// the caller, to be freed with no spin lock held.
+    fn put(&self, mut b: KBox<LogBuffer>) -> Option<KBox<LogBuffer>> {
+        if !b.pooled {
+            return Some(b);
+        }
         b.len = 0;
         // The pool has room for every buffer it ever handed out.
-        let _ = self.free.lock().push_within_capacity(b);
+        let r = self.free.lock().push_within_capacity(b);
+        kassert!(r.is_ok(), "log buffer pool over capacity");
+        r.err()
     }
 
     /// Buffers not in use.
@@ -81,6 +91,11 @@ struct LogState {
     error: Option<Errno>,
     /// CLOSELOG was logged; the writer closes the file once drained.
     closing: bool,
+    /// The log's own buffer for its CLOSELOG record, allocated with the
+    /// log, so that CLOSELOG is written even when every pool buffer is
+    /// full and queued (hwpmc(4): a reader stopping at CLOSELOG loses no
+    /// record).
+    closelog: Option<KBox<LogBuffer>>,
 }
 
 /// An owner's log.
@@ -88,9 +103,12 @@ pub(crate) struct OwnerLog {
     owner: Pid,
     pool: KArc<LogPool>,
     stats: KArc<Stats>,
-    st: SpinMutex<LogState>,
-    file: Mutex<Option<KFile>>,
-    writer: SpinMutex<Option<Kproc>>,
+    st: SpinMutexBox<LogState>,
+    /// The log file. An sx, not a mutex: the writer holds it across
+    /// fo_write, which may sleep, so that deconfiguring waits for a write
+    /// in progress instead of pulling the file from under it.
+    file: SxBox<Option<KFile>>,
+    writer: SpinMutexBox<Option<Kproc>>,
 }
 
 impl core::fmt::Debug for OwnerLog {
@@ -113,30 +131,51 @@ impl OwnerLog {
         ncpu: u32,
     ) -> KResult<KArc<OwnerLog>> {
         let cur = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| None)?;
-        let queue = KVec::with_capacity(pool.total, Wait::WaitOk)?;
+        // Every pool buffer, and the log's own CLOSELOG buffer.
+        let queue = KVec::with_capacity(pool.total + 1, Wait::WaitOk)?;
+        let closing_record = PmclogRecord {
+            tsc: 0,
+            body: uapi::pmclog::PmclogBody::Closelog,
+        };
+        let closelog = KBox::try_new(
+            LogBuffer {
+                data: KVec::zeroed(closing_record.encoded_len(), Wait::WaitOk)?,
+                len: 0,
+                pooled: false,
+            },
+            Wait::WaitOk,
+        )?;
         let log = KArc::try_new(
             OwnerLog {
                 owner,
                 pool: pool.clone(),
                 stats: stats.clone(),
                 st: SpinMutex::new(
-                    "pmc-ownerlog",
+                    c"pmc-ownerlog",
                     LogState {
                         cur,
                         queue,
                         error: None,
                         closing: false,
+                        closelog: Some(closelog),
                     },
-                ),
-                file: Mutex::new("pmc-logfile", None),
-                writer: SpinMutex::new("pmc-logwriter", None),
+                    Wait::WaitOk,
+                )?,
+                file: Sx::new(c"pmc-logfile", None, Wait::WaitOk)?,
+                writer: SpinMutex::new(c"pmc-logwriter", None, Wait::WaitOk)?,
             },
             Wait::WaitOk,
         )?;
         let body = log.clone();
+        let mut name = kpi::LineBuf::<32>::new();
+        let _ = write!(name, "hwpmc: proc({owner})");
         let writer = kpi::kproc::kproc_create(
-            &format!("hwpmc: proc({owner})"),
-            Arc::new(move || body.write_pass()),
+            name.as_str(),
+            kpi::kbox_dyn!(
+                move || body.write_pass(),
+                Wait::WaitOk,
+                dyn Fn() + Send + Sync
+            )?,
         )?;
         match kpi::file::fget_write(fd) {
             Ok(file) => *log.file.lock() = Some(file),
@@ -150,15 +189,19 @@ impl OwnerLog {
     }
 
     /// Appends a record for the current CPU. ENOMEM when no buffer is
-    /// free (the record is lost and counted); records after a write error
-    /// or after CLOSELOG are discarded.
+    /// free (the record is lost and counted) and once CLOSELOG is logged
+    /// (the log takes no more records, as FreeBSD's refuses them after
+    /// shutdown began); records after a write error are discarded.
     pub fn emit(&self, rec: &PmclogRecord<'_>) -> KResult<()> {
         let len = rec.encoded_len();
         let cpu = kpi::cpu::curcpu() as usize;
         let mut wake = false;
         let r = {
             let mut st = self.st.lock();
-            if st.error.is_some() || st.closing {
+            if st.closing {
+                return Err(ENOMEM);
+            }
+            if st.error.is_some() {
                 return Ok(());
             }
             let full = st.cur[cpu]
@@ -215,9 +258,13 @@ impl OwnerLog {
             for slot in st.cur.iter_mut() {
                 match slot.take() {
                     Some(b) if b.len > 0 => {
-                        let _ = st.queue.push_within_capacity(b);
+                        let r = st.queue.push_within_capacity(b);
+                        kassert!(r.is_ok(), "log queue over capacity");
                     }
-                    Some(b) => self.pool.put(b),
+                    Some(b) => {
+                        let own = self.pool.put(b);
+                        kassert!(own.is_none(), "a CLOSELOG buffer filled by a CPU");
+                    }
                     None => {}
                 }
             }
@@ -239,15 +286,29 @@ impl OwnerLog {
     /// and closes the file.
     pub fn close(&self) {
         // Every CPU's records go out before CLOSELOG, so that a reader
-        // stopping at CLOSELOG loses none.
+        // stopping at CLOSELOG loses none; CLOSELOG goes last, in the
+        // log's own buffer.
         self.schedule_all();
-        let tsc = kpi::time::rdtsc();
-        let _ = self.emit(&PmclogRecord {
-            tsc,
+        let rec = PmclogRecord {
+            tsc: kpi::time::rdtsc(),
             body: uapi::pmclog::PmclogBody::Closelog,
-        });
-        self.st.lock().closing = true;
-        self.schedule_all();
+        };
+        {
+            let mut st = self.st.lock();
+            let st = &mut *st;
+            if st.closing {
+                return;
+            }
+            st.closing = true;
+            if let Some(mut b) = st.closelog.take() {
+                let n = rec.encode(&mut b.data);
+                kassert!(n.is_ok(), "the CLOSELOG buffer is too small");
+                b.len = n.unwrap_or(0);
+                let r = st.queue.push_within_capacity(b);
+                kassert!(r.is_ok(), "log queue over capacity");
+            }
+        }
+        self.wakeup();
     }
 
     /// `pmclog_deconfigure_log`: closes the log if not yet closed, stops
@@ -260,17 +321,22 @@ impl OwnerLog {
         if let Some(w) = writer {
             w.stop();
         }
+        let mut own = None;
         let mut st = self.st.lock();
         while let Some(b) = st.queue.pop() {
-            self.pool.put(b);
+            own = own.or(self.pool.put(b));
         }
         for slot in st.cur.iter_mut() {
             if let Some(b) = slot.take() {
-                self.pool.put(b);
+                own = own.or(self.pool.put(b));
             }
         }
+        let unused = st.closelog.take();
         drop(st);
-        *self.file.lock() = None;
+        // Freed with no spin lock held.
+        drop((own, unused));
+        let file = self.file.lock().take();
+        drop(file);
     }
 
     /// Whether the log still accepts records.
@@ -299,10 +365,11 @@ impl OwnerLog {
                     _ => Ok(()),
                 }
             };
-            self.pool.put(buf);
+            drop(self.pool.put(buf));
             if let Err(e) = result {
                 self.st.lock().error = Some(e);
-                *self.file.lock() = None;
+                let file = self.file.lock().take();
+                drop(file);
                 kpi::proc::psignal(self.owner, SIGIO);
             }
         }
@@ -311,7 +378,8 @@ impl OwnerLog {
             st.closing && st.queue.is_empty()
         };
         if done {
-            *self.file.lock() = None;
+            let file = self.file.lock().take();
+            drop(file);
         }
     }
 }

@@ -23,6 +23,9 @@
 extern crate alloc;
 
 #[macro_use]
+extern crate kpi;
+
+#[macro_use]
 mod debug;
 pub mod hwpmc_class;
 mod hwpmc_logging;
@@ -33,8 +36,6 @@ mod ops;
 mod procs;
 mod sampling;
 
-use alloc::string::String;
-use alloc::sync::Arc;
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -42,7 +43,7 @@ use kpi::errno::{EINVAL, ENOSYS, EPROGMISMATCH};
 use kpi::hooks::{Hook, KernelEvent};
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::Pid;
-use kpi::sync::{SpinMutex, Sx};
+use kpi::sync::{SpinMutex, SpinMutexBox, Sx, SxBox};
 use kpi::sysctl::IntKnob;
 use kpi::{Errno, KResult};
 use uapi::pmc::*;
@@ -74,9 +75,9 @@ pub struct Pmc {
     pub owner: Pid,
     /// Machine-dependent configuration from the allocation request.
     pub md: PmcMdOpPmcallocate,
-    vals: SpinMutex<PmcVals>,
+    vals: SpinMutexBox<PmcVals>,
     /// The owner's log, while it has one.
-    log: SpinMutex<Option<KArc<OwnerLog>>>,
+    log: SpinMutexBox<Option<KArc<OwnerLog>>>,
 }
 
 /// The values of a PMC that change while it runs (`pmc-pool`).
@@ -114,9 +115,41 @@ impl Pmc {
     fn log(&self) -> Option<KArc<OwnerLog>> {
         self.log.lock().clone().filter(|l| l.is_open())
     }
+    /// Sets the log reference; the old one is dropped after the spin
+    /// lock, since dropping the last reference frees.
     fn set_log(&self, log: Option<KArc<OwnerLog>>) {
-        *self.log.lock() = log;
+        let old = core::mem::replace(&mut *self.log.lock(), log);
+        drop(old);
     }
+}
+
+/// What tests may see of an allocated PMC ([`Hwpmc::for_each_pmc`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PmcView {
+    /// The PMC's id.
+    pub id: PmcId,
+    /// The owner process.
+    pub owner: Pid,
+    /// Event code.
+    pub event: u32,
+    /// Class.
+    pub class: PmcClass,
+    /// Mode.
+    pub mode: PmcMode,
+    /// CPU of a system PMC, `PMC_CPU_ANY` for a process one.
+    pub cpu: u32,
+    /// `pm_state`.
+    pub state: PmcState,
+    /// `pm_flags`.
+    pub flags: PmcFlags,
+    /// CPUs it is configured on now.
+    pub runcount: u32,
+    /// Processes it is attached to.
+    pub targets: usize,
+    /// The owner's running system samplers (`po_sscount`).
+    pub owner_sscount: u32,
+    /// The owner has a log configured.
+    pub owner_has_log: bool,
 }
 
 /// The driver's statistics (`kern.hwpmc.stats`).
@@ -180,10 +213,11 @@ fn tunable(name: &str, default: u32) -> i64 {
     kpi::sysctl::tunable_int(name).unwrap_or(default as i64)
 }
 
+/// A console line, formatted without allocating (cut at 256 bytes).
 fn say(args: core::fmt::Arguments<'_>) {
-    let mut line = String::new();
+    let mut line = kpi::LineBuf::<256>::new();
     let _ = line.write_fmt(args);
-    kpi::printf(&line);
+    kpi::printf(line.as_str());
 }
 
 impl Tunables {
@@ -320,15 +354,15 @@ pub struct Hwpmc {
     classes: KVec<ClassSlot>,
     npmc: u32,
     ncpu: u32,
-    core: Sx<Core>,
-    procs: SpinMutex<PidHash<PmcProcess>>,
-    pcpu: KVec<SpinMutex<KVec<PhwRow>>>,
+    core: SxBox<Core>,
+    procs: SpinMutexBox<PidHash<PmcProcess>>,
+    pcpu: KVec<SpinMutexBox<KVec<PhwRow>>>,
     stats: KArc<Stats>,
     sample_stats: SampleStats,
     /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
     ss_running: core::sync::atomic::AtomicU32,
     logpool: KArc<LogPool>,
-    rings: KVec<KVec<SpinMutex<Ring>>>,
+    rings: KVec<KVec<SpinMutexBox<Ring>>>,
     unloading: AtomicBool,
     debug: KArc<debug::DebugFlags>,
     _debugflags: kpi::sysctl::StrKnob,
@@ -368,9 +402,7 @@ impl MachineDep {
     /// the generic CPU type and the time-stamp counter.
     pub fn detect(_ncpu: u32) -> KResult<MachineDep> {
         let mut classes = KVec::with_capacity(1, Wait::WaitOk)?;
-        let tsc = KBox::try_new_unsize(hwpmc_tsc::TscClass, Wait::WaitOk, |b| {
-            b as alloc::boxed::Box<dyn PmcClassDep>
-        })?;
+        let tsc = kpi::kbox_dyn!(hwpmc_tsc::TscClass, Wait::WaitOk, dyn PmcClassDep)?;
         let _ = classes.push_within_capacity(tsc);
         Ok(MachineDep {
             cputype: PmcCputype::Generic,
@@ -395,21 +427,19 @@ const CAP_BITS: [&str; 12] = [
 
 /// The capabilities as the kernel's `%b` prints them: hex, then the names
 /// of the set bits.
-fn caps_text(caps: PmcCaps) -> String {
-    let mut s = String::new();
-    let _ = write!(s, "0x{:x}", caps.bits());
+fn write_caps(out: &mut impl core::fmt::Write, caps: PmcCaps) -> core::fmt::Result {
+    write!(out, "0x{:x}", caps.bits())?;
     let mut sep = '<';
     for (i, name) in CAP_BITS.iter().enumerate() {
         if caps.bits() & (1 << i) != 0 {
-            s.push(sep);
-            s.push_str(name);
+            write!(out, "{sep}{name}")?;
             sep = ',';
         }
     }
     if sep == ',' {
-        s.push('>');
+        out.write_char('>')?;
     }
-    s
+    Ok(())
 }
 
 impl Module {
@@ -440,9 +470,11 @@ impl Module {
         let md = md(ncpu)?;
         let mut classes: KVec<ClassSlot> = KVec::with_capacity(1 + md.classes.len(), Wait::WaitOk)?;
         // The SOFT class comes first, as classdep index 0.
-        let soft = KBox::try_new_unsize(hwpmc_soft::SoftClass::new(ncpu)?, Wait::WaitOk, |b| {
-            b as alloc::boxed::Box<dyn PmcClassDep>
-        })?;
+        let soft = kpi::kbox_dyn!(
+            hwpmc_soft::SoftClass::new(ncpu)?,
+            Wait::WaitOk,
+            dyn PmcClassDep
+        )?;
         let mut npmc = soft.num();
         let _ = classes.push_within_capacity(ClassSlot {
             dep: soft,
@@ -459,8 +491,8 @@ impl Module {
             });
             npmc += num;
         }
-        let pcpu = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            SpinMutex::new("pmc-pcpu", KVec::new())
+        let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
+            SpinMutex::new(c"pmc-pcpu", KVec::new(), Wait::WaitOk)
         })?;
         for cpu in 0..ncpu {
             if !kpi::cpu::exists(cpu) {
@@ -474,7 +506,7 @@ impl Module {
                     saved: 0,
                 });
             }
-            *pcpu[cpu as usize].lock() = rows;
+            *pcpu[cpu as usize].as_mut().data_mut() = rows;
             for slot in classes.iter() {
                 slot.dep.pcpu_init(cpu)?;
             }
@@ -508,19 +540,26 @@ impl Module {
             kpi::sysctl::tunable_int("kern.hwpmc.mincount").unwrap_or(PMC_MINCOUNT),
         );
         let debug = KArc::try_new(debug::DebugFlags::default(), Wait::WaitOk)?;
-        let initial = kpi::sysctl::tunable_str("kern.hwpmc.debugflags").unwrap_or_default();
-        let valid = debug.set(&initial).is_ok();
+        let initial = kpi::sysctl::tunable_str("kern.hwpmc.debugflags", Wait::WaitOk)?;
+        let initial = initial.as_deref().unwrap_or(&[]);
+        let initial_text = core::str::from_utf8(initial).ok();
+        let valid = initial_text.is_some_and(|t| debug.set(t).is_ok());
         if !valid {
             say(format_args!(
-                "hwpmc: tunable debugflags=\"{initial}\" is not valid, ignored."
+                "hwpmc: tunable debugflags=\"{}\" is not valid, ignored.",
+                initial.escape_ascii()
             ));
         }
         let flags = debug.clone();
         let debugflags = kpi::sysctl::StrKnob::new(
             "kern.hwpmc.debugflags",
-            if valid { &initial } else { "" },
-            Arc::new(move |v: &str| flags.set(v)),
-        );
+            initial_text.filter(|_| valid).unwrap_or(""),
+            kpi::kbox_dyn!(
+                move |v: &str| flags.set(v),
+                Wait::WaitOk,
+                dyn Fn(&str) -> KResult<()> + Send + Sync
+            )?,
+        )?;
         let driver = KArc::try_new(
             Hwpmc {
                 tun,
@@ -528,8 +567,8 @@ impl Module {
                 classes,
                 npmc,
                 ncpu,
-                core: Sx::new("pmc-sx", Core { owners, rowdisp }),
-                procs: SpinMutex::new("pmc-processhash", procs),
+                core: Sx::new(c"pmc-sx", Core { owners, rowdisp }, Wait::WaitOk)?,
+                procs: SpinMutex::new(c"pmc-processhash", procs, Wait::WaitOk)?,
                 pcpu,
                 stats,
                 sample_stats: SampleStats::default(),
@@ -545,14 +584,35 @@ impl Module {
             Wait::WaitOk,
         )?;
 
+        // Everything the registrations need is allocated before the first
+        // one, so that a failure leaves nothing registered.
         let d = driver.clone();
-        let syscall = kpi::syscall_register(Arc::new(move |args: &[u64]| d.syscall(args)));
+        let syscall_fn = kpi::kbox_dyn!(
+            move |args: &[u64]| d.syscall(args),
+            Wait::WaitOk,
+            dyn Fn(&[u64]) -> KResult<i64> + Send + Sync
+        )?;
         let d = driver.clone();
-        kpi::hooks::set_pmc_hook(Some(Arc::new(move |h: &Hook| d.hook(h))));
+        let hook_fn = kpi::kbox_dyn!(
+            move |h: &Hook| d.hook(h),
+            Wait::WaitOk,
+            dyn Fn(&Hook) + Send + Sync
+        )?;
         let d = driver.clone();
-        let events = kpi::hooks::eventhandler_register(Arc::new(move |e: &KernelEvent| d.event(e)));
+        let event_fn = kpi::kbox_dyn!(
+            move |e: &KernelEvent| d.event(e),
+            Wait::WaitOk,
+            dyn Fn(&KernelEvent) + Send + Sync
+        )?;
+        let events = kpi::hooks::eventhandler_register(event_fn)?;
+        let syscall = kpi::syscall_register(syscall_fn)?;
+        if let Err(e) = kpi::hooks::set_pmc_hook(Some(hook_fn)) {
+            kpi::syscall_deregister(syscall);
+            return Err(e);
+        }
 
-        let mut banner = String::from("hwpmc:");
+        let mut banner = kpi::LineBuf::<512>::new();
+        let _ = banner.write_str("hwpmc:");
         for slot in driver.classes.iter() {
             let dep = &slot.dep;
             if dep.num() == 0 {
@@ -560,14 +620,14 @@ impl Module {
             }
             let _ = write!(
                 banner,
-                " {}/{}/{}/{}",
+                " {}/{}/{}/",
                 dep.class().name(),
                 dep.num(),
-                dep.width(),
-                caps_text(dep.caps())
+                dep.width()
             );
+            let _ = write_caps(&mut banner, dep.caps());
         }
-        kpi::printf(&banner);
+        kpi::printf(banner.as_str());
         pmcdbg!(
             driver.debug,
             "module",
@@ -598,7 +658,7 @@ impl Module {
     pub fn unload(self) {
         let d = &self.driver;
         d.unloading.store(true, Ordering::Release);
-        kpi::hooks::set_pmc_hook(None);
+        let _ = kpi::hooks::set_pmc_hook(None);
         kpi::syscall_deregister(self.syscall);
         d.process_all_samples();
         {
@@ -702,7 +762,10 @@ impl Hwpmc {
                 credentials_changed,
                 base,
                 dyn_base,
-            } => self.process_exec(credentials_changed, base, dyn_base),
+            } => {
+                self.ss_exec(base, dyn_base);
+                self.process_exec(credentials_changed, base, dyn_base)
+            }
             Hook::UserRet => self.user_callchain(),
             Hook::DoSamples => self.process_samples(kpi::cpu::curcpu()),
             Hook::Mmap { addr } => self.process_mmap(addr),

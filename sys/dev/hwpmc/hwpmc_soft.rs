@@ -5,8 +5,9 @@
 
 use kpi::KResult;
 use kpi::errno::EINVAL;
+
 use kpi::malloc::{KArc, KVec, Wait};
-use kpi::sync::SpinMutex;
+use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcState, set_c_field_str};
 use uapi::pmc_events::{PMC_EV_SOFT_FIRST, PMC_EV_SOFT_LAST};
 
@@ -29,19 +30,24 @@ struct SoftRow {
     /// A sample was dropped on a full ring: events are ignored, and the
     /// event disarmed, until the rings are drained.
     stalled: bool,
+    /// The row holds one use of its PMC's event (`ps_running`): taken at
+    /// start and unstall, given back at stop and stall, each at most once,
+    /// so that a stalled row that is stopped does not give it back twice
+    /// and starve another owner's PMC on the same event.
+    armed: bool,
 }
 
 /// The SOFT class: per CPU, the configured PMC and the count of each row.
 #[derive(Debug)]
 pub struct SoftClass {
-    cpus: KVec<SpinMutex<KVec<SoftRow>>>,
+    cpus: KVec<SpinMutexBox<KVec<SoftRow>>>,
 }
 
 impl SoftClass {
     /// A SOFT class for `ncpu` CPU ids; rows are allocated by `pcpu_init`.
     pub fn new(ncpu: u32) -> KResult<SoftClass> {
-        let cpus = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            SpinMutex::new("soft-pcpu", KVec::new())
+        let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
+            SpinMutex::new(c"soft-pcpu", KVec::new(), Wait::WaitOk)
         })?;
         Ok(SoftClass { cpus })
     }
@@ -53,9 +59,7 @@ impl SoftClass {
     }
 
     fn registered(ev: u32) -> bool {
-        kpi::kern_pmc::soft_events()
-            .iter()
-            .any(|(_, code)| *code == ev)
+        kpi::kern_pmc::soft_event_registered(ev)
     }
 }
 
@@ -110,13 +114,13 @@ impl PmcClassDep for SoftClass {
     }
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
         self.row(cpu, ri, |row| {
-            if row.stalled {
-                if let Some(old) = &row.pmc {
-                    // The stalled counter had disarmed its event.
-                    kpi::kern_pmc::soft_event_running(old.event, 1);
-                }
-                row.stalled = false;
+            // A row is stopped before it is unconfigured; should it still
+            // hold its event, it gives it back now.
+            if let (true, Some(old)) = (row.armed, &row.pmc) {
+                kpi::kern_pmc::soft_event_running(old.event, -1);
             }
+            row.armed = false;
+            row.stalled = false;
             row.pmc = pm.cloned();
         })
     }
@@ -126,16 +130,27 @@ impl PmcClassDep for SoftClass {
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         self.row(cpu, ri, |row| row.value = value)
     }
-    fn start_pmc(&self, _cpu: u32, _ri: u32, pm: &Pmc) -> KResult<()> {
+    fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
         if !Self::registered(pm.event) {
             return Err(EINVAL);
         }
-        kpi::kern_pmc::soft_event_running(pm.event, 1);
-        Ok(())
+        self.row(cpu, ri, |row| {
+            row.stalled = false;
+            if !row.armed {
+                row.armed = true;
+                kpi::kern_pmc::soft_event_running(pm.event, 1);
+            }
+        })
     }
-    fn stop_pmc(&self, _cpu: u32, _ri: u32, pm: &Pmc) -> KResult<()> {
-        kpi::kern_pmc::soft_event_running(pm.event, -1);
-        Ok(())
+    fn stop_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
+        self.row(cpu, ri, |row| {
+            // A stalled row gave its event back when it stalled.
+            row.stalled = false;
+            if row.armed {
+                row.armed = false;
+                kpi::kern_pmc::soft_event_running(pm.event, -1);
+            }
+        })
     }
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())
@@ -167,7 +182,10 @@ impl PmcClassDep for SoftClass {
             row.value = pm.vals().reloadcount.saturating_sub(1);
             if !sink.sample(&pm, cpu) {
                 row.stalled = true;
-                kpi::kern_pmc::soft_event_running(pm.event, -1);
+                if row.armed {
+                    row.armed = false;
+                    kpi::kern_pmc::soft_event_running(pm.event, -1);
+                }
             }
         }
         if used {
@@ -178,14 +196,37 @@ impl PmcClassDep for SoftClass {
         used
     }
 
+    fn rows_on_event(&self, event: u32) -> (u32, u32) {
+        let (mut armed, mut stalled) = (0, 0);
+        for cpu in self.cpus.iter() {
+            for row in cpu.lock().iter() {
+                if row.pmc.as_ref().is_some_and(|pm| pm.event == event) {
+                    armed += row.armed as u32;
+                    stalled += row.stalled as u32;
+                }
+            }
+        }
+        (armed, stalled)
+    }
+
     fn unstall(&self, cpu: u32) {
         let Some(slot) = self.cpus.get(cpu as usize) else {
             return;
         };
         for row in slot.lock().iter_mut() {
-            if row.stalled {
-                row.stalled = false;
-                if let Some(pm) = &row.pmc {
+            if !row.stalled {
+                continue;
+            }
+            row.stalled = false;
+            // Only a PMC that still runs takes its event back: a stopped
+            // or released one stays disarmed.
+            if let Some(pm) = row
+                .pmc
+                .as_ref()
+                .filter(|pm| pm.state() == PmcState::Running)
+            {
+                if !row.armed {
+                    row.armed = true;
                     kpi::kern_pmc::soft_event_running(pm.event, 1);
                 }
             }

@@ -225,20 +225,20 @@ impl Hwpmc {
         if class != PmcClass::Soft.raw() {
             return Err(EINVAL);
         }
-        let mut events = kpi::kern_pmc::soft_events();
-        events.retain(|(_, code)| (PMC_EV_SOFT_FIRST..=PMC_EV_SOFT_LAST).contains(code));
-        events.sort_by_key(|e| e.1);
+        let mut events = kpi::kern_pmc::soft_events(Wait::WaitOk)?;
+        events.retain(|e| (PMC_EV_SOFT_FIRST..=PMC_EV_SOFT_LAST).contains(&e.code));
+        events.sort_by_key(|e| e.code);
         let base = arg.offset(offset_of!(PmcOpGetdyneventinfo, pm_events));
-        for (i, (name, code)) in events
+        for (i, e) in events
             .iter()
             .enumerate()
             .take(uapi::pmc::PMC_EV_DYN_COUNT as usize)
         {
             let mut d = PmcDynEventDescr {
                 pm_ev_name: [0; PMC_NAME_MAX],
-                pm_ev_code: *code,
+                pm_ev_code: e.code,
             };
-            set_c_field_str(&mut d.pm_ev_name, name.as_bytes());
+            set_c_field_str(&mut d.pm_ev_name, e.name());
             copyout(&d, base.offset(i * size_of::<PmcDynEventDescr>()))?;
         }
         copyout(
@@ -411,6 +411,14 @@ impl Hwpmc {
         let class = dep.class();
         let id = pmc_id_make_id(cpu, mode.raw(), class.raw(), ri);
         // Everything that can fail to allocate, before any state changes.
+        let evname = if class == PmcClass::Soft {
+            kpi::kern_pmc::soft_events(Wait::WaitOk)?
+                .iter()
+                .find(|e| e.code == pa.pm_ev)
+                .copied()
+        } else {
+            None
+        };
         let pmc = KArc::try_new(
             Pmc {
                 id,
@@ -423,7 +431,7 @@ impl Hwpmc {
                 owner: me,
                 md: pa.pm_md,
                 vals: kpi::sync::SpinMutex::new(
-                    "pmc-pool",
+                    c"pmc-pool",
                     PmcVals {
                         state: PmcState::Allocated,
                         flags: pflags,
@@ -433,8 +441,9 @@ impl Hwpmc {
                         runcount: 0,
                         dropped: 0,
                     },
-                ),
-                log: kpi::sync::SpinMutex::new("pmc-logref", None),
+                    Wait::WaitOk,
+                )?,
+                log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)?,
             },
             Wait::WaitOk,
         )?;
@@ -469,7 +478,7 @@ impl Hwpmc {
             core.rowdisp[ri as usize] += 1;
         }
         pmc.set_log(core.owners[owner].log.clone());
-        self.log_allocation(&pmc);
+        self.log_allocation(&pmc, evname.as_ref().map_or(&[][..], |e| e.name()));
         let _ = core.owners[owner].pmcs.push_within_capacity(OwnedPmc {
             pmc,
             targets: KVec::new(),
@@ -515,8 +524,10 @@ impl Hwpmc {
             PmcState::Allocated | PmcState::Stopped => {}
             _ => return Err(EINVAL),
         }
-        let p = kpi::proc::pfind(pid).filter(|p| !p.zombie).ok_or(ESRCH)?;
-        kpi::proc::p_candebug(p.pid).map_err(|e| if e == ESRCH { ESRCH } else { EPERM })?;
+        kpi::proc::proc_state(pid)
+            .filter(|p| !p.zombie)
+            .ok_or(ESRCH)?;
+        kpi::proc::p_candebug(pid).map_err(|e| if e == ESRCH { ESRCH } else { EPERM })?;
         self.attach_process(core, at, pid)
     }
 
@@ -534,7 +545,9 @@ impl Hwpmc {
         } else {
             a.pm_pid as u32
         };
-        kpi::proc::pfind(pid).filter(|p| !p.zombie).ok_or(ESRCH)?;
+        kpi::proc::proc_state(pid)
+            .filter(|p| !p.zombie)
+            .ok_or(ESRCH)?;
         self.detach_process(core, at, pid)
     }
 
@@ -544,7 +557,7 @@ impl Hwpmc {
         out.try_push(pid, Wait::WaitOk)?;
         let mut i = 0;
         while i < out.len() {
-            for child in kpi::proc::children(out[i]) {
+            for &child in kpi::proc::children(out[i], Wait::WaitOk)?.iter() {
                 out.try_push(child, Wait::WaitOk)?;
             }
             i += 1;
@@ -582,19 +595,27 @@ impl Hwpmc {
     fn attach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
         let pm = Self::pmc_at(core, at).pmc.clone();
         let ri = pm.ri as usize;
-        // Allocate first: a descriptor if the process has none, and room
-        // in the PMC's target list.
+        // Allocate first: a descriptor if the process has none, room in
+        // the PMC's target list, and what the records need.
+        let record = if log { pm.log() } else { None };
         let exists = self.procs.lock().get(pid).is_some();
+        let snapshot = if !exists || record.is_some() {
+            kpi::proc::pfind(pid, Wait::WaitOk)?
+        } else {
+            None
+        };
+        let maps = match &record {
+            Some(_) if pm.mode.is_sampling() => Some(kpi::proc::mappings(pid, Wait::WaitOk)?),
+            _ => None,
+        };
         let fresh = if exists {
             None
         } else {
+            let no_threads = KVec::new();
+            let threads = snapshot.as_ref().map_or(&no_threads, |p| &p.threads);
             Some(PidHash::prepare(
                 pid,
-                PmcProcess::new(
-                    self.npmc,
-                    &kpi::proc::pfind(pid).map(|p| p.threads).unwrap_or_default(),
-                    Wait::WaitOk,
-                )?,
+                PmcProcess::new(self.npmc, threads, Wait::WaitOk)?,
                 Wait::WaitOk,
             )?)
         };
@@ -635,18 +656,17 @@ impl Hwpmc {
         });
         kpi::proc::set_flags(pid, P_HWPMC, 0);
         pmcdbg!(self.debug, "pmc", "attach", "id={:#x} pid={pid}", pm.id);
-        let record = if log { pm.log() } else { None };
-        if let (Some(log), Some(p)) = (record, kpi::proc::pfind(pid)) {
+        if let (Some(log), Some(p)) = (record, snapshot) {
             let _ = log.emit(&PmclogRecord {
                 tsc: kpi::time::rdtsc(),
                 body: PmclogBody::Pmcattach {
                     pmcid: pm.id,
                     pid,
-                    pathname: p.path.as_bytes(),
+                    pathname: &p.path,
                 },
             });
-            if pm.mode.is_sampling() {
-                Self::log_process_mappings(&log, pid);
+            if let Some(maps) = maps {
+                Self::log_mappings(&log, pid, &maps);
             }
         }
         Ok(())
@@ -681,6 +701,7 @@ impl Hwpmc {
             }
             slot.pmc = None;
             slot.pmcval = 0;
+            kassert!(pp.refcnt > 0, "target {pid} with no references");
             pp.refcnt -= 1;
             if pid == pm.owner {
                 pp.msr_access = false;
@@ -745,7 +766,7 @@ impl Hwpmc {
             return Err(EDOOFUS);
         }
         if pm.mode.is_sampling() {
-            self.log_kernel_mappings(core, at.owner, pm.mode == PmcMode::Ss);
+            self.log_kernel_mappings(core, at.owner, pm.mode == PmcMode::Ss)?;
         }
         if pm.mode.is_virtual() {
             if Self::pmc_at(core, at).targets.is_empty() {
@@ -766,10 +787,10 @@ impl Hwpmc {
             return Err(ENXIO);
         }
         if pm.mode == PmcMode::Ss {
+            self.log_all_process_mappings(core, at.owner)?;
             core.owners[at.owner].sscount += 1;
             self.ss_running
                 .fetch_add(1, core::sync::atomic::Ordering::AcqRel);
-            self.log_all_process_mappings(core, at.owner);
         }
         let _bind = kpi::cpu::bind(cpu);
         let (dep, adjri) = self.classdep(pm.ri)?;
@@ -795,32 +816,56 @@ impl Hwpmc {
             PmcState::Running => {}
             _ => return Err(EINVAL),
         }
-        pm.update(|v| v.state = PmcState::Stopped);
+        self.stop_pmc(core, at)
+    }
+
+    /// `pmc_stop` of a running PMC. A process PMC stops at each target's
+    /// next switch-out, which still adds the last slice. A system PMC
+    /// stops on its CPU, keeping the count for a later start, and stops
+    /// counting as a system sampler of its owner. A system PMC whose CPU
+    /// is away stays running with ENXIO (FreeBSD marks it stopped and
+    /// leaves the hardware armed, so a release after the CPU returns would
+    /// not stop it).
+    fn stop_pmc(&self, core: &mut Core, at: At) -> KResult<()> {
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        kassert!(
+            pm.state() == PmcState::Running,
+            "stopping PMC {:#x} in state {:?}",
+            pm.id,
+            pm.state()
+        );
         if pm.mode.is_virtual() {
-            // The hardware stops at each target's next switch-out, which
-            // still adds the last slice.
+            pm.update(|v| v.state = PmcState::Stopped);
             return Ok(());
         }
         let cpu = pm.cpu;
         if !kpi::cpu::is_active(cpu) {
             return Err(ENXIO);
         }
+        pm.update(|v| v.state = PmcState::Stopped);
         let (dep, adjri) = self.classdep(pm.ri)?;
-        {
+        let r = {
             let _bind = kpi::cpu::bind(cpu);
-            dep.stop_pmc(cpu, adjri, &pm)?;
-            if pm.mode.is_counting() {
-                let now = dep.read_pmc(cpu, adjri)?;
-                pm.update(|v| v.initial = now);
-            }
-        }
+            dep.stop_pmc(cpu, adjri, &pm).and_then(|()| {
+                if pm.mode.is_counting() {
+                    let now = dep.read_pmc(cpu, adjri)?;
+                    pm.update(|v| v.initial = now);
+                }
+                Ok(())
+            })
+        };
         if pm.mode == PmcMode::Ss {
             let o = &mut core.owners[at.owner];
+            kassert!(
+                o.sscount > 0,
+                "owner {} stops a sampler it does not count",
+                o.pid
+            );
             o.sscount = o.sscount.saturating_sub(1);
             self.ss_running
                 .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
         }
-        Ok(())
+        r
     }
 
     fn op_pmcrw(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
@@ -896,6 +941,16 @@ impl Hwpmc {
         if pm.mode.is_sampling() {
             let min = self.mincount.get().max(1) as u64;
             pm.update(|v| v.reloadcount = sc.pm_count.max(min));
+        } else if pm.mode.is_virtual() {
+            // hwpmc(4): counting continues from the count set. A process
+            // counting PMC's count is its total over its targets (what
+            // PMCRW reads), so the count set becomes that total. FreeBSD's
+            // C driver keeps it in pm_initial, which process mode never
+            // reads; see hwpmc(4) COMPATIBILITY.
+            pm.update(|v| {
+                v.initial = sc.pm_count;
+                v.savedvalue = sc.pm_count;
+            });
         } else {
             pm.update(|v| v.initial = sc.pm_count);
         }
@@ -961,6 +1016,7 @@ impl Hwpmc {
             return;
         };
         let was = pm.update(|v| core::mem::replace(&mut v.state, PmcState::Deleted));
+        kassert!(was != PmcState::Deleted, "PMC {:#x} released twice", pm.id);
         if pm.mode.is_system() {
             let cpu = pm.cpu;
             let _bind = kpi::cpu::bind(cpu);
@@ -976,10 +1032,21 @@ impl Hwpmc {
             drop(rows);
             if pm.mode == PmcMode::Ss && was == PmcState::Running {
                 let o = &mut core.owners[at.owner];
+                kassert!(
+                    o.sscount > 0,
+                    "owner {} releases a sampler it does not count",
+                    o.pid
+                );
                 o.sscount = o.sscount.saturating_sub(1);
                 self.ss_running
                     .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
             }
+            kassert!(
+                core.rowdisp[pm.ri as usize] < 0,
+                "row {} disposition {} releasing a system PMC",
+                pm.ri,
+                core.rowdisp[pm.ri as usize]
+            );
             core.rowdisp[pm.ri as usize] += 1;
         } else {
             // Take it off any CPU where a target runs now.
@@ -993,7 +1060,14 @@ impl Hwpmc {
                     let _ = dep.stop_pmc(cpu, adjri, &pm);
                     let _ = dep.config_pmc(cpu, adjri, None);
                     row.pmc = None;
-                    pm.update(|v| v.runcount = v.runcount.saturating_sub(1));
+                    pm.update(|v| {
+                        kassert!(
+                            v.runcount > 0,
+                            "PMC {:#x} on CPU {cpu} with runcount 0",
+                            pm.id
+                        );
+                        v.runcount = v.runcount.saturating_sub(1)
+                    });
                 }
             }
             while let Some(&pid) = Self::pmc_at(core, at).targets.last() {
@@ -1002,8 +1076,15 @@ impl Hwpmc {
                     self.unlink_target(core, at, pid);
                 }
             }
+            kassert!(
+                core.rowdisp[pm.ri as usize] > 0,
+                "row {} disposition {} releasing a process PMC",
+                pm.ri,
+                core.rowdisp[pm.ri as usize]
+            );
             core.rowdisp[pm.ri as usize] -= 1;
         }
+        self.forget_samples_of(&pm);
         let _ = dep.release_pmc(
             if pm.mode.is_system() {
                 pm.cpu
@@ -1055,6 +1136,7 @@ impl Hwpmc {
             if core.owners[owner].log.is_some() {
                 return Err(EBUSY);
             }
+            let cpuid = kpi::kern_pmc::pmc_cpuid(Wait::WaitOk)?;
             let log = OwnerLog::configure(me, cl.pm_logfd, &self.logpool, &self.stats, self.ncpu)?;
             pmcdbg!(
                 self.debug,
@@ -1065,7 +1147,6 @@ impl Hwpmc {
             );
             kpi::proc::set_flags(me, P_HWPMC, 0);
             let (sec, nsec) = kpi::time::nanotime();
-            let cpuid = kpi::kern_pmc::pmc_cpuid();
             let init = PmclogRecord {
                 tsc: kpi::time::rdtsc(),
                 body: PmclogBody::Initialize {
@@ -1076,7 +1157,7 @@ impl Hwpmc {
                         tv_sec: sec as isize,
                         tv_nsec: nsec as isize,
                     },
-                    cpuid: cpuid.as_bytes(),
+                    cpuid: &cpuid,
                 },
             };
             if let Err(e) = log.emit(&init) {
@@ -1098,16 +1179,21 @@ impl Hwpmc {
         Ok(())
     }
 
-    /// Closes and deconfigures an owner's log; its PMCs that need a log
-    /// stop first.
+    /// Closes and deconfigures an owner's log. Its running PMCs that need
+    /// a log are stopped first, as PMCSTOP stops them (`pmc_stop`): the
+    /// counter stops and a system sampler no longer counts for its owner.
     fn deconfigure_log(&self, core: &mut Core, owner: usize, log: KArc<OwnerLog>) {
+        self.process_all_samples();
+        for i in 0..core.owners[owner].pmcs.len() {
+            let v = core.owners[owner].pmcs[i].pmc.vals();
+            if v.state == PmcState::Running && v.flags.contains(PmcFlags::NEEDS_LOGFILE) {
+                // A CPU that is away keeps its PMC running until release.
+                let _ = self.stop_pmc(core, At { owner, pmc: i });
+            }
+        }
         self.process_all_samples();
         log.close();
         for p in core.owners[owner].pmcs.iter() {
-            let v = p.pmc.vals();
-            if v.state == PmcState::Running && v.flags.contains(PmcFlags::NEEDS_LOGFILE) {
-                p.pmc.update(|v| v.state = PmcState::Stopped);
-            }
             p.pmc.set_log(None);
         }
         log.deconfigure();
@@ -1160,6 +1246,12 @@ impl Hwpmc {
             let v = pm.update(|v| {
                 if v.state == PmcState::Running {
                     v.runcount += 1;
+                    kassert!(
+                        v.runcount <= self.ncpu,
+                        "PMC {:#x} running on {} CPUs",
+                        pm.id,
+                        v.runcount
+                    );
                 }
                 *v
             });
@@ -1209,6 +1301,11 @@ impl Hwpmc {
             let _ = dep.stop_pmc(cpu, adjri, &pm);
             let hw = dep.read_pmc(cpu, adjri).unwrap_or(row.saved);
             let deleted = pm.update(|v| {
+                kassert!(
+                    v.runcount > 0,
+                    "PMC {:#x} switched out with runcount 0",
+                    pm.id
+                );
                 v.runcount = v.runcount.saturating_sub(1);
                 v.state == PmcState::Deleted
             });
@@ -1274,27 +1371,19 @@ impl Hwpmc {
             "fork",
             "parent={parent} child={child}"
         );
-        if kpi::proc::pfind(parent).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(parent) {
             return;
         }
         let mut core = self.core.lock();
-        let inherited: KVec<KArc<Pmc>> = {
-            let procs = self.procs.lock();
-            let Some(pp) = procs.get(parent) else { return };
-            let mut v = KVec::new();
-            for s in pp.slots.iter() {
-                if let Some(pm) = &s.pmc {
-                    if pm.vals().flags.contains(PmcFlags::DESCENDANTS)
-                        && v.try_reserve(1, Wait::NoWait).is_ok()
-                    {
-                        let _ = v.push_within_capacity(pm.clone());
-                    }
-                }
-            }
-            v
-        };
-        for pm in inherited.iter() {
-            let Some(at) = Self::locate(&core, pm) else {
+        // Row by row, so that nothing is allocated to walk the rows.
+        for ri in 0..self.npmc {
+            let Some(pm) = self
+                .attached_at(parent, ri)
+                .filter(|pm| pm.vals().flags.contains(PmcFlags::DESCENDANTS))
+            else {
+                continue;
+            };
+            let Some(at) = Self::locate(&core, &pm) else {
                 continue;
             };
             if self.attach_one(&mut core, at, child, false).is_ok()
@@ -1319,29 +1408,23 @@ impl Hwpmc {
     /// still attach to it.
     pub(crate) fn process_exec(&self, credentials_changed: bool, base: u64, dyn_base: u64) {
         let pid = kpi::proc::curproc();
-        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(pid) {
             return;
         }
         let mut core = self.core.lock();
         if let Some(o) = Self::owner_index(&core, pid) {
             self.remove_owner_at(&mut core, o);
         }
-        self.log_procexec(&core, pid, base, dyn_base);
+        if self.log_procexec(&core, pid, base, dyn_base).is_err() {
+            self.records_lost();
+        }
         if !credentials_changed {
             return;
         }
-        let attached: KVec<KArc<Pmc>> = {
-            let procs = self.procs.lock();
-            let Some(pp) = procs.get(pid) else { return };
-            let mut v = KVec::new();
-            for s in pp.slots.iter().filter_map(|s| s.pmc.clone()) {
-                if v.try_reserve(1, Wait::NoWait).is_ok() {
-                    let _ = v.push_within_capacity(s);
-                }
-            }
-            v
-        };
-        for pm in attached.iter() {
+        for ri in 0..self.npmc {
+            let Some(pm) = self.attached_at(pid, ri) else {
+                continue;
+            };
             if pm.owner == pid {
                 continue;
             }
@@ -1350,7 +1433,7 @@ impl Hwpmc {
             if owner_may_debug(pm.owner, pid) {
                 continue;
             }
-            let Some(at) = Self::locate(&core, pm) else {
+            let Some(at) = Self::locate(&core, &pm) else {
                 continue;
             };
             let _ = self.detach_one(&mut core, at, pid, true);
@@ -1359,21 +1442,16 @@ impl Hwpmc {
 
     /// A PMCALLOCATE record, or PMCALLOCATEDYN with the event name for a
     /// SOFT PMC, when the owner has a log.
-    fn log_allocation(&self, pmc: &Pmc) {
+    fn log_allocation(&self, pmc: &Pmc, evname: &[u8]) {
         let Some(log) = pmc.log() else { return };
         let v = pmc.vals();
         let tsc = kpi::time::rdtsc();
         if pmc.class == PmcClass::Soft {
-            let name = kpi::kern_pmc::soft_events()
-                .into_iter()
-                .find(|e| e.1 == pmc.event)
-                .map(|e| e.0);
-            let name = name.as_deref().unwrap_or("");
             let body = PmclogBody::Pmcallocatedyn {
                 pmcid: pmc.id,
                 event: pmc.event,
                 flags: v.flags.bits(),
-                evname: name.as_bytes(),
+                evname,
             };
             let _ = log.emit(&PmclogRecord { tsc, body });
         } else {
@@ -1412,14 +1490,19 @@ impl Hwpmc {
         }
     }
 
-    /// A PROCEXEC record to each owner with a log whose PMC follows `pid`.
-    fn log_procexec(&self, core: &Core, pid: Pid, base: u64, dyn_base: u64) {
-        let Some(p) = kpi::proc::pfind(pid) else {
-            return;
-        };
+    /// The PMC attached to `pid` on row `ri`, if any (a reference taken
+    /// under the spin lock, which allocates nothing).
+    fn attached_at(&self, pid: Pid, ri: u32) -> Option<KArc<Pmc>> {
         let procs = self.procs.lock();
-        let Some(pp) = procs.get(pid) else { return };
-        for pm in pp.slots.iter().filter_map(|s| s.pmc.as_ref()) {
+        procs.get(pid)?.slots.get(ri as usize)?.pmc.clone()
+    }
+
+    /// A PROCEXEC record to each owner with a log whose PMC follows `pid`.
+    fn log_procexec(&self, core: &Core, pid: Pid, base: u64, dyn_base: u64) -> KResult<()> {
+        let Some(p) = kpi::proc::pfind(pid, Wait::WaitOk)? else {
+            return Ok(());
+        };
+        for pm in (0..self.npmc).filter_map(|ri| self.attached_at(pid, ri)) {
             let Some(o) = Self::owner_index(core, pm.owner) else {
                 continue;
             };
@@ -1432,7 +1515,7 @@ impl Hwpmc {
                     pmcid: pm.id,
                     base: base as usize,
                     dyn_base: dyn_base as usize,
-                    pathname: p.path.as_bytes(),
+                    pathname: &p.path,
                 };
                 let _ = log.emit(&PmclogRecord {
                     tsc: kpi::time::rdtsc(),
@@ -1440,6 +1523,7 @@ impl Hwpmc {
                 });
             }
         }
+        Ok(())
     }
 
     /// PMC_FN_THR_CREATE and PMC_FN_THR_EXIT for a target: its thread
@@ -1448,7 +1532,7 @@ impl Hwpmc {
     pub(crate) fn target_thread(&self, created: bool, tid: kpi::proc::Tid) {
         // Threads are created and exit within their process.
         let pid = kpi::proc::curproc();
-        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(pid) {
             return;
         }
         let _core = self.core.lock();
@@ -1491,31 +1575,19 @@ impl Hwpmc {
     /// PMCs it owns are released.
     pub(crate) fn process_exit(&self, pid: Pid) {
         pmcdbg!(self.debug, "process", "exit", "pid={pid}");
-        if kpi::proc::pfind(pid).is_none_or(|p| p.flags & P_HWPMC == 0) {
+        if !Self::uses_pmcs(pid) {
             return;
         }
         let mut core = self.core.lock();
         self.process_all_samples();
-        let attached: KVec<KArc<Pmc>> = {
-            let procs = self.procs.lock();
-            match procs.get(pid) {
-                Some(pp) => {
-                    let mut v = KVec::new();
-                    for s in pp.slots.iter().filter_map(|s| s.pmc.clone()) {
-                        if v.try_reserve(1, Wait::NoWait).is_ok() {
-                            let _ = v.push_within_capacity(s);
-                        }
-                    }
-                    v
-                }
-                None => KVec::new(),
-            }
-        };
-        for pm in attached.iter() {
-            let Some(at) = Self::locate(&core, pm) else {
+        for ri in 0..self.npmc {
+            let Some(pm) = self.attached_at(pid, ri) else {
                 continue;
             };
-            self.log_procexit(pm, pid);
+            let Some(at) = Self::locate(&core, &pm) else {
+                continue;
+            };
+            self.log_procexit(&pm, pid);
             let _ = self.detach_one(&mut core, at, pid, false);
         }
         if let Some(o) = Self::owner_index(&core, pid) {
@@ -1526,6 +1598,50 @@ impl Hwpmc {
     /// Number of target descriptors (for tests and statistics).
     pub fn target_count(&self) -> usize {
         self.procs.lock().len()
+    }
+
+    /// Calls `f` with a view of every allocated PMC, owners in order (for
+    /// tests and the random-operation harness; allocates nothing).
+    pub fn for_each_pmc(&self, mut f: impl FnMut(&crate::PmcView)) {
+        let core = self.core.lock_shared();
+        for o in core.owners.iter() {
+            for p in o.pmcs.iter() {
+                let v = p.pmc.vals();
+                f(&crate::PmcView {
+                    id: p.pmc.id,
+                    owner: o.pid,
+                    event: p.pmc.event,
+                    class: p.pmc.class,
+                    mode: p.pmc.mode,
+                    cpu: p.pmc.cpu,
+                    state: v.state,
+                    flags: v.flags,
+                    runcount: v.runcount,
+                    targets: p.targets.len(),
+                    owner_sscount: o.sscount,
+                    owner_has_log: o.log.is_some(),
+                });
+            }
+        }
+    }
+
+    /// Rows of every class that count kernel event `event`, as (holding
+    /// it armed, stalled on a full ring).
+    pub fn rows_on_event(&self, event: u32) -> (u32, u32) {
+        self.classes.iter().fold((0, 0), |(a, s), slot| {
+            let (x, y) = slot.dep.rows_on_event(event);
+            (a + x, s + y)
+        })
+    }
+
+    /// Owners (processes with PMCs or a log).
+    pub fn owner_count(&self) -> usize {
+        self.core.lock_shared().owners.len()
+    }
+
+    /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
+    pub fn system_samplers(&self) -> u32 {
+        self.ss_running.load(core::sync::atomic::Ordering::Acquire)
     }
 }
 

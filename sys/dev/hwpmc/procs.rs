@@ -83,6 +83,14 @@ pub(crate) struct Node<T> {
 #[derive(Debug)]
 pub(crate) struct Prepared<T>(KBox<Node<T>>);
 
+impl<T> Prepared<T> {
+    /// The value, freeing the node.
+    #[cfg(test)]
+    pub fn into_value(self) -> T {
+        self.0.into_inner().value
+    }
+}
+
 /// A hash of values by pid with `kern.hwpmc.hashsize` chains.
 #[derive(Debug)]
 pub(crate) struct PidHash<T> {
@@ -150,9 +158,9 @@ impl<T> PidHash<T> {
         None
     }
 
-    /// Unlinks the entry of `pid` and returns its value, so that the
-    /// caller can free what it holds after dropping its locks.
-    pub fn remove(&mut self, pid: Pid) -> Option<T> {
+    /// Unlinks the entry of `pid` and returns its node whole, so that the
+    /// caller frees it (and what it holds) after dropping its spin lock.
+    pub fn remove(&mut self, pid: Pid) -> Option<Prepared<T>> {
         let b = self.bucket(pid);
         let mut cur = &mut self.buckets[b];
         while cur.as_ref().is_some_and(|n| n.pid != pid) {
@@ -162,7 +170,7 @@ impl<T> PidHash<T> {
         let mut node = cur.take()?;
         *cur = node.next.take();
         self.len -= 1;
-        Some(node.into_inner().value)
+        Some(Prepared(node))
     }
 
     /// Number of entries.
@@ -187,8 +195,8 @@ mod tests {
         assert_eq!(h.get(7), Some(&70));
         *h.get_mut(6).unwrap() += 1;
         assert_eq!(h.get(6), Some(&61));
-        assert_eq!(h.remove(7), Some(70));
-        assert_eq!(h.remove(7), None);
+        assert_eq!(h.remove(7).map(Prepared::into_value), Some(70));
+        assert!(h.remove(7).is_none());
         assert_eq!(h.get(8), Some(&80));
         assert_eq!(h.get(5), Some(&50));
         assert_eq!(h.len(), 3);

@@ -14,7 +14,7 @@ use core::sync::atomic::Ordering;
 use kpi::KResult;
 use kpi::malloc::{KArc, KVec, Wait};
 use kpi::proc::{Pid, Tid};
-use kpi::sync::SpinMutex;
+use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::pmc::{PMC_CC_F_USERSPACE, PmcFlags, PmcState};
 use uapi::pmclog::{PcList, PmclogBody, PmclogRecord, pmc_callchain_to_cpuflags};
 
@@ -97,6 +97,12 @@ impl Hwpmc {
             return false;
         }
         let slot = r.head;
+        kassert!(
+            slot < r.meta.len() && r.count < r.meta.len(),
+            "ring on CPU {cpu}: head {slot} count {} of {}",
+            r.count,
+            r.meta.len()
+        );
         let depth = r.depth;
         let (npc, pending) = {
             let pcs = &mut r.pcs[slot * depth..(slot + 1) * depth];
@@ -187,8 +193,20 @@ impl Hwpmc {
             let mut r = ring.lock();
             let (n, depth) = (r.meta.len(), r.depth);
             while r.count > 0 {
+                kassert!(
+                    r.count <= n && r.tail < n && r.head < n,
+                    "ring on CPU {cpu}: count {} tail {} head {} of {n}",
+                    r.count,
+                    r.tail,
+                    r.head
+                );
                 let i = r.tail;
-                if r.meta[i].pending {
+                // A sample of a released PMC waits for nothing.
+                let live = r.meta[i]
+                    .pmc
+                    .as_ref()
+                    .is_some_and(|pm| pm.state() != PmcState::Deleted);
+                if r.meta[i].pending && live {
                     // Wait for the thread's return to user mode, unless it
                     // is gone; when that cannot be learnt here (an
                     // interrupt), wait at most 1/16 s, as FreeBSD does.
@@ -198,13 +216,21 @@ impl Hwpmc {
                         None => waited <= kpi::time::tsc_freq() / 16,
                     };
                     if wait {
+                        // Come back at the next clock tick: the thread may
+                        // be gone by then, or the wait over, even if no
+                        // other sample arrives on this CPU.
+                        kpi::kern_pmc::set_cpu_sampled(cpu);
                         break;
                     }
                 }
                 let meta = core::mem::take(&mut r.meta[i]);
                 r.tail = (i + 1) % n;
                 r.count -= 1;
-                let Some(pm) = meta.pmc else { continue };
+                let Some(pm) = meta.pmc else {
+                    // Its PMC was released while the sample waited.
+                    self.sample_stats.unlogged.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
                 let log = pm.log().filter(|_| pm.state() != PmcState::Deleted);
                 let Some(log) = log else {
                     self.sample_stats.unlogged.fetch_add(1, Ordering::Relaxed);
@@ -242,6 +268,27 @@ impl Hwpmc {
         }
     }
 
+    /// Makes the rings forget `pm` (at its release, after the rings were
+    /// drained): samples still waiting there are dropped unlogged when
+    /// their turn comes. The rings then hold no reference to it, so the
+    /// last one is never dropped in interrupt context or under a ring's
+    /// spin lock (FreeBSD's release waits for the PMC's samples instead).
+    pub(crate) fn forget_samples_of(&self, pm: &KArc<Pmc>) {
+        for rings in self.rings.iter() {
+            for ring in rings.iter() {
+                let mut r = ring.lock();
+                let (n, count, tail) = (r.meta.len(), r.count, r.tail);
+                for k in 0..count {
+                    let meta = &mut r.meta[(tail + k) % n];
+                    if meta.pmc.as_ref().is_some_and(|x| KArc::ptr_eq(x, pm)) {
+                        // Not the last reference: the caller holds one.
+                        meta.pmc = None;
+                    }
+                }
+            }
+        }
+    }
+
     /// Drains every CPU's rings (flush, release, exit, unload).
     pub(crate) fn process_all_samples(&self) {
         for cpu in 0..self.ncpu {
@@ -264,16 +311,17 @@ pub(crate) fn alloc_rings(
     ncpu: u32,
     nsamples: u32,
     depth: u32,
-) -> KResult<KVec<KVec<SpinMutex<Ring>>>> {
+) -> KResult<KVec<KVec<SpinMutexBox<Ring>>>> {
     let mut all = KVec::with_capacity(ncpu as usize, Wait::WaitOk)?;
     for cpu in 0..ncpu {
         let mut rings = KVec::with_capacity(NRINGS, Wait::WaitOk)?;
         if kpi::cpu::exists(cpu) {
             for _ in 0..NRINGS {
                 let _ = rings.push_within_capacity(SpinMutex::new(
-                    "pmc-samples",
+                    c"pmc-samples",
                     Ring::new(nsamples, depth)?,
-                ));
+                    Wait::WaitOk,
+                )?);
             }
         }
         let _ = all.push_within_capacity(rings);

@@ -12,9 +12,7 @@ use core::fmt::Write;
 use core::panic::PanicInfo;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-extern crate alloc;
-
-use alloc::boxed::Box;
+use kpi::malloc::{KBox, Wait};
 
 // `modeventtype_t` of sys/module.h.
 const MOD_LOAD: c_int = 0;
@@ -26,7 +24,7 @@ const EOPNOTSUPP: c_int = 45;
 
 /// The loaded driver, between MOD_LOAD and MOD_UNLOAD. The kernel sends
 /// module events one at a time, so a swap is enough.
-static DRIVER: AtomicPtr<hwpmc::Module> = AtomicPtr::new(core::ptr::null_mut());
+static DRIVER: AtomicPtr<Option<hwpmc::Module>> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The module event handler (`modeventhand_t`), chained behind
 /// `syscall_module_handler`, which has registered the system call on
@@ -38,22 +36,30 @@ pub extern "C" fn hwpmc_rs_modevent(
     _arg: *mut c_void,
 ) -> c_int {
     match event {
-        MOD_LOAD => match hwpmc::Module::load() {
-            Ok(module) => {
-                // Module events may sleep, so this malloc(9) waits
-                // rather than fails.
-                let raw = Box::into_raw(Box::new(module));
-                DRIVER.store(raw, Ordering::Release);
-                0
+        MOD_LOAD => {
+            // The slot first, so that a loaded driver always has a home.
+            // Module events may sleep: M_WAITOK.
+            let mut slot = match KBox::try_new(None, Wait::WaitOk) {
+                Ok(slot) => slot,
+                Err(e) => return e.get(),
+            };
+            match hwpmc::Module::load() {
+                Ok(module) => {
+                    *slot = Some(module);
+                    DRIVER.store(KBox::into_raw(slot), Ordering::Release);
+                    0
+                }
+                Err(e) => e.get(),
             }
-            Err(e) => e.0,
-        },
+        }
         MOD_UNLOAD | MOD_SHUTDOWN => {
             let raw = DRIVER.swap(core::ptr::null_mut(), Ordering::AcqRel);
             if !raw.is_null() {
-                // SAFETY: made by Box::into_raw at MOD_LOAD and taken once.
-                let module = unsafe { Box::from_raw(raw) };
-                module.unload();
+                // SAFETY: made by KBox::into_raw at MOD_LOAD and taken once.
+                let slot = unsafe { KBox::from_raw(raw) };
+                if let Some(module) = slot.into_inner() {
+                    module.unload();
+                }
             }
             0
         }

@@ -1,19 +1,43 @@
 //! FreeBSD errno values (`sys/errno.h`).
 
+use core::num::NonZeroI32;
+
 /// An error number as the kernel returns it to userland.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
+pub struct Errno(NonZeroI32);
+
+impl Errno {
+    /// The error with number `e`; `None` for 0, which is success.
+    pub const fn new(e: i32) -> Option<Errno> {
+        match NonZeroI32::new(e) {
+            Some(n) => Some(Errno(n)),
+            None => None,
+        }
+    }
+    /// The errno number.
+    pub const fn get(self) -> i32 {
+        self.0.get()
+    }
+}
+
+/// An errno constant (non-zero, checked at compile time).
+const fn constant(e: i32) -> Errno {
+    match Errno::new(e) {
+        Some(v) => v,
+        None => panic!("errno 0 is success"),
+    }
+}
 
 /// The kernel's result type.
 pub type KResult<T> = Result<T, Errno>;
 
 macro_rules! errnos {
     ($($name:ident = $v:expr, $doc:literal;)+) => {
-        $( #[doc = $doc] pub const $name: Errno = Errno($v); )+
+        $( #[doc = $doc] pub const $name: Errno = constant($v); )+
         impl Errno {
             /// The symbolic name, e.g. `"EINVAL"`.
             pub const fn name(self) -> &'static str {
-                match self.0 { $( $v => stringify!($name), )+ _ => "E?" }
+                match self.get() { $( $v => stringify!($name), )+ _ => "E?" }
             }
         }
     };
@@ -47,6 +71,6 @@ errnos! {
 
 impl core::fmt::Display for Errno {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
+        write!(f, "{} ({})", self.name(), self.get())
     }
 }

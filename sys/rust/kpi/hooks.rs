@@ -2,7 +2,7 @@
 //! software events, threads) and the process_fork / process_exit event
 //! handlers.
 
-use alloc::sync::Arc;
+use crate::malloc::KBox;
 
 use crate::proc::{Pid, Tid};
 
@@ -91,13 +91,13 @@ pub enum KernelEvent {
 }
 
 /// The hook function type.
-pub type HookFn = Arc<dyn Fn(&Hook) + Send + Sync>;
+pub type HookFn = KBox<dyn Fn(&Hook) + Send + Sync>;
 /// The event handler type.
-pub type EventFn = Arc<dyn Fn(&KernelEvent) + Send + Sync>;
+pub type EventFn = KBox<dyn Fn(&KernelEvent) + Send + Sync>;
 
 /// Installs `pmc_hook`; `None` removes it.
-pub fn set_pmc_hook(hook: Option<HookFn>) {
-    crate::backend::set_pmc_hook(hook);
+pub fn set_pmc_hook(hook: Option<HookFn>) -> crate::KResult<()> {
+    crate::backend::set_pmc_hook(hook)
 }
 
 /// A registered event handler; deregistered when dropped.
@@ -105,8 +105,8 @@ pub fn set_pmc_hook(hook: Option<HookFn>) {
 pub struct EventTag(u64);
 
 /// `EVENTHANDLER_REGISTER` for process_fork and process_exit.
-pub fn eventhandler_register(handler: EventFn) -> EventTag {
-    EventTag(crate::backend::eventhandler_register(handler))
+pub fn eventhandler_register(handler: EventFn) -> crate::KResult<EventTag> {
+    crate::backend::eventhandler_register(handler).map(EventTag)
 }
 
 impl Drop for EventTag {

@@ -7,10 +7,25 @@
 //! `core`, `alloc`, `uapi` and this crate, and carry no `#[cfg]` for the
 //! simulator.
 //!
-//! Conventions that mirror the kernel: allocation is fallible and says
-//! whether it may sleep ([`malloc::Wait`]); locks are spin or sleep locks
-//! with guards, checked by the simulator's witness; errors are FreeBSD
-//! errno values ([`Errno`]).
+//! # The kernel's rules, and what enforces them
+//!
+//! | rule | from | enforced by |
+//! |---|---|---|
+//! | no malloc or free, `M_NOWAIT` included, with a spin lock held or in a critical section | malloc(9); kern_malloc.c asserts `td_critnest == 0` | witness: `AllocUnderSpin`, `AllocInCriticalSection`, `FreeUnderSpin`, `FreeInCriticalSection` |
+//! | no allocation in interrupt (filter) or NMI context | malloc(9) | witness: `AllocInInterrupt`, `FreeInInterrupt` |
+//! | no sleep (an `M_WAITOK` allocation, an sx lock, a sleep, a wait) with a spin lock held, in a critical section or an interrupt | locking(9), mutex(9) | witness: `SleepInAtomicContext` |
+//! | no sleep with a default mutex held | mutex(9), `WITNESS_WARN(WARN_SLEEPOK)` | witness: `SleepWithMutexHeld` |
+//! | an sx lock is not taken with a mutex held; a default mutex is not taken under a spin lock or in an interrupt filter | locking(9)'s table | witness: `SleepableUnderMutex`, `SleepLockUnderSpin`, `SleepLockInInterrupt` |
+//! | one global order of lock classes, all kinds together | witness(4) | witness: `LockOrderReversal` (transitive over the order graph) |
+//! | no lock at all in NMI context | the NMI handler can interrupt any holder | witness: `LockInNmi` |
+//! | no recursion on non-recursive locks, no release of a lock not held, nothing held at the return to user mode | mutex(9), sx(9), `userret` | witness: `Recursion`, `NotHeld`, `LockHeldAtReturn` |
+//! | a lock does not move once initialised; its name outlives it | mutex(9) keeps `lo_name` | types: locks exist only pinned ([`sync`]), names are `&'static CStr` |
+//! | a lock is released by the thread that took it | mutex(9) | types: guards are not `Send` |
+//! | sx readers share the data | sx(9) | types: `Sx<T>` is `Sync` only for `T: Send + Sync` |
+//! | allocation is fallible and says whether it may sleep | malloc(9) `M_WAITOK`/`M_NOWAIT` | types: [`malloc`]'s `KBox`, `KVec`, `KArc` take a [`malloc::Wait`] and pass it on; lints (`clippy.toml` in sys/) forbid `String`, `Vec`, `Box`, `Arc`, `format!` and `vec!` in kernel crates |
+//! | invariants are checked on INVARIANTS kernels | `KASSERT(9)` | [`kassert!`]: always in the simulator, with feature `invariants` on FreeBSD |
+//!
+//! Errors are FreeBSD errno values ([`Errno`], never 0).
 #![no_std]
 
 extern crate alloc;
@@ -50,6 +65,39 @@ pub mod time;
 pub mod uio;
 
 pub use errno::{Errno, KResult};
+
+/// Whether [`kassert!`] checks its condition: always in the simulator, and
+/// on FreeBSD in kernels with `options INVARIANTS` (feature `invariants`).
+pub const INVARIANTS: bool = cfg!(any(feature = "sim", feature = "invariants"));
+
+/// `KASSERT(9)`: panics with the message when `cond` is false, where
+/// [`INVARIANTS`] is on; compiles to nothing (but still type-checks) where
+/// it is off.
+#[macro_export]
+macro_rules! kassert {
+    ($cond:expr, $($msg:tt)+) => {
+        if $crate::INVARIANTS && !$cond {
+            $crate::kassert_failed(format_args!($($msg)+));
+        }
+    };
+}
+
+/// The failure of a [`kassert!`]: panic(9) on FreeBSD, a Rust panic in the
+/// simulator (so that tests and the random harness see it).
+#[cold]
+#[track_caller]
+pub fn kassert_failed(args: core::fmt::Arguments<'_>) -> ! {
+    let mut line = LineBuf::<256>::new();
+    let _ = core::fmt::Write::write_fmt(&mut line, format_args!("KASSERT failed: {args}"));
+    #[cfg(feature = "sim")]
+    {
+        panic!("{}", line.as_str());
+    }
+    #[cfg(not(feature = "sim"))]
+    {
+        backend::panic(line.as_str())
+    }
+}
 
 /// Text formatted into a fixed buffer, without allocating: for trace
 /// points and panics, which may run in interrupt context. Longer text is
@@ -98,11 +146,11 @@ pub fn printf(line: &str) {
 }
 
 /// A system call handler: raw arguments in, a value or an errno out.
-pub type SyscallFn = alloc::sync::Arc<dyn Fn(&[u64]) -> KResult<i64> + Send + Sync>;
+pub type SyscallFn = malloc::KBox<dyn Fn(&[u64]) -> KResult<i64> + Send + Sync>;
 
 /// `syscall_register` with a dynamic slot: the handler gets the raw
 /// arguments and returns a value or an errno. Returns the slot number.
-pub fn syscall_register(handler: SyscallFn) -> u32 {
+pub fn syscall_register(handler: SyscallFn) -> KResult<u32> {
     backend::syscall_register(handler)
 }
 
@@ -113,8 +161,8 @@ pub fn syscall_deregister(num: u32) {
 
 /// Facts about the running kernel that kern_pmc.c provides.
 pub mod kern_pmc {
-    use alloc::string::String;
-    use alloc::vec::Vec;
+    use crate::KResult;
+    use crate::malloc::{KVec, Wait};
 
     /// `pmc_kernel_version`: the PMC ABI the kernel was built with, or 0
     /// when it lacks `options HWPMC_HOOKS`.
@@ -122,13 +170,42 @@ pub mod kern_pmc {
         super::backend::pmc_kernel_version()
     }
     /// `pmc_cpuid`: the CPU identification string.
-    pub fn pmc_cpuid() -> String {
-        super::backend::pmc_cpuid()
+    pub fn pmc_cpuid(wait: Wait) -> KResult<KVec<u8>> {
+        super::backend::pmc_cpuid(wait)
     }
-    /// The registered software events (`pmc_soft_ev_register`), as
-    /// (name, event code).
-    pub fn soft_events() -> Vec<(String, u32)> {
-        super::backend::soft_events()
+    /// Longest soft event name the kernel keeps (`PMC_NAME_MAX`).
+    pub const SOFT_EVENT_NAME_MAX: usize = 64;
+
+    /// A registered software event.
+    #[derive(Debug, Clone, Copy)]
+    pub struct SoftEvent {
+        /// The event code.
+        pub code: u32,
+        name: [u8; SOFT_EVENT_NAME_MAX],
+        len: usize,
+    }
+
+    impl SoftEvent {
+        /// An event with `name`, cut to [`SOFT_EVENT_NAME_MAX`] bytes.
+        pub fn new(name: &[u8], code: u32) -> SoftEvent {
+            let len = name.len().min(SOFT_EVENT_NAME_MAX);
+            let mut buf = [0; SOFT_EVENT_NAME_MAX];
+            buf[..len].copy_from_slice(&name[..len]);
+            SoftEvent {
+                code,
+                name: buf,
+                len,
+            }
+        }
+        /// The event's name.
+        pub fn name(&self) -> &[u8] {
+            &self.name[..self.len]
+        }
+    }
+
+    /// The registered software events (`pmc_soft_ev_register`).
+    pub fn soft_events(wait: Wait) -> KResult<KVec<SoftEvent>> {
+        super::backend::soft_events(wait)
     }
     /// Whether a software event with `code` is registered
     /// (`pmc_soft_ev_acquire`); allocates nothing.
@@ -141,8 +218,8 @@ pub mod kern_pmc {
         super::backend::soft_event_running(code, delta);
     }
     /// The kernel and its loaded modules (`linker_hwpmc_list_objects`).
-    pub fn kernel_objects() -> Vec<crate::proc::Mapping> {
-        super::backend::kernel_objects()
+    pub fn kernel_objects(wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {
+        super::backend::kernel_objects(wait)
     }
     /// Tells hardclock that `cpu` has samples to process
     /// (`DPCPU_SET(pmc_sampled, 1)`), which makes it call the hook with

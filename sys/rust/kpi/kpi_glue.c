@@ -269,6 +269,18 @@ kpi_can_sleep(void)
 	return (THREAD_CAN_SLEEP() && kpi_may_block());
 }
 
+void
+kpi_critical_enter(void)
+{
+	critical_enter();
+}
+
+void
+kpi_critical_exit(void)
+{
+	critical_exit();
+}
+
 /*
  * Time.
  */
@@ -312,11 +324,14 @@ kpi_nanotime(int64_t *sec, int64_t *nsec)
  */
 
 void *
-kpi_malloc(size_t size, size_t align, int can_sleep)
+kpi_malloc(size_t size, size_t align, int kflags)
 {
 	int flags;
 
-	flags = can_sleep ? M_WAITOK : M_NOWAIT;
+	/* The caller's flag, as it asked: malloc(9) checks the context. */
+	flags = (kflags & KPI_M_WAITOK) != 0 ? M_WAITOK : M_NOWAIT;
+	if ((kflags & KPI_M_ZERO) != 0)
+		flags |= M_ZERO;
 	if (align <= sizeof(void *) * 2)
 		return (malloc(size, M_HWPMC, flags));
 	/* malloc_aligned(9) takes power-of-two alignments up to a page. */

@@ -30,6 +30,8 @@ uint32_t kpi_bind(uint32_t cpu);	/* sched_bind; previous binding or ~0 */
 void	kpi_unbind(uint32_t previous);
 int	kpi_in_interrupt(void);		/* an interrupt frame is current */
 int	kpi_can_sleep(void);		/* no critical section, no spin lock */
+void	kpi_critical_enter(void);
+void	kpi_critical_exit(void);
 
 /* Time. */
 uint64_t kpi_cyclecount(void);
@@ -37,7 +39,10 @@ uint64_t kpi_cyclecount_freq(void);
 void	kpi_nanotime(int64_t *sec, int64_t *nsec);
 
 /* Memory (malloc(9) with the M_HWPMC type). */
-void	*kpi_malloc(size_t size, size_t align, int can_sleep);
+#define	KPI_M_NOWAIT	0x0	/* M_NOWAIT */
+#define	KPI_M_WAITOK	0x1	/* M_WAITOK */
+#define	KPI_M_ZERO	0x2	/* M_ZERO */
+void	*kpi_malloc(size_t size, size_t align, int flags);	/* KPI_M_* */
 void	kpi_free(void *ptr);
 
 /* Locks: storage is sized by the kernel's own struct mtx and struct sx. */

@@ -1,7 +1,14 @@
 //! The simulator backend: every kpi call served by the current `ksim`
 //! machine.
 
-use alloc::string::String;
+// The simulator backend is host code: the kernel allocation lints of
+// sys/clippy.toml do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 use alloc::vec::Vec;
 use std::rc::Rc;
 
@@ -10,7 +17,13 @@ pub use ksim::kern::LockKind;
 
 use crate::errno::{Errno, KResult};
 use crate::hooks::{EventFn, Hook, HookFn, KernelEvent};
-use crate::proc::ProcSnapshot;
+use crate::malloc::{KVec, Wait};
+use crate::proc::{ProcSnapshot, ProcState};
+
+/// A FreeBSD errno from the simulated kernel (never 0 there).
+fn errno(e: i32) -> Errno {
+    Errno::new(e).unwrap_or(crate::errno::EDOOFUS)
+}
 
 pub fn printf(line: &str) {
     kern::printf(line);
@@ -48,13 +61,42 @@ pub fn nanotime() -> (i64, i64) {
     kern::nanotime()
 }
 
-pub fn malloc(bytes: usize, wait: bool) -> Result<u64, i32> {
-    kern::malloc(bytes, wait)
-}
-pub fn free(token: u64) {
-    kern::free(token);
+/// malloc(9): the simulated kernel checks the context and may fail the
+/// allocation; the memory is the host's.
+pub fn kmalloc(layout: core::alloc::Layout, wait: bool, zero: bool) -> Option<NonNull<u8>> {
+    kern::malloc(wait).ok()?;
+    // SAFETY: the layout has a non-zero size (kpi::malloc's contract).
+    let ptr = unsafe {
+        if zero {
+            std::alloc::alloc_zeroed(layout)
+        } else {
+            std::alloc::alloc(layout)
+        }
+    };
+    let ptr = NonNull::new(ptr)?;
+    kern::malloc_done(ptr.as_ptr() as u64, layout.size());
+    Some(ptr)
 }
 
+/// free(9) of what [`kmalloc`] returned.
+///
+/// # Safety
+/// `ptr` came from [`kmalloc`] with `layout` and is not used again.
+pub unsafe fn kfree(ptr: NonNull<u8>, layout: core::alloc::Layout) {
+    kern::free(ptr.as_ptr() as u64);
+    // SAFETY: host memory from kmalloc with this layout.
+    unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) }
+}
+
+pub fn critical_enter() {
+    kern::critical_enter();
+}
+pub fn critical_exit() {
+    kern::critical_exit();
+}
+
+use core::ffi::CStr;
+use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 const EXCLUSIVE: u32 = u32::MAX;
@@ -69,13 +111,19 @@ pub struct LockWord {
 }
 
 impl LockWord {
-    pub const fn new(class: &'static str, kind: LockKind) -> Self {
+    pub fn new(name: &'static CStr, kind: LockKind) -> Self {
         LockWord {
             state: AtomicU32::new(0),
-            class,
+            class: name.to_str().unwrap_or("(lock name not UTF-8)"),
             kind,
         }
     }
+
+    /// `mtx_init` / `sx_init`: the simulator keeps nothing per lock.
+    ///
+    /// # Safety
+    /// Called once, with the lock at the address it keeps.
+    pub unsafe fn init(&self) {}
 
     pub fn lock_exclusive(&self) {
         lock_acquire(self.class, self.kind);
@@ -141,19 +189,33 @@ pub fn curthread() -> u32 {
 pub fn curproc() -> u32 {
     kern::curproc()
 }
-pub fn pfind(pid: u32) -> Option<ProcSnapshot> {
-    kern::pfind(pid).map(|p| ProcSnapshot {
+/// Host data copied into kernel memory, as the kernel's own copy would be.
+fn kvec<T: Clone>(items: &[T], wait: Wait) -> KResult<KVec<T>> {
+    KVec::try_from_slice(items, wait)
+}
+
+pub fn pfind(pid: u32, wait: Wait) -> KResult<Option<ProcSnapshot>> {
+    let Some(p) = kern::pfind(pid) else {
+        return Ok(None);
+    };
+    Ok(Some(ProcSnapshot {
         pid: p.pid,
         ppid: p.ppid,
         zombie: p.zombie,
         flags: p.flags,
-        comm: p.comm,
-        path: p.path,
-        threads: p.threads,
+        comm: kvec(p.comm.as_bytes(), wait)?,
+        path: kvec(p.path.as_bytes(), wait)?,
+        threads: kvec(&p.threads, wait)?,
+    }))
+}
+pub fn proc_state(pid: u32) -> Option<ProcState> {
+    kern::pfind(pid).map(|p| ProcState {
+        flags: p.flags,
+        zombie: p.zombie,
     })
 }
-pub fn children(pid: u32) -> Vec<u32> {
-    kern::children(pid)
+pub fn children(pid: u32, wait: Wait) -> KResult<KVec<u32>> {
+    kvec(&kern::children(pid), wait)
 }
 pub fn thread_pid(tid: u32) -> Option<u32> {
     kern::thread_pid(tid)
@@ -171,10 +233,10 @@ pub fn proc_flags(pid: u32, set: u32, clear: u32) {
     kern::proc_flags(pid, set, clear);
 }
 pub fn p_candebug(pid: u32) -> KResult<()> {
-    kern::p_candebug(pid).map_err(Errno)
+    kern::p_candebug(pid).map_err(errno)
 }
 pub fn priv_check(privilege: u32) -> KResult<()> {
-    kern::priv_check(privilege).map_err(Errno)
+    kern::priv_check(privilege).map_err(errno)
 }
 pub fn cred_covers(owner: u32, target: u32) -> bool {
     kern::cred_covers(owner, target)
@@ -186,18 +248,22 @@ pub fn psignal(pid: u32, sig: i32) {
     kern::psignal(pid, sig);
 }
 
-pub fn copyin(uaddr: u64, len: usize) -> KResult<Vec<u8>> {
-    kern::copyin(uaddr, len).map_err(Errno)
+pub fn copyin(uaddr: u64, out: &mut [u8]) -> KResult<()> {
+    let bytes = kern::copyin(uaddr, out.len()).map_err(errno)?;
+    out.copy_from_slice(&bytes);
+    Ok(())
 }
 pub fn copyout(data: &[u8], uaddr: u64) -> KResult<()> {
-    kern::copyout(data, uaddr).map_err(Errno)
+    kern::copyout(data, uaddr).map_err(errno)
 }
 
 pub fn kenv_int(name: &str) -> Option<i64> {
     kern::kenv_int(name)
 }
-pub fn kenv_str(name: &str) -> Option<String> {
+pub fn kenv_str(name: &str, wait: Wait) -> KResult<Option<KVec<u8>>> {
     kern::kenv_str(name)
+        .map(|v| kvec(v.as_bytes(), wait))
+        .transpose()
 }
 pub fn sysctl_int(name: &str) -> Option<i64> {
     kern::sysctl_int(name)
@@ -211,14 +277,16 @@ pub fn sysctl_remove(name: &str) {
     }
 }
 
-pub fn syscall_register(handler: crate::SyscallFn) -> u32 {
-    kern::syscall_register(Rc::new(move |args: &[u64]| handler(args).map_err(|e| e.0)))
+pub fn syscall_register(handler: crate::SyscallFn) -> KResult<u32> {
+    Ok(kern::syscall_register(Rc::new(move |args: &[u64]| {
+        handler(args).map_err(|e| e.get())
+    })))
 }
 pub fn syscall_deregister(num: u32) {
     kern::syscall_deregister(num);
 }
 
-pub fn set_pmc_hook(hook: Option<HookFn>) {
+pub fn set_pmc_hook(hook: Option<HookFn>) -> KResult<()> {
     kern::set_pmc_hook(hook.map(|h| {
         Rc::new(move |call: &ksim::HookCall| {
             let hook = match *call {
@@ -244,20 +312,23 @@ pub fn set_pmc_hook(hook: Option<HookFn>) {
             h(&hook);
         }) as Rc<dyn Fn(&ksim::HookCall)>
     }));
+    Ok(())
 }
 
-pub fn eventhandler_register(handler: EventFn) -> u64 {
-    kern::eventhandler_register(Rc::new(move |ev: &ksim::Event| {
-        let ev = match *ev {
-            ksim::Event::ProcessFork { parent, child } => {
-                KernelEvent::ProcessFork { parent, child }
-            }
-            ksim::Event::ProcessExit { pid } => KernelEvent::ProcessExit { pid },
-            ksim::Event::KldLoad { addr } => KernelEvent::KldLoad { addr },
-            ksim::Event::KldUnload { addr, size } => KernelEvent::KldUnload { addr, size },
-        };
-        handler(&ev);
-    }))
+pub fn eventhandler_register(handler: EventFn) -> KResult<u64> {
+    Ok(kern::eventhandler_register(Rc::new(
+        move |ev: &ksim::Event| {
+            let ev = match *ev {
+                ksim::Event::ProcessFork { parent, child } => {
+                    KernelEvent::ProcessFork { parent, child }
+                }
+                ksim::Event::ProcessExit { pid } => KernelEvent::ProcessExit { pid },
+                ksim::Event::KldLoad { addr } => KernelEvent::KldLoad { addr },
+                ksim::Event::KldUnload { addr, size } => KernelEvent::KldUnload { addr, size },
+            };
+            handler(&ev);
+        },
+    )))
 }
 pub fn eventhandler_deregister(tag: u64) {
     if kern::has_machine() {
@@ -268,11 +339,15 @@ pub fn eventhandler_deregister(tag: u64) {
 pub fn pmc_kernel_version() -> u32 {
     kern::pmc_kernel_version()
 }
-pub fn pmc_cpuid() -> String {
-    kern::pmc_cpuid()
+pub fn pmc_cpuid(wait: Wait) -> KResult<KVec<u8>> {
+    kvec(kern::pmc_cpuid().as_bytes(), wait)
 }
-pub fn soft_events() -> Vec<(String, u32)> {
-    kern::soft_events()
+pub fn soft_events(wait: Wait) -> KResult<KVec<crate::kern_pmc::SoftEvent>> {
+    let all: Vec<_> = kern::soft_events()
+        .iter()
+        .map(|(name, code)| crate::kern_pmc::SoftEvent::new(name.as_bytes(), *code))
+        .collect();
+    kvec(&all, wait)
 }
 pub fn soft_event_registered(code: u32) -> bool {
     kern::soft_event_registered(code)
@@ -282,17 +357,23 @@ pub fn soft_event_running(code: u32, delta: i32) {
 }
 
 pub fn fget_write(fd: i32) -> KResult<u64> {
-    kern::fget_write(fd).map_err(Errno)
+    kern::fget_write(fd).map_err(errno)
 }
 pub fn fdrop(id: u64) {
     kern::fdrop(id);
 }
 pub fn file_write(id: u64, data: &[u8]) -> KResult<()> {
-    kern::file_write(id, data).map_err(Errno)
+    kern::file_write(id, data).map_err(errno)
 }
 
 pub fn kproc_create(name: &str, body: crate::kproc::KprocFn) -> KResult<u64> {
-    kern::kproc_create(name, Rc::new(move || body())).map_err(Errno)
+    kern::kproc_create(
+        name,
+        Rc::new(move || {
+            body();
+        }),
+    )
+    .map_err(errno)
 }
 pub fn kproc_wakeup(id: u64) {
     kern::kproc_wakeup(id);
@@ -341,29 +422,38 @@ pub fn user_callchain(out: &mut [usize]) -> usize {
     fill(out, &kern::location().user_stack)
 }
 
-fn mapping(m: ksim::Mapping) -> crate::proc::Mapping {
-    crate::proc::Mapping {
-        start: m.start,
-        end: m.end,
-        path: m.path,
+fn mappings_of(from: Vec<ksim::Mapping>, wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {
+    let mut out = KVec::with_capacity(from.len(), wait)?;
+    for m in from {
+        let _ = out.push_within_capacity(crate::proc::Mapping {
+            start: m.start,
+            end: m.end,
+            path: kvec(m.path.as_bytes(), wait)?,
+        });
     }
+    Ok(out)
 }
-pub fn mappings(pid: u32) -> Vec<crate::proc::Mapping> {
-    kern::proc_mappings(pid).into_iter().map(mapping).collect()
+pub fn mappings(pid: u32, wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {
+    mappings_of(kern::proc_mappings(pid), wait)
 }
-pub fn all_pids() -> Vec<u32> {
-    kern::all_pids()
+pub fn all_pids(wait: Wait) -> KResult<KVec<u32>> {
+    kvec(&kern::all_pids(), wait)
 }
-pub fn kernel_objects() -> Vec<crate::proc::Mapping> {
-    kern::kernel_objects().into_iter().map(mapping).collect()
+pub fn kernel_objects(wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {
+    mappings_of(kern::kernel_objects(), wait)
 }
 
-pub fn sysctl_str_register(name: &str, value: &str, handler: crate::sysctl::StrHandler) {
+pub fn sysctl_str_register(
+    name: &str,
+    value: &str,
+    handler: crate::sysctl::StrHandler,
+) -> KResult<()> {
     kern::sysctl_str_register(
         name,
         value,
-        Rc::new(move |v: &str| handler(v).map_err(|e| e.0)),
+        Rc::new(move |v: &str| handler(v).map_err(|e| e.get())),
     );
+    Ok(())
 }
 pub fn sysctl_str_remove(name: &str) {
     kern::sysctl_str_remove(name);

@@ -1,13 +1,13 @@
 //! Kernel processes (kproc(9)) that sleep until woken and then run one
 //! pass of their work.
 
-use alloc::sync::Arc;
+use crate::malloc::KBox;
 
 use crate::errno::KResult;
 use crate::proc::Pid;
 
 /// One pass of a kernel process's loop.
-pub type KprocFn = Arc<dyn Fn() + Send + Sync>;
+pub type KprocFn = KBox<dyn Fn() + Send + Sync>;
 
 /// A kernel process; dropping it without [`Kproc::stop`] leaves it asleep.
 #[derive(Debug)]

@@ -2,10 +2,8 @@
 //! calls (Rust never sees `struct proc`), and the checks the kernel makes
 //! on them: p_candebug(9), priv_check(9), jails, signals.
 
-use alloc::string::String;
-use alloc::vec::Vec;
-
 use crate::errno::KResult;
+use crate::malloc::{KVec, Wait};
 
 /// A process id.
 pub type Pid = u32;
@@ -23,8 +21,8 @@ pub const SIGIO: i32 = 23;
 /// SIGBUS.
 pub const SIGBUS: i32 = 10;
 
-/// What kernel code may know about a process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What kernel code may know about a process, in kernel memory.
+#[derive(Debug)]
 pub struct ProcSnapshot {
     /// Process id.
     pub pid: Pid,
@@ -35,11 +33,20 @@ pub struct ProcSnapshot {
     /// `p_flag`.
     pub flags: u32,
     /// `p_comm`.
-    pub comm: String,
+    pub comm: KVec<u8>,
     /// Path of the executable.
-    pub path: String,
+    pub path: KVec<u8>,
     /// Threads.
-    pub threads: Vec<Tid>,
+    pub threads: KVec<Tid>,
+}
+
+/// A process's state, read without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcState {
+    /// `p_flag`.
+    pub flags: u32,
+    /// Exited, not yet reaped.
+    pub zombie: bool,
 }
 
 /// The current thread (`curthread`).
@@ -52,14 +59,20 @@ pub fn curproc() -> Pid {
     crate::backend::curproc()
 }
 
-/// `pfind(pid)` (zombies included, as `pfind_any`).
-pub fn pfind(pid: Pid) -> Option<ProcSnapshot> {
-    crate::backend::pfind(pid)
+/// `pfind(pid)` (zombies included, as `pfind_any`), copied into memory
+/// allocated with `wait`; `Ok(None)` when there is no such process.
+pub fn pfind(pid: Pid, wait: Wait) -> KResult<Option<ProcSnapshot>> {
+    crate::backend::pfind(pid, wait)
+}
+
+/// The flags and state of `pid` (zombies included), without allocating.
+pub fn proc_state(pid: Pid) -> Option<ProcState> {
+    crate::backend::proc_state(pid)
 }
 
 /// The live children of `pid` (`p_children`).
-pub fn children(pid: Pid) -> Vec<Pid> {
-    crate::backend::children(pid)
+pub fn children(pid: Pid, wait: Wait) -> KResult<KVec<Pid>> {
+    crate::backend::children(pid, wait)
 }
 
 /// The process of thread `tid`.
@@ -125,22 +138,22 @@ pub fn request_userret() {
 }
 
 /// An executable mapping of a process, or a kernel object.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Mapping {
     /// First address.
     pub start: u64,
     /// One past the last address.
     pub end: u64,
     /// Full path of the object (`vn_fullpath`).
-    pub path: String,
+    pub path: KVec<u8>,
 }
 
 /// The executable mappings of `pid`.
-pub fn mappings(pid: Pid) -> Vec<Mapping> {
-    crate::backend::mappings(pid)
+pub fn mappings(pid: Pid, wait: Wait) -> KResult<KVec<Mapping>> {
+    crate::backend::mappings(pid, wait)
 }
 
 /// Every live process.
-pub fn all_pids() -> Vec<Pid> {
-    crate::backend::all_pids()
+pub fn all_pids(wait: Wait) -> KResult<KVec<Pid>> {
+    crate::backend::all_pids(wait)
 }

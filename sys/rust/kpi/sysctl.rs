@@ -1,13 +1,16 @@
 //! sysctl(9) integers and loader tunables (`TUNABLE_INT_FETCH`).
 
+use crate::KResult;
+use crate::malloc::{KBox, KVec, Wait};
+
 /// A loader tunable from the kernel environment, if set and numeric.
 pub fn tunable_int(name: &str) -> Option<i64> {
     crate::backend::kenv_int(name)
 }
 
 /// A loader tunable string, if set.
-pub fn tunable_str(name: &str) -> Option<alloc::string::String> {
-    crate::backend::kenv_str(name)
+pub fn tunable_str(name: &str, wait: Wait) -> KResult<Option<KVec<u8>>> {
+    crate::backend::kenv_str(name, wait)
 }
 
 /// An integer sysctl defined by the kernel (e.g.
@@ -58,13 +61,13 @@ pub struct StrKnob {
 }
 
 /// The handler of a [`StrKnob`].
-pub type StrHandler = alloc::sync::Arc<dyn Fn(&str) -> crate::KResult<()> + Send + Sync>;
+pub type StrHandler = KBox<dyn Fn(&str) -> crate::KResult<()> + Send + Sync>;
 
 impl StrKnob {
     /// Publishes `name` with `value`; `handler` is called for each write.
-    pub fn new(name: &'static str, value: &str, handler: StrHandler) -> StrKnob {
-        crate::backend::sysctl_str_register(name, value, handler);
-        StrKnob { name }
+    pub fn new(name: &'static str, value: &str, handler: StrHandler) -> KResult<StrKnob> {
+        crate::backend::sysctl_str_register(name, value, handler)?;
+        Ok(StrKnob { name })
     }
 }
 

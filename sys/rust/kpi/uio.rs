@@ -1,11 +1,11 @@
 //! copyin(9) and copyout(9) of plain ABI structs.
 
-use alloc::vec::Vec;
-use core::mem::size_of;
+use core::mem::{MaybeUninit, size_of};
 
 use uapi::{AsBytes, Plain};
 
 use crate::errno::KResult;
+use crate::malloc::{KVec, Wait};
 
 /// A user-space address of the current process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,14 +20,22 @@ impl UserPtr {
 
 /// Copies a `T` in from user space; EFAULT for a bad address.
 pub fn copyin<T: Plain>(from: UserPtr) -> KResult<T> {
-    let bytes = crate::backend::copyin(from.0, size_of::<T>())?;
-    // The backend returned exactly size_of::<T>() bytes.
-    Ok(T::read_from(&bytes).unwrap_or_else(T::zeroed))
+    let mut value = MaybeUninit::<T>::zeroed();
+    // SAFETY: the slice covers exactly the value's bytes, all of them
+    // initialised (to zero) by `zeroed`.
+    let bytes =
+        unsafe { core::slice::from_raw_parts_mut(value.as_mut_ptr().cast::<u8>(), size_of::<T>()) };
+    crate::backend::copyin(from.0, bytes)?;
+    // SAFETY: every bit pattern is a valid `T` (the Plain contract).
+    Ok(unsafe { value.assume_init() })
 }
 
-/// Copies `len` bytes in from user space.
-pub fn copyin_bytes(from: UserPtr, len: usize) -> KResult<Vec<u8>> {
-    crate::backend::copyin(from.0, len)
+/// Copies `len` bytes in from user space, into memory allocated with
+/// `wait`.
+pub fn copyin_bytes(from: UserPtr, len: usize, wait: Wait) -> KResult<KVec<u8>> {
+    let mut buf = KVec::zeroed(len, wait)?;
+    crate::backend::copyin(from.0, &mut buf)?;
+    Ok(buf)
 }
 
 /// Copies bytes out to user space; EFAULT for a bad address.

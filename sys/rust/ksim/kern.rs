@@ -73,32 +73,35 @@ pub fn pmc_cpuid() -> String {
     current().st().cfg.cpuid.clone()
 }
 
-/// `malloc(9)`: accounts a `size`-byte allocation; fails when fault
-/// injection says so, or for M_NOWAIT as the real allocator may. Returns a
-/// token for [`free`].
-pub fn malloc(size: usize, wait: bool) -> Result<u64, i32> {
+/// `malloc(9)`'s checks before memory is taken: the witness rules for
+/// the context, and fault injection (an `M_NOWAIT` allocation can fail on
+/// a real kernel too). ENOMEM when this allocation is to fail.
+pub fn malloc(wait: bool) -> Result<(), i32> {
     let m = current();
     let mut st = m.st();
-    let in_intr = st.in_intr;
-    if wait {
-        st.witness.check_alloc(in_intr);
-    } else if in_intr {
-        st.witness.check_alloc(true);
-    }
+    let ctx = st.context();
+    st.witness.check_alloc(wait, ctx);
     st.kmem.calls += 1;
     if st.kmem.fail_at == Some(st.kmem.calls) {
         return Err(ENOMEM);
     }
-    st.kmem.next_id += 1;
-    let id = st.kmem.next_id;
-    st.kmem.live.insert(id, size);
-    Ok(id)
+    Ok(())
 }
 
-/// `free(9)` of a [`malloc`] token.
-pub fn free(token: u64) {
+/// Enters an allocation that [`malloc`] allowed in the ledger.
+pub fn malloc_done(addr: u64, size: usize) {
     if let Some(m) = crate::machine::try_current() {
-        m.st().kmem.live.remove(&token);
+        m.st().kmem.live.insert(addr, size);
+    }
+}
+
+/// `free(9)`: the witness rules for the context, and the ledger.
+pub fn free(addr: u64) {
+    if let Some(m) = crate::machine::try_current() {
+        let mut st = m.st();
+        let ctx = st.context();
+        st.witness.check_free(ctx);
+        st.kmem.live.remove(&addr);
     }
 }
 
@@ -106,8 +109,8 @@ pub fn free(token: u64) {
 pub fn lock_acquire(class: &'static str, kind: LockKind) {
     let m = current();
     let mut st = m.st();
-    let in_intr = st.in_intr;
-    st.witness.acquire(class, kind, in_intr);
+    let ctx = st.context();
+    st.witness.acquire(class, kind, ctx);
 }
 
 /// Records a lock release.
@@ -121,8 +124,26 @@ pub fn lock_release(class: &'static str) {
 pub fn may_sleep() {
     let m = current();
     let mut st = m.st();
-    let in_intr = st.in_intr;
-    st.witness.check_sleep(in_intr);
+    let ctx = st.context();
+    st.witness.check_sleep(ctx);
+}
+
+/// `critical_enter`.
+pub fn critical_enter() {
+    current().st().critnest += 1;
+}
+
+/// `critical_exit`.
+pub fn critical_exit() {
+    let m = current();
+    let mut st = m.st();
+    assert!(st.critnest > 0, "critical_exit without critical_enter");
+    st.critnest -= 1;
+}
+
+/// True in NMI context.
+pub fn in_nmi() -> bool {
+    current().st().in_nmi
 }
 
 /// `pfind(pid)` including zombies (`pfind_any`).
@@ -339,7 +360,7 @@ pub fn soft_event_running(code: u32, delta: i32) {
     let m = current();
     let mut st = m.st();
     if let Some(e) = st.soft_events.iter_mut().find(|e| e.code == code) {
-        e.running = e.running.saturating_add_signed(delta);
+        e.running += delta;
     }
 }
 

@@ -290,8 +290,9 @@ pub struct SoftEvent {
     pub name: String,
     /// Event code, from `PMC_EV_SOFT_FIRST` up.
     pub code: u32,
-    /// How many PMCs use it (`ps_running`).
-    pub running: u32,
+    /// How many PMCs use it (`ps_running`), signed as FreeBSD's is, so
+    /// that a decrement too many shows as a negative count.
+    pub running: i32,
 }
 
 #[derive(Debug)]
@@ -330,7 +331,6 @@ struct Cpu {
 #[derive(Debug, Default)]
 pub(crate) struct Kmem {
     pub(crate) live: BTreeMap<u64, usize>,
-    pub(crate) next_id: u64,
     pub(crate) calls: u64,
     pub(crate) fail_at: Option<u64>,
 }
@@ -345,6 +345,10 @@ pub(crate) struct State {
     /// (cpu, thread) the kernel code is running on behalf of.
     pub(crate) ctx: Option<(u32, u32)>,
     pub(crate) in_intr: bool,
+    /// In a non-maskable interrupt.
+    pub(crate) in_nmi: bool,
+    /// `td_critnest` of the kernel code running now.
+    pub(crate) critnest: u32,
     pub(crate) witness: Witness,
     pub(crate) kmem: Kmem,
     pub(crate) console: Vec<String>,
@@ -473,6 +477,8 @@ impl Machine {
             next_tid: FIRST_TID,
             ctx: None,
             in_intr: false,
+            in_nmi: false,
+            critnest: 0,
             witness: Witness::new(witness_on),
             kmem: Kmem::default(),
             console: Vec::new(),
@@ -654,7 +660,9 @@ impl Machine {
 
     /// A thread exits (PMC_FN_THR_EXIT, after being switched out).
     pub fn thread_exit(&self, tid: u32) {
-        if let Some(cpu) = self.st().threads.get(&tid).and_then(|t| t.cpu) {
+        // The borrow of the state ends before the switch-out borrows it.
+        let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+        if let Some(cpu) = on_cpu {
             self.switch_out(cpu);
         }
         self.with_ctx(tid, || self.hook(&HookCall::ThrExit { tid }));
@@ -671,7 +679,8 @@ impl Machine {
     pub fn exit(&self, pid: u32) {
         let threads = self.st().procs[&pid].info.threads.clone();
         for &tid in &threads {
-            if let Some(cpu) = self.st().threads.get(&tid).and_then(|t| t.cpu) {
+            let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+            if let Some(cpu) = on_cpu {
                 self.switch_out(cpu);
             }
         }
@@ -743,7 +752,27 @@ impl Machine {
                 .expect("switch_in of unknown thread")
                 .cpu = Some(cpu);
         }
-        self.with_ctx_on(cpu, tid, || self.hook(&HookCall::CswIn));
+        self.with_ctx_on(cpu, tid, || self.sched_hook(&HookCall::CswIn));
+    }
+
+    /// A scheduler hook: FreeBSD's sched_switch calls PMC_SWITCH_CONTEXT
+    /// with the thread lock, a spin mutex, held, so the hook runs in a
+    /// critical section.
+    fn sched_hook(&self, call: &HookCall) {
+        self.st().critnest += 1;
+        self.hook(call);
+        self.st().critnest -= 1;
+    }
+
+    /// Runs `f` as a non-maskable interrupt on `cpu` while `tid` runs
+    /// there (the x86 PMC interrupt).
+    pub fn nmi<R>(&self, cpu: u32, tid: u32, f: impl FnOnce() -> R) -> R {
+        self.with_ctx_on(cpu, tid, || {
+            let saved = std::mem::replace(&mut self.st().in_nmi, true);
+            let r = f();
+            self.st().in_nmi = saved;
+            r
+        })
     }
 
     /// Takes the running thread off `cpu` (PMC_FN_CSW_OUT).
@@ -752,7 +781,7 @@ impl Machine {
             return;
         };
         self.advance_ns(1000);
-        self.with_ctx_on(cpu, tid, || self.hook(&HookCall::CswOut));
+        self.with_ctx_on(cpu, tid, || self.sched_hook(&HookCall::CswOut));
         let mut st = self.st();
         st.cpus[cpu as usize].running = None;
         if let Some(t) = st.threads.get_mut(&tid) {
@@ -817,7 +846,7 @@ impl Machine {
     }
 
     /// The CLOCK.HARD soft event: its code and how many PMCs use it.
-    fn clock_hard(st: &State) -> Option<(u32, u32)> {
+    fn clock_hard(st: &State) -> Option<(u32, i32)> {
         st.soft_events
             .iter()
             .find(|e| e.name == "CLOCK.HARD")
@@ -826,7 +855,7 @@ impl Machine {
 
     /// The clock interrupt on `cpu`: CLOCK.HARD for the running thread,
     /// then hardclock's sample processing and the AST on return.
-    fn clock_interrupt(&self, cpu: u32, running: Option<u32>, ev: Option<(u32, u32)>) {
+    fn clock_interrupt(&self, cpu: u32, running: Option<u32>, ev: Option<(u32, i32)>) {
         if let (Some(tid), Some((code, n))) = (running, ev) {
             if n > 0 {
                 self.interrupt(cpu, tid, &HookCall::SoftSampling { ev: code, cpu });
@@ -1200,7 +1229,12 @@ impl Machine {
         self.0.st.borrow().files.get(&id).map_or(0, |f| f.refs)
     }
 
-    /// The thread running on `cpu`.
+    /// The state of `cpu`.
+    pub fn cpu_state(&self, cpu: u32) -> CpuState {
+        self.0.st.borrow().cpu_state(cpu)
+    }
+
+    /// The thread running on `cpu`, if any.
     pub fn running_on(&self, cpu: u32) -> Option<u32> {
         self.0
             .st
@@ -1212,8 +1246,8 @@ impl Machine {
 
     pub(crate) fn may_sleep_here(&self) {
         let mut st = self.st();
-        let in_intr = st.in_intr;
-        st.witness.check_sleep(in_intr);
+        let ctx = st.context();
+        st.witness.check_sleep(ctx);
     }
 
     /// Registered system call numbers.
@@ -1388,6 +1422,15 @@ impl Machine {
 }
 
 impl State {
+    /// What the witness needs to know of where kernel code runs now.
+    pub(crate) fn context(&self) -> crate::witness::Context {
+        crate::witness::Context {
+            intr: self.in_intr,
+            nmi: self.in_nmi,
+            critnest: self.critnest,
+        }
+    }
+
     pub(crate) fn cur(&self) -> (u32, u32) {
         self.ctx.expect("kernel code ran with no current thread")
     }

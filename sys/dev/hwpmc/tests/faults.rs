@@ -3,6 +3,14 @@
 //! driver's state as it was, succeed when retried, and leave nothing
 //! allocated once the driver is unloaded.
 
+// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
+// do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 mod common;
 
 use common::*;
@@ -207,4 +215,84 @@ fn module_load_fails_cleanly_at_every_allocation() {
         );
         assert_eq!(m.violations(), vec![]);
     }
+}
+
+/// The row dispositions, the targets and the count of running system
+/// samplers: a failed start must not count the PMC as running.
+fn snapshot_with_samplers(s: &Sim, ps: &[P]) -> (usize, Vec<u32>) {
+    let (targets, mut v) = snapshot(s, ps);
+    v.push(s.module().driver().system_samplers());
+    (targets, v)
+}
+
+#[test]
+fn system_sampler_start_fails_cleanly_at_every_allocation() {
+    // Starting a system sampler gathers the process list, every process's
+    // threads and mappings, and the kernel's objects before the first
+    // record: each of those allocations failing fails the start.
+    run(
+        "start (system sampler with its mappings)",
+        Scenario {
+            setup: |s| {
+                let p = s.root();
+                let fd = s.open(p, ksim::FileKind::Regular, true);
+                s.configurelog(p, fd, 0).unwrap();
+                let other = s.root();
+                s.m.mmap(other.pid, "/lib/libc.so.7", 0x8_0000_0000, 0x10_0000);
+                s.allocate(
+                    p,
+                    PmcClass::Soft,
+                    s.soft("CLOCK.HARD"),
+                    PmcMode::Ss,
+                    0,
+                    PmcFlags::empty(),
+                )
+                .unwrap();
+                vec![p]
+            },
+            op: |s, ps| {
+                s.start(
+                    ps[0],
+                    pmc_id_make_id(0, PmcMode::Ss.raw(), PmcClass::Soft.raw(), 0),
+                )
+            },
+            state: snapshot_with_samplers,
+        },
+    );
+}
+
+#[test]
+fn attach_with_a_log_fails_cleanly_at_every_allocation() {
+    // A sampling PMC attached with a log writes PMCATTACH with the
+    // target's path and MAP_IN for its mappings: both are read before the
+    // attach changes anything.
+    run(
+        "attach (sampling, with a log)",
+        Scenario {
+            setup: |s| {
+                let (p, t) = (s.root(), s.root());
+                let fd = s.open(p, ksim::FileKind::Regular, true);
+                s.configurelog(p, fd, 0).unwrap();
+                s.m.mmap(t.pid, "/lib/libc.so.7", 0x8_0000_0000, 0x10_0000);
+                s.allocate(
+                    p,
+                    PmcClass::Soft,
+                    s.soft("CLOCK.HARD"),
+                    PmcMode::Ts,
+                    1000,
+                    PmcFlags::empty(),
+                )
+                .unwrap();
+                vec![p, t]
+            },
+            op: |s, ps| {
+                s.attach(
+                    ps[0],
+                    pmc_id_make_id(0xFFF, PmcMode::Ts.raw(), PmcClass::Soft.raw(), 0),
+                    ps[1].pid as i32,
+                )
+            },
+            state: snapshot,
+        },
+    );
 }

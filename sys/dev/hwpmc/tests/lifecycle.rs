@@ -3,6 +3,14 @@
 //! exec and exit, and the cases of FreeBSD's tests/sys/pmc api and
 //! lifecycle suites.
 
+// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
+// do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 mod common;
 
 use common::*;

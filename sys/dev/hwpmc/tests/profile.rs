@@ -3,6 +3,14 @@
 //! show the configured distribution over functions, the configured call
 //! chains, and the mapping and process records a reader needs.
 
+// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
+// do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 mod common;
 
 use std::collections::BTreeMap;

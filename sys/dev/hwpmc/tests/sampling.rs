@@ -3,6 +3,14 @@
 //! mode), the rings drain into CALLCHAIN records, and every sample is
 //! either logged or counted.
 
+// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
+// do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 mod common;
 
 use std::sync::atomic::Ordering;

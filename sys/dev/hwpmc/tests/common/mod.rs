@@ -92,7 +92,8 @@ impl Sim {
         let r = self.m.syscall(p.tid, self.sysnum, &[op as u64, uaddr]);
         let back = self.m.user_read(p.pid, uaddr, bytes.len());
         bytes.copy_from_slice(&back);
-        r.map(|_| ()).map_err(Errno)
+        r.map(|_| ())
+            .map_err(|e| Errno::new(e).expect("a failed system call has a non-zero errno"))
     }
 
     /// The system call with an unmapped argument pointer.
@@ -100,7 +101,7 @@ impl Sim {
         self.m
             .syscall(p.tid, self.sysnum, &[op.raw() as u64, 0xdead_0000])
             .map(|_| ())
-            .map_err(Errno)
+            .map_err(|e| Errno::new(e).expect("a failed system call has a non-zero errno"))
     }
 
     pub fn call<T: AsBytes>(&self, p: P, op: PmcOp, arg: &mut T) -> Result<(), Errno> {

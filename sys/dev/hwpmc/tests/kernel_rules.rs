@@ -1,0 +1,115 @@
+//! The kernel's rules as the driver must follow them: a hook that cannot
+//! allocate loses its records openly (counted, as records lost for want
+//! of a log buffer are), never silently; and the simulator's witness
+//! catches the driver's own kind of mistake at the driver's own locks.
+
+// Host test code: the kernel allocation lints of sys/clippy.toml do not
+// apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
+mod common;
+
+use common::*;
+use ksim::FileKind;
+use uapi::pmc::*;
+use uapi::pmclog::{PmclogBody, records};
+
+/// An owner with a log and a running system sampler on CPU 0, so that
+/// every process event concerns it.
+fn system_sampler(s: &Sim) -> (P, i32) {
+    let p = s.root();
+    let fd = s.open(p, FileKind::Regular, true);
+    s.configurelog(p, fd, 0).unwrap();
+    let id = s
+        .allocate(
+            p,
+            PmcClass::Soft,
+            s.soft("CLOCK.HARD"),
+            PmcMode::Ss,
+            0,
+            PmcFlags::empty(),
+        )
+        .unwrap();
+    s.start(p, id).unwrap();
+    (p, fd)
+}
+
+fn forks_logged(s: &Sim, p: P, fd: i32) -> Vec<u32> {
+    s.flushlog(p).unwrap();
+    records(&s.file(p, fd))
+        .filter_map(|r| match r.expect("the log parses").body {
+            PmclogBody::Procfork { newpid, .. } => Some(newpid),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_hook_that_cannot_allocate_counts_its_records_as_lost() {
+    let s = Sim::new();
+    let (p, fd) = system_sampler(&s);
+    let parent = s.root();
+    let failed_before = s.stats(p).pm_buffer_requests_failed;
+
+    // The fork hook's first allocation (the child's snapshot) fails.
+    s.m.fail_alloc_in(1);
+    let lost = s.fork(parent);
+    s.m.clear_alloc_failure();
+    assert_eq!(
+        s.stats(p).pm_buffer_requests_failed,
+        failed_before + 1,
+        "the lost PROCFORK is counted"
+    );
+    assert!(!forks_logged(&s, p, fd).contains(&lost.pid));
+
+    // Without the failure the record is there, and nothing else is lost.
+    let kept = s.fork(parent);
+    assert!(forks_logged(&s, p, fd).contains(&kept.pid));
+    assert_eq!(s.stats(p).pm_buffer_requests_failed, failed_before + 1);
+
+    // The thread and mapping hooks count the same way.
+    for (k, what) in [(1, "thread create"), (1, "mmap")] {
+        let before = s.stats(p).pm_buffer_requests_failed;
+        s.m.fail_alloc_in(k);
+        match what {
+            "thread create" => {
+                s.m.thread_create(parent.pid);
+            }
+            _ => {
+                s.m.mmap(parent.pid, "/lib/libm.so.5", 0x9_0000_0000, 0x1000)
+            }
+        }
+        s.m.clear_alloc_failure();
+        assert_eq!(
+            s.stats(p).pm_buffer_requests_failed,
+            before + 1,
+            "{what}: the lost record is counted"
+        );
+    }
+    s.finish();
+}
+
+#[test]
+fn scheduler_hooks_run_in_a_critical_section() {
+    // The driver's context-switch code takes only spin locks and frees
+    // nothing; the witness would report anything else, since the hooks
+    // run in a critical section as under FreeBSD's thread lock.
+    let s = Sim::new();
+    let p = s.root();
+    let id = s.soft_tc(p);
+    s.start(p, id).unwrap();
+    for cpu in 0..2 {
+        s.run(p, cpu, 3);
+    }
+    // Release while the target is still on a CPU: the PMC is taken off
+    // there by the system call, not freed by the switch-out.
+    s.m.switch_in(0, p.tid);
+    s.release(p, id).unwrap();
+    s.m.switch_out(0);
+    assert_eq!(s.m.violations(), vec![]);
+    s.finish();
+}

@@ -1,0 +1,171 @@
+//! kpi's locks and allocations under the simulator's witness: each of
+//! FreeBSD's rules (locking(9), mutex(9), sx(9), malloc(9), WITNESS) is
+//! broken once through the kpi API, and the witness must name it.
+
+// Host test code: the kernel allocation lints of sys/clippy.toml do not
+// apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
+use kpi::hooks::Hook;
+use kpi::malloc::{KBox, KVec, Wait};
+use kpi::sync::{CriticalSection, Mutex, SpinMutex, Sx};
+use ksim::witness::Violation;
+use ksim::{Cred, Machine, MachineConfig};
+
+/// Runs `f` as kernel code of a fresh process; returns what the witness saw.
+fn in_kernel(f: impl FnOnce()) -> Vec<Violation> {
+    let m = Machine::new(MachineConfig::default());
+    let _e = m.enter();
+    let (_, tid) = m.spawn(Cred::root(), "t");
+    m.in_thread(tid, f);
+    let v = m.violations();
+    assert_eq!(m.kmem_live(), (0, 0), "the test itself leaked");
+    v
+}
+
+#[test]
+fn no_allocation_or_free_under_a_spin_lock_even_without_sleeping() {
+    let v = in_kernel(|| {
+        let spin = SpinMutex::new(c"t-spin", (), Wait::WaitOk).unwrap();
+        let outside = KBox::try_new(1u32, Wait::WaitOk).unwrap();
+        let g = spin.lock();
+        let inside = KBox::try_new(2u32, Wait::NoWait).unwrap();
+        drop(outside);
+        drop(g);
+        drop(inside);
+    });
+    assert_eq!(
+        v,
+        vec![
+            Violation::AllocUnderSpin("t-spin"),
+            Violation::FreeUnderSpin("t-spin")
+        ]
+    );
+}
+
+#[test]
+fn no_allocation_in_a_critical_section() {
+    let v = in_kernel(|| {
+        let cs = CriticalSection::enter();
+        let b = KBox::try_new(1u32, Wait::NoWait);
+        drop(b);
+        drop(cs);
+    });
+    assert_eq!(
+        v,
+        vec![
+            Violation::AllocInCriticalSection,
+            Violation::FreeInCriticalSection
+        ]
+    );
+}
+
+#[test]
+fn no_sleep_with_a_default_mutex_held() {
+    let v = in_kernel(|| {
+        let mtx = Mutex::new(c"t-mtx", (), Wait::WaitOk).unwrap();
+        let sx = Sx::new(c"t-sx", (), Wait::WaitOk).unwrap();
+        let g = mtx.lock();
+        // M_NOWAIT is fine under a default mutex; M_WAITOK may sleep.
+        let ok = KVec::<u8>::with_capacity(8, Wait::NoWait).unwrap();
+        let sleeps = KVec::<u8>::with_capacity(8, Wait::WaitOk).unwrap();
+        let s = sx.lock();
+        drop(s);
+        drop(g);
+        drop((ok, sleeps));
+    });
+    assert_eq!(
+        v,
+        vec![
+            Violation::SleepWithMutexHeld("t-mtx"),
+            Violation::SleepableUnderMutex {
+                taken: "t-sx",
+                mutex: "t-mtx"
+            },
+        ]
+    );
+}
+
+#[test]
+fn lock_order_reversal_between_sx_and_mutex() {
+    let v = in_kernel(|| {
+        let sx = Sx::new(c"t-order-sx", (), Wait::WaitOk).unwrap();
+        let spin = SpinMutex::new(c"t-order-spin", (), Wait::WaitOk).unwrap();
+        {
+            let _a = sx.lock_shared();
+            let _b = spin.lock();
+        }
+        let _b = spin.lock();
+        let _a = sx.lock_shared();
+    });
+    assert!(
+        v.contains(&Violation::LockOrderReversal {
+            held: "t-order-spin",
+            taken: "t-order-sx"
+        }),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn no_lock_at_all_in_nmi_context() {
+    let m = Machine::new(MachineConfig::default());
+    let _e = m.enter();
+    let (_, tid) = m.spawn(Cred::root(), "t");
+    let spin = m.in_thread(tid, || {
+        SpinMutex::new(c"t-nmi", 0u32, Wait::WaitOk).unwrap()
+    });
+    m.switch_in(0, tid);
+    m.nmi(0, tid, || {
+        *spin.lock() += 1;
+    });
+    m.switch_out(0);
+    assert_eq!(m.violations(), vec![Violation::LockInNmi("t-nmi")]);
+    m.in_thread(tid, || drop(spin));
+}
+
+#[test]
+fn context_switch_hooks_run_in_a_critical_section() {
+    let m = Machine::new(MachineConfig::default());
+    let _e = m.enter();
+    let (_, tid) = m.spawn(Cred::root(), "t");
+    m.in_thread(tid, || {
+        let hook = kpi::kbox_dyn!(
+            |h: &Hook| {
+                if *h == Hook::CswOut {
+                    // What a driver must not do at a context switch.
+                    drop(KBox::try_new(0u8, Wait::NoWait));
+                }
+            },
+            Wait::WaitOk,
+            dyn Fn(&Hook) + Send + Sync
+        )
+        .unwrap();
+        kpi::hooks::set_pmc_hook(Some(hook)).unwrap();
+    });
+    // Two switch-outs with the hook set: the end of the system call that
+    // set it, and the end of the run.
+    m.run(tid, 0, 1);
+    m.in_thread(tid, || kpi::hooks::set_pmc_hook(None).unwrap());
+    let pair = [
+        Violation::AllocInCriticalSection,
+        Violation::FreeInCriticalSection,
+    ];
+    assert_eq!(m.violations(), [pair.clone(), pair].concat());
+}
+
+#[test]
+fn kassert_panics_in_the_simulator() {
+    let r = std::panic::catch_unwind(|| kpi::kassert!(1 + 1 == 3, "arithmetic is {}", "broken"));
+    let msg = r.expect_err("a false kassert panics");
+    let text = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        text.contains("KASSERT failed: arithmetic is broken"),
+        "{text}"
+    );
+    kpi::kassert!(1 + 1 == 2, "not reached");
+}
