@@ -18,7 +18,7 @@ use uapi::pmc::*;
 pub mod libpmc_pmu_util;
 pub mod pmc;
 pub mod pmclog;
-pub mod regex;
+pub mod regcomp;
 pub mod transport;
 
 #[cfg(feature = "sim")]

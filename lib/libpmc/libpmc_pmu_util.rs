@@ -18,7 +18,7 @@ use std::io::Write;
 use uapi::pmc::{PmcCaps, PmcClass, PmcFlags, PmcOpPmcallocate};
 
 use crate::pmc::Errno;
-use crate::regex::Regex;
+use crate::regcomp::Regex;
 
 /// One event of a table, as jevents generates it.
 #[derive(Debug, Clone, Copy)]
@@ -313,8 +313,12 @@ impl PmuTable {
         models
             .iter()
             .find(|m| {
+                // As FreeBSD's libpmc: the leftmost-longest match must
+                // start the key and end at its end or at a `-`.
                 Regex::new(m.cpuid).is_ok_and(|r| {
-                    r.matches_prefix(cpuid, |rest| rest.is_empty() || rest.starts_with('-'))
+                    r.find(cpuid).is_some_and(|(start, end)| {
+                        start == 0 && matches!(cpuid.as_bytes().get(end), None | Some(b'-'))
+                    })
                 })
             })
             .map(|model| PmuTable { model, vendor })

@@ -17,7 +17,7 @@ use ksim::workload::Program;
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
 use uapi::pmc::{PmcOp, PmcOpConfigurelog};
 
-use crate::transport::Transport;
+use crate::transport::{Transport, host_errno};
 
 /// Environment variable with the simulated machine's CPU count.
 pub const CPUS_ENV: &str = "LIBPMC_SIM_CPUS";
@@ -330,13 +330,29 @@ impl Drop for LogBridge {
     }
 }
 
+/// The most clock ticks `LIBPMC_SIM_TICKS_PER_CALL` may ask for: 100
+/// simulated seconds before each request (a fraction of a second of the
+/// host's time). More would make every request seem to hang.
+pub const MAX_TICKS_PER_CALL: u32 = 100_000;
+
 /// A variable's value; EINVAL when it is not text.
 fn env_value(name: &str) -> Result<Option<String>, c_int> {
     match std::env::var(name) {
         Ok(v) => Ok(Some(v)),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(libc::EINVAL),
+        Err(std::env::VarError::NotUnicode(v)) => Err(refuse(
+            name,
+            &v.to_string_lossy(),
+            "text (it is not valid UTF-8)",
+        )),
     }
+}
+
+/// Says on standard error which variable has what bad value, since
+/// `pmc_init` can only answer EINVAL; returns EINVAL.
+fn refuse(name: &str, value: &str, wanted: &str) -> c_int {
+    eprintln!("libpmc: simulated machine: {name}={value:?} is not {wanted}");
+    libc::EINVAL
 }
 
 enum Request {
@@ -385,18 +401,33 @@ impl SimTransport {
         if let Some(v) = env_value(CPUS_ENV)? {
             cfg.cpus = match v.parse() {
                 Ok(n) if (1..=256).contains(&n) => n,
-                _ => return Err(libc::EINVAL),
+                _ => return Err(refuse(CPUS_ENV, &v, "a number of CPUs from 1 to 256")),
             };
         }
         if let Some(v) = env_value(TICKS_PER_CALL_ENV)? {
-            cfg.ticks_per_call = v.parse().map_err(|_| libc::EINVAL)?;
+            cfg.ticks_per_call = match v.parse() {
+                Ok(n) if n <= MAX_TICKS_PER_CALL => n,
+                _ => {
+                    return Err(refuse(
+                        TICKS_PER_CALL_ENV,
+                        &v,
+                        &format!("a number of clock ticks from 0 to {MAX_TICKS_PER_CALL}"),
+                    ));
+                }
+            };
         }
         if let Some(v) = env_value(CPUID_ENV)? {
             cfg.cpuid = v;
         }
         cfg.verbose = env_value(VERBOSE_ENV)?.is_some_and(|v| !v.is_empty());
         if let Some(v) = env_value(WORKLOAD_ENV)? {
-            cfg.workload = Some(Workload::parse(&v).ok_or(libc::EINVAL)?);
+            cfg.workload = Some(Workload::parse(&v).ok_or_else(|| {
+                refuse(
+                    WORKLOAD_ENV,
+                    &v,
+                    "work or work:THREADS, THREADS from 1 to 64",
+                )
+            })?);
         }
         if let Some(name) = std::env::args_os().next() {
             let name = name.to_string_lossy();
@@ -425,7 +456,7 @@ impl SimTransport {
                 let module = match m.in_thread(kld, hwpmc::Module::load) {
                     Ok(module) => module,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e.get()));
+                        let _ = ready_tx.send(Err(host_errno(e.get())));
                         return;
                     }
                 };
@@ -625,7 +656,8 @@ impl Transport for SimTransport {
         })?;
         let (bytes, result) = answer.recv().map_err(|_| libc::ENXIO)?;
         arg.copy_from_slice(&bytes);
-        result
+        // The driver's errno values are FreeBSD's.
+        result.map_err(host_errno)
     }
 
     fn spawn(&self, argv: &[String]) -> Result<i32, c_int> {

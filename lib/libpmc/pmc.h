@@ -79,7 +79,7 @@ int	pmc_event_names_of_class(enum pmc_class _cl, const char ***_eventnames,
 	    int *_nevents);
 
 /* The PMU event tables of the running CPU (kern.hwpmc.cpuid). */
-struct pmc_op_pmcallocate;	/* <sys/pmc.h>; opaque to hosts' copies */
+struct pmc_op_pmcallocate;	/* <sys/pmc.h> */
 int	pmc_pmu_enabled(void);
 void	pmc_pmu_print_counters(const char *_event_name);
 void	pmc_pmu_print_counter_desc(const char *_event_name);

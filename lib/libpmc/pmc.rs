@@ -19,8 +19,13 @@ use crate::transport::Transport;
 /// An errno value.
 pub type Errno = c_int;
 
-/// `EPROGMISMATCH` (FreeBSD's value): the driver's ABI major differs.
-pub const EPROGMISMATCH: Errno = 75;
+/// `EPROGMISMATCH`: the driver's ABI major differs. FreeBSD's value
+/// (75) on FreeBSD, the host's nearest elsewhere (see
+/// [`crate::transport::host_errno`]).
+pub const EPROGMISMATCH: Errno = crate::transport::host_errno(75);
+
+/// The first `PMC_VERSION` whose driver has PMC_OP_GETCAPS.
+const PMC_VERSION_WITH_GETCAPS: u32 = 0x0A03_0000;
 
 /// One event a class offers: its canonical name and code.
 #[derive(Debug, Clone)]
@@ -50,6 +55,8 @@ pub struct Pmc {
     classes: Vec<ClassDescr>,
     /// The PMU event table of the CPU `kern.hwpmc.cpuid` names.
     pmu: Option<PmuTable>,
+    /// The driver's `PMC_VERSION`, from PMC_OP_GETMODULEVERSION.
+    driver_version: u32,
 }
 
 impl core::fmt::Debug for Pmc {
@@ -60,7 +67,7 @@ impl core::fmt::Debug for Pmc {
     }
 }
 
-/// Event aliases of a CPU without PMU tables (FreeBSD's generic list).
+/// Event aliases of the generic CPU type (FreeBSD's generic list).
 const GENERIC_ALIASES: &[(&str, &str)] = &[("instructions", "SOFT-CLOCK.HARD")];
 
 /// FreeBSD's event-name comparison: case-insensitive, and space, `_`, `-`
@@ -110,12 +117,14 @@ impl Pmc {
             cpuinfo: PmcOpGetcpuinfo::zeroed(),
             classes: Vec::new(),
             pmu: None,
+            driver_version: 0,
         };
         let mut version = PMC_VERSION;
         pmc.call_struct(PmcOp::Getmoduleversion, &mut version)?;
         if version & 0xFF00_0000 != PMC_VERSION & 0xFF00_0000 {
             return Err(EPROGMISMATCH);
         }
+        pmc.driver_version = version;
         let mut cpuinfo = PmcOpGetcpuinfo::zeroed();
         pmc.call_struct(PmcOp::Getcpuinfo, &mut cpuinfo)?;
         pmc.cpuinfo = cpuinfo;
@@ -219,7 +228,9 @@ impl Pmc {
 
     /// Parses a counter specification (`[CLASS-]EVENT[,qualifier...]`, or
     /// an alias) into an allocation request; EINVAL for an unknown event,
-    /// a class this machine lacks, or a qualifier the class refuses.
+    /// a class prefix this machine lacks, or a qualifier the class
+    /// refuses. An event of the PMU table becomes a request for its class
+    /// even where the driver lacks that class: the driver refuses it.
     pub fn parse_spec(
         &self,
         spec: &str,
@@ -236,21 +247,29 @@ impl Pmc {
         if mode.is_sampling() {
             a.pm_caps |= PmcCaps::INTERRUPT.bits();
         }
-        // The PMU tables first, as FreeBSD's library; their event counts
-        // only on a driver with the event's class, else the static tables
-        // (and the generic aliases) get their turn.
+        // The PMU tables first, as FreeBSD's library. An event found there
+        // is asked of the driver whether or not it offers the event's
+        // class (it refuses a class it lacks): no other event stands in
+        // for it. Only a name the table lacks goes on to the static
+        // tables.
         if let Some(pmu) = &self.pmu {
             let mut request = a;
             match pmu.allocate(spec, &mut request) {
-                Ok(()) if self.has_class(request.pm_class) => return Ok(request),
+                Ok(()) => return Ok(request),
                 Err(e) if e != libc::ENOENT => return Err(e),
-                _ => {}
+                Err(_) => {}
             }
         }
-        let spec = GENERIC_ALIASES
-            .iter()
-            .find(|(alias, _)| alias.eq_ignore_ascii_case(spec))
-            .map_or(spec, |(_, s)| *s);
+        // The generic aliases belong to the generic CPU type, as in
+        // FreeBSD's library, where each CPU type has its own aliases.
+        let spec = if self.cpuinfo.pm_cputype == PmcCputype::Generic.raw() {
+            GENERIC_ALIASES
+                .iter()
+                .find(|(alias, _)| alias.eq_ignore_ascii_case(spec))
+                .map_or(spec, |(_, s)| *s)
+        } else {
+            spec
+        };
         let (name, quals) = spec
             .split_once(',')
             .map_or((spec, None), |(n, q)| (n, Some(q)));
@@ -389,10 +408,28 @@ impl Pmc {
         self.call(PmcOp::Pmcsetcount, &mut b)
     }
 
-    /// `pmc_capabilities`: the capabilities of the PMC's class, from the
-    /// cached CPU information (no system call, as in FreeBSD).
+    /// Whether the driver has PMC_OP_GETCAPS: minor version 3 of the
+    /// 2026 ABI on (FreeBSD 15.0's driver, 0x0A000000, lacks it).
+    pub fn driver_has_getcaps(&self) -> bool {
+        self.driver_version & 0x00FF_0000 >= PMC_VERSION_WITH_GETCAPS & 0x00FF_0000
+    }
+
+    /// The driver's version, as PMC_OP_GETMODULEVERSION reported it.
+    pub fn driver_version(&self) -> u32 {
+        self.driver_version
+    }
+
+    /// `pmc_capabilities`: the capabilities of the PMC's own row, asked of
+    /// the driver with PMC_OP_GETCAPS, which fails for an id that is not
+    /// an allocated PMC of the caller. A driver without the operation is
+    /// answered from the cached class table, as FreeBSD 15.0's library
+    /// does.
     pub fn capabilities(&self, id: PmcId) -> Result<u32, Errno> {
-        self.class_info(id).map(|c| c.pm_caps)
+        if self.driver_has_getcaps() {
+            self.row_caps(id)
+        } else {
+            self.class_info(id).map(|c| c.pm_caps)
+        }
     }
     /// `pmc_width`: the counter width of the PMC's class.
     pub fn width(&self, id: PmcId) -> Result<u32, Errno> {

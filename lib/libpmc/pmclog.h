@@ -15,6 +15,19 @@
 #include <sys/pmclog.h>
 #include <time.h>
 
+/*
+ * The array sizes are FreeBSD's PATH_MAX and MAXCOMLEN.  The copy of
+ * <sys/pmc.h> for other hosts (lib/libpmc/host-include) gives them as
+ * __PMC_PATH_MAX and __PMC_MAXCOMLEN, since a host's own PATH_MAX may
+ * differ and it may have no MAXCOMLEN.
+ */
+#ifndef __PMC_PATH_MAX
+#define	__PMC_PATH_MAX	PATH_MAX
+#endif
+#ifndef __PMC_MAXCOMLEN
+#define	__PMC_MAXCOMLEN	MAXCOMLEN
+#endif
+
 /* Why pmclog_read() returned, in pl_state. */
 enum pmclog_state {
 	PMCLOG_OK,		/* an event was read */
@@ -44,19 +57,29 @@ struct pmclog_ev_initialize {
 	uint32_t	pl_arch;
 	uint64_t	pl_tsc_freq;
 	struct timespec	pl_ts;
-	char		pl_cpuid[PATH_MAX];
+	char		pl_cpuid[__PMC_PATH_MAX];
 };
 
 struct pmclog_ev_map_in {
 	pid_t		pl_pid;
 	uintfptr_t	pl_start;
-	char		pl_pathname[PATH_MAX];
+	char		pl_pathname[__PMC_PATH_MAX];
 };
 
 struct pmclog_ev_map_out {
 	pid_t		pl_pid;
 	uintfptr_t	pl_start;
 	uintfptr_t	pl_end;
+};
+
+/* The record of the V1 ABI that CALLCHAIN replaced; never read now. */
+struct pmclog_ev_pcsample {
+	uintfptr_t	pl_pc;
+	pid_t		pl_pid;
+	pid_t		pl_tid;
+	pmc_id_t	pl_pmcid;
+	uint32_t	pl_flags;
+	uint32_t	pl_usermode;
 };
 
 struct pmclog_ev_pmcallocate {
@@ -77,7 +100,7 @@ struct pmclog_ev_pmcallocatedyn {
 struct pmclog_ev_pmcattach {
 	pmc_id_t	pl_pmcid;
 	pid_t		pl_pid;
-	char		pl_pathname[PATH_MAX];
+	char		pl_pathname[__PMC_PATH_MAX];
 };
 
 struct pmclog_ev_pmcdetach {
@@ -87,7 +110,7 @@ struct pmclog_ev_pmcdetach {
 
 struct pmclog_ev_proccsw {
 	pid_t		pl_pid;
-	lwpid_t		pl_tid;
+	pid_t		pl_tid;
 	pmc_id_t	pl_pmcid;
 	pmc_value_t	pl_value;
 };
@@ -95,7 +118,7 @@ struct pmclog_ev_proccsw {
 struct pmclog_ev_proccreate {
 	pid_t		pl_pid;
 	uint32_t	pl_flags;
-	char		pl_pcomm[MAXCOMLEN + 1];
+	char		pl_pcomm[__PMC_MAXCOMLEN + 1];
 };
 
 struct pmclog_ev_procexec {
@@ -103,7 +126,7 @@ struct pmclog_ev_procexec {
 	pmc_id_t	pl_pmcid;
 	uintptr_t	pl_baseaddr;
 	uintptr_t	pl_dynaddr;
-	char		pl_pathname[PATH_MAX];
+	char		pl_pathname[__PMC_PATH_MAX];
 };
 
 struct pmclog_ev_procexit {
@@ -125,7 +148,7 @@ struct pmclog_ev_threadcreate {
 	pid_t		pl_tid;
 	pid_t		pl_pid;
 	uint32_t	pl_flags;
-	char		pl_tdname[MAXCOMLEN + 1];
+	char		pl_tdname[__PMC_MAXCOMLEN + 1];
 };
 
 struct pmclog_ev_threadexit {
@@ -165,6 +188,37 @@ struct pmclog_ev {
 		struct pmclog_ev_threadexit	pl_te;
 		struct pmclog_ev_userdata	pl_u;
 	} pl_u;
+};
+
+/* Where FreeBSD's parser is between records. */
+enum pmclog_parser_state {
+	PL_STATE_NEW_RECORD,		/* at the start of a record */
+	PL_STATE_EXPECTING_HEADER,	/* part of a header read */
+	PL_STATE_PARTIAL_RECORD,	/* a header read, not all its record */
+	PL_STATE_ERROR			/* the log is malformed */
+};
+
+/*
+ * FreeBSD's parser state, the object its pmclog_open() returns.  This
+ * library's pmclog_open() returns a cookie of its own instead, which is
+ * not one of these: programs pass the cookie back without looking
+ * inside, as pmclog(3) asks.  The declaration is for programs that
+ * name the type.
+ */
+struct pmclog_parse_state {
+	enum pmclog_parser_state ps_state;
+	enum pmc_cputype	ps_arch;	/* the log's CPU type */
+	uint32_t		ps_version;	/* the driver's version */
+	int			ps_initialized;	/* INITIALIZE seen */
+	int			ps_count;	/* records read */
+	off_t			ps_offset;	/* offset in the stream */
+	union pmclog_entry	ps_saved;	/* a record read in part */
+	int			ps_svcount;	/* its bytes */
+	int			ps_fd;		/* descriptor, or -1 */
+	char			*ps_buffer;	/* read buffer for ps_fd */
+	char			*ps_data;	/* next byte to parse */
+	char			*ps_cpuid;	/* the log's CPU key */
+	size_t			ps_len;		/* bytes left at ps_data */
 };
 
 #define	PMCLOG_FD_NONE	(-1)

@@ -62,6 +62,91 @@ pub trait Transport: Send + Sync {
     }
 }
 
+/// The host's errno value for a FreeBSD errno value (`sys/errno.h`).
+///
+/// The simulated machine's driver answers with FreeBSD's numbers; its
+/// transport passes them through this function, so that the host's
+/// strerror(3) and errno constants mean what FreeBSD's do. On FreeBSD it
+/// is the identity. On Linux the numbers that differ are renumbered, and
+/// the values that Linux lacks become the nearest it has:
+/// EPROCLIM becomes EAGAIN; the RPC errors, EPROGMISMATCH among them,
+/// EPROTO; EFTYPE and EDOOFUS ("Programming error") EINVAL; EAUTH and
+/// ENEEDAUTH EACCES; ENOATTR ENODATA; ENOTCAPABLE and ECAPMODE EPERM;
+/// EINTEGRITY EIO. A value FreeBSD does not define becomes EIO.
+pub const fn host_errno(freebsd: c_int) -> c_int {
+    #[cfg(target_os = "linux")]
+    {
+        use libc::*;
+        match freebsd {
+            // 1 to 34 are the same on both, but for 11.
+            11 => EDEADLK,
+            1..=34 => freebsd,
+            35 => EAGAIN,
+            36 => EINPROGRESS,
+            37 => EALREADY,
+            38 => ENOTSOCK,
+            39 => EDESTADDRREQ,
+            40 => EMSGSIZE,
+            41 => EPROTOTYPE,
+            42 => ENOPROTOOPT,
+            43 => EPROTONOSUPPORT,
+            44 => ESOCKTNOSUPPORT,
+            45 => EOPNOTSUPP,
+            46 => EPFNOSUPPORT,
+            47 => EAFNOSUPPORT,
+            48 => EADDRINUSE,
+            49 => EADDRNOTAVAIL,
+            50 => ENETDOWN,
+            51 => ENETUNREACH,
+            52 => ENETRESET,
+            53 => ECONNABORTED,
+            54 => ECONNRESET,
+            55 => ENOBUFS,
+            56 => EISCONN,
+            57 => ENOTCONN,
+            58 => ESHUTDOWN,
+            59 => ETOOMANYREFS,
+            60 => ETIMEDOUT,
+            61 => ECONNREFUSED,
+            62 => ELOOP,
+            63 => ENAMETOOLONG,
+            64 => EHOSTDOWN,
+            65 => EHOSTUNREACH,
+            66 => ENOTEMPTY,
+            67 => EAGAIN, // EPROCLIM
+            68 => EUSERS,
+            69 => EDQUOT,
+            70 => ESTALE,
+            71 => EREMOTE,
+            72..=76 => EPROTO, // EBADRPC ... EPROCUNAVAIL
+            77 => ENOLCK,
+            78 => ENOSYS,
+            79 => EINVAL,      // EFTYPE
+            80 | 81 => EACCES, // EAUTH, ENEEDAUTH
+            82 => EIDRM,
+            83 => ENOMSG,
+            84 => EOVERFLOW,
+            85 => ECANCELED,
+            86 => EILSEQ,
+            87 => ENODATA, // ENOATTR
+            88 => EINVAL,  // EDOOFUS
+            89 => EBADMSG,
+            90 => EMULTIHOP,
+            91 => ENOLINK,
+            92 => EPROTO,
+            93 | 94 => EPERM, // ENOTCAPABLE, ECAPMODE
+            95 => ENOTRECOVERABLE,
+            96 => EOWNERDEAD,
+            97 => EIO, // EINTEGRITY
+            _ => EIO,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        freebsd
+    }
+}
+
 /// Environment variable naming the transport (`sim` or `syscall`).
 pub const TRANSPORT_ENV: &str = "LIBPMC_TRANSPORT";
 
@@ -76,6 +161,14 @@ pub fn from_environment() -> Result<Box<dyn Transport>, c_int> {
         Ok("sim") => Ok(Box::new(
             crate::libpmc_sim::SimTransport::from_environment()?
         )),
+        #[cfg(not(feature = "sim"))]
+        Ok("sim") => {
+            eprintln!(
+                "libpmc: {TRANSPORT_ENV}=sim, but this libpmc was built without the \
+                 simulator (the Cargo feature `sim`)"
+            );
+            Err(libc::EINVAL)
+        }
         Ok("syscall") | Err(_) => Syscall::find().map(|s| Box::new(s) as Box<dyn Transport>),
         // An unknown transport is a configuration error, not a missing
         // module.

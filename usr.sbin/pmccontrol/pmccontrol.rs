@@ -3,36 +3,27 @@
 //! rows (-e, -d, per CPU with -c). Options, messages, output and exit
 //! codes are FreeBSD's.
 
+use std::ffi::OsString;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use pmc::pmc::Pmc;
 use uapi::pmc::{PmcClass, PmcCputype, PmcDisp, PmcMode, PmcState, c_field_str};
 
-const PROGRAM: &str = "pmccontrol";
+use pmctool::sysexits::{EX_CONFIG, EX_DATAERR, EX_OSERR, EX_UNAVAILABLE, EX_USAGE};
+use pmctool::{Exit, Getopt, Opt, Program};
 
-// sysexits(3).
-const EX_USAGE: u8 = 64;
-const EX_DATAERR: u8 = 65;
-const EX_UNAVAILABLE: u8 = 69;
-const EX_OSERR: u8 = 71;
-const EX_CONFIG: u8 = 78;
+const PROGRAM: Program = Program("pmccontrol");
 
 const USAGE: &str = "Usage:\n       pmccontrol -L\n       pmccontrol -l\n       pmccontrol -s\n       pmccontrol [-e pmc | -d pmc | -c cpu] ...";
 
-/// A failure: the message for stderr and the exit status.
-struct Exit(String, u8);
-
-fn errx(code: u8, msg: impl Into<String>) -> Exit {
-    Exit(format!("{PROGRAM}: {}", msg.into()), code)
+fn errx(code: u8, msg: impl AsRef<str>) -> Exit {
+    PROGRAM.errx(code, msg)
 }
 
-/// err(3): the message followed by the error's description.
-fn err(code: u8, msg: impl Into<String>, errno: i32) -> Exit {
-    let text = std::io::Error::from_raw_os_error(errno).to_string();
-    // Rust appends " (os error N)"; err(3) prints strerror(3) alone.
-    let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
-    Exit(format!("{PROGRAM}: {}: {text}", msg.into()), code)
+fn err(code: u8, msg: impl AsRef<str>, errno: i32) -> Exit {
+    PROGRAM.err(code, msg, errno)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,93 +55,74 @@ fn parse_number(s: &str) -> Option<u32> {
     u32::from_str_radix(digits, radix).ok()
 }
 
-fn parse(args: &[String]) -> Result<(Command, Vec<Op>), Exit> {
+fn parse(args: &[OsString]) -> Result<(Command, Vec<Op>), Exit> {
     let mut command = Command::Usage;
     let mut cpu: Option<u32> = None;
     let mut ops = Vec::new();
     let mut conflict = false;
-    let mut i = 0;
-    while i < args.len() {
-        let arg = &args[i];
-        if arg == "--" {
-            break;
-        }
-        if !arg.starts_with('-') || arg.len() < 2 {
-            break;
-        }
-        for (at, opt) in arg[1..].char_indices() {
-            let takes_value = matches!(opt, 'c' | 'd' | 'e');
-            let value = if takes_value {
-                let rest = &arg[1 + at + 1..];
-                let v = if !rest.is_empty() {
-                    rest.to_owned()
+    let mut opts = Getopt::new(PROGRAM, args, ":c:d:e:lLs");
+    while let Some(opt) = opts.next_opt() {
+        match opt {
+            Opt::Opt(c @ (b'L' | b'l' | b's'), _) => {
+                if command != Command::Usage {
+                    conflict = true;
                 } else {
-                    i += 1;
-                    args.get(i).cloned().ok_or_else(|| {
-                        errx(EX_USAGE, format!("Missing argument to option '-{opt}'"))
-                    })?
-                };
-                Some(v)
-            } else {
-                None
-            };
-            match opt {
-                'L' | 'l' | 's' => {
-                    if command != Command::Usage {
-                        conflict = true;
-                    } else {
-                        command = match opt {
-                            'L' => Command::ListEvents,
-                            'l' => Command::ListState,
-                            _ => Command::Statistics,
-                        };
-                    }
-                }
-                'c' | 'd' | 'e' => {
-                    if command != Command::Usage && command != Command::EnableDisable {
-                        conflict = true;
-                    } else {
-                        command = Command::EnableDisable;
-                        let v = value.expect("option with a value");
-                        let n = if v.starts_with('*') {
-                            None
-                        } else {
-                            Some(v.as_str())
-                        };
-                        let n = match n {
-                            None => None,
-                            Some(s) => Some(parse_number(s).ok_or_else(|| {
-                                let what = if opt == 'c' { "CPU" } else { "PMC" };
-                                errx(EX_DATAERR, format!("\"{s}\" is not a valid {what} id"))
-                            })?),
-                        };
-                        if opt == 'c' {
-                            cpu = n;
-                        } else {
-                            ops.push(Op {
-                                cpu,
-                                row: n,
-                                enable: opt == 'e',
-                            });
-                        }
-                    }
-                }
-                other => {
-                    eprintln!("{PROGRAM}: Unrecognized option \"-{other}\"");
-                    return Err(errx(EX_USAGE, USAGE));
+                    command = match c {
+                        b'L' => Command::ListEvents,
+                        b'l' => Command::ListState,
+                        _ => Command::Statistics,
+                    };
                 }
             }
-            if takes_value {
-                break;
+            Opt::Opt(c @ (b'c' | b'd' | b'e'), Some(v)) => {
+                if command != Command::Usage && command != Command::EnableDisable {
+                    conflict = true;
+                    continue;
+                }
+                command = Command::EnableDisable;
+                // "*" (or anything starting with it) is every CPU or row.
+                let n = if v.as_bytes().starts_with(b"*") {
+                    None
+                } else {
+                    let n = v.to_str().and_then(parse_number);
+                    Some(n.ok_or_else(|| {
+                        let what = if c == b'c' { "CPU" } else { "PMC" };
+                        errx(
+                            EX_DATAERR,
+                            format!("\"{}\" is not a valid {what} id", pmctool::quoted(v)),
+                        )
+                    })?)
+                };
+                if c == b'c' {
+                    cpu = n;
+                } else {
+                    ops.push(Op {
+                        cpu,
+                        row: n,
+                        enable: c == b'e',
+                    });
+                }
+            }
+            Opt::MissingArgument(c) => {
+                return Err(errx(
+                    EX_USAGE,
+                    format!("Missing argument to option '-{}'", pmctool::shown(c)),
+                ));
+            }
+            Opt::Unknown(c) | Opt::Opt(c, _) => {
+                PROGRAM.warnx(format!("Unrecognized option \"-{}\"", pmctool::shown(c)));
+                return Err(errx(EX_USAGE, USAGE));
             }
         }
-        i += 1;
     }
     if command == Command::Usage {
         return Err(errx(EX_USAGE, USAGE));
     }
     if conflict {
-        return Err(Exit(String::new(), EX_USAGE));
+        return Err(Exit {
+            message: String::new(),
+            code: EX_USAGE,
+        });
     }
     Ok((command, ops))
 }
@@ -314,7 +286,7 @@ fn enable_disable(pmc: &Pmc, ops: &[Op]) -> Result<(), Exit> {
     Ok(())
 }
 
-fn run(args: &[String]) -> Result<(), Exit> {
+fn run(args: &[OsString]) -> Result<(), Exit> {
     let (command, ops) = parse(args)?;
     if pmc::pmc_init() < 0 {
         let errno = std::io::Error::last_os_error()
@@ -344,14 +316,9 @@ fn run(args: &[String]) -> Result<(), Exit> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Exit(msg, code)) => {
-            if !msg.is_empty() {
-                eprintln!("{msg}");
-            }
-            ExitCode::from(code)
-        }
+        Err(e) => e.report(),
     }
 }

@@ -11,6 +11,7 @@
 
 mod pmcstat_log;
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
@@ -22,42 +23,26 @@ use pmc::pmc::Pmc;
 use pmc::pmclog::{Parser, PmclogEv, PmclogState};
 use uapi::pmc::{PMC_CPU_ANY, PmcCaps, PmcFlags, PmcId, PmcMode};
 
-// sysexits(3).
-const EX_USAGE: u8 = 64;
-const EX_DATAERR: u8 = 65;
-const EX_UNAVAILABLE: u8 = 69;
-const EX_SOFTWARE: u8 = 70;
-const EX_OSERR: u8 = 71;
+use pmctool::sysexits::{EX_DATAERR, EX_OSERR, EX_SOFTWARE, EX_UNAVAILABLE, EX_USAGE};
+use pmctool::{Exit, Getopt, Opt, Program, last_errno, strerror};
+
+const PROGRAM: Program = Program("pmcstat");
+
+/// getopt(3)'s option string: FreeBSD's, and the obsolete -k.
+const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:R:S:TUWZa:c:def:gi:k:l:m:n:o:p:qr:s:t:u:vw:z:";
 
 const DEFAULT_SAMPLE_COUNT: u64 = 65536;
 const DEFAULT_WAIT_INTERVAL: f64 = 5.0;
 /// Lines between headers when the output is not a terminal.
 const DEFAULT_DISPLAY_HEIGHT: usize = 256;
 
-/// A failure: message for stderr (already prefixed) and exit status.
-struct Exit(String, u8);
-
-fn errx(code: u8, msg: impl Into<String>) -> Exit {
-    Exit(format!("pmcstat: {}", msg.into()), code)
-}
-
-fn strerror(errno: i32) -> String {
-    let text = std::io::Error::from_raw_os_error(errno).to_string();
-    text.split(" (os error").next().unwrap_or(&text).to_owned()
+fn errx(code: u8, msg: impl AsRef<str>) -> Exit {
+    PROGRAM.errx(code, msg)
 }
 
 /// err(3): the message and the description of `errno`.
-fn err(code: u8, msg: impl Into<String>, errno: i32) -> Exit {
-    Exit(
-        format!("pmcstat: {}: {}", msg.into(), strerror(errno)),
-        code,
-    )
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+fn err(code: u8, msg: impl AsRef<str>, errno: i32) -> Exit {
+    PROGRAM.err(code, msg, errno)
 }
 
 const USAGE: &str = "[options] [commandline]\n\
@@ -180,7 +165,7 @@ struct Args {
     targets: Vec<i32>,
     /// `-t` regular expressions, matched against command names once the
     /// library is up.
-    target_patterns: Vec<pmc::regex::Regex>,
+    target_patterns: Vec<pmc::regcomp::Regex>,
     has_target: bool,
     list_counters: bool,
     describe: Option<String>,
@@ -383,168 +368,163 @@ fn not_implemented(opt: char) -> Exit {
     )
 }
 
-fn parse(argv: &[String]) -> Result<Args, Exit> {
+fn parse(argv: &[OsString]) -> Result<Args, Exit> {
     let mut a = Args {
         callchain: true,
         interval: DEFAULT_WAIT_INTERVAL,
         verbosity: 1,
         ..Args::default()
     };
-    let with_value = "DFGMOPRSacfiklmnoprstuwz";
-    let mut i = 0;
-    while i < argv.len() {
-        let arg = &argv[i];
-        if arg == "--" {
-            i += 1;
-            break;
-        }
-        if !arg.starts_with('-') || arg.len() < 2 {
-            break;
-        }
-        let body = &arg[1..];
-        for (at, opt) in body.char_indices() {
-            let value = if with_value.contains(opt) {
-                let rest = &body[at + opt.len_utf8()..];
-                if rest.is_empty() {
-                    i += 1;
-                    match argv.get(i) {
-                        Some(v) => Some(v.clone()),
-                        None => {
-                            eprintln!("pmcstat: option requires an argument -- {opt}");
-                            return Err(errx(EX_USAGE, USAGE));
-                        }
-                    }
+    let mut opts = Getopt::new(PROGRAM, argv, OPTIONS);
+    while let Some(found) = opts.next_opt() {
+        // getopt(3) has said what is wrong.
+        let Opt::Opt(c, value) = found else {
+            return Err(errx(EX_USAGE, USAGE));
+        };
+        let opt = char::from(c);
+        let v = match value {
+            Some(v) => v.to_str().ok_or_else(|| {
+                errx(
+                    EX_USAGE,
+                    format!(
+                        "ERROR: the argument \"{}\" of option -{opt} is not valid UTF-8.",
+                        pmctool::quoted(v)
+                    ),
+                )
+            })?,
+            None => "",
+        };
+        match opt {
+            'C' => {
+                a.cumulative = !a.cumulative;
+                a.required |= REQ_COUNTING;
+            }
+            'c' => {
+                a.has_cpumask = true;
+                a.required |= REQ_SYSTEM;
+                if v == "*" {
+                    a.cpumask = None;
                 } else {
-                    Some(rest.to_owned())
+                    a.cpumask = Some(parse_cpus(v).ok_or_else(|| {
+                        errx(
+                            EX_USAGE,
+                            format!("ERROR: Illegal CPU specification \"{v}\"."),
+                        )
+                    })?);
                 }
-            } else {
-                None
-            };
-            let v = value.as_deref().unwrap_or("");
-            match opt {
-                'C' => {
-                    a.cumulative = !a.cumulative;
-                    a.required |= REQ_COUNTING;
+            }
+            'd' => {
+                a.descendants = !a.descendants;
+                a.required |= REQ_PROCESS;
+            }
+            'E' => {
+                a.log_procexit = !a.log_procexit;
+                a.required |= REQ_PROCESS | REQ_COUNTING | REQ_OUTPUT_LOGFILE;
+            }
+            'W' => {
+                a.log_proccsw = !a.log_proccsw;
+                a.required |= REQ_PROCESS | REQ_COUNTING | REQ_OUTPUT_LOGFILE;
+            }
+            'l' => a.duration = Some(parse_seconds(v, "duration time value")?),
+            'n' => {
+                let n = match strtol(v) {
+                    Some((n, "")) if n > 0 => n as u64,
+                    _ => {
+                        return Err(errx(
+                            EX_USAGE,
+                            format!("ERROR: Illegal count value \"{v}\"."),
+                        ));
+                    }
+                };
+                a.sample_count = Some(n);
+                a.required |= REQ_SAMPLING;
+            }
+            'N' => {
+                a.callchain = !a.callchain;
+                a.required |= REQ_SAMPLING;
+            }
+            'U' => {
+                a.usercallchain = !a.usercallchain;
+                a.required |= REQ_SAMPLING;
+            }
+            'o' => {
+                let f = std::fs::File::create(v).map_err(|_| {
+                    errx(EX_OSERR, format!("ERROR: cannot open \"{v}\" for writing."))
+                })?;
+                a.printfile = Some(PrintFile::File(f));
+                a.do_print = true;
+            }
+            'O' => {
+                if a.output_log.is_some() {
+                    return Err(errx(
+                        EX_USAGE,
+                        "ERROR: option -O may only be specified once.",
+                    ));
                 }
-                'c' => {
-                    a.has_cpumask = true;
-                    a.required |= REQ_SYSTEM;
-                    if v == "*" {
-                        a.cpumask = None;
-                    } else {
-                        a.cpumask = Some(parse_cpus(v).ok_or_else(|| {
+                a.output_log = Some(v.to_owned());
+            }
+            'p' | 's' | 'P' | 'S' => add_spec(&mut a, opt, v)?,
+            'q' => a.verbosity = 0,
+            'v' => a.verbosity += 1,
+            'R' => {
+                if a.read_log.is_some() {
+                    return Err(errx(
+                        EX_USAGE,
+                        "ERROR: option -R may only be specified once.",
+                    ));
+                }
+                if a.printfile.is_none() {
+                    a.printfile = Some(PrintFile::Stdout);
+                }
+                a.read_log = Some(v.to_owned());
+            }
+            't' => {
+                a.has_target = true;
+                a.required |= REQ_PROCESS;
+                match strtol(v) {
+                    Some((pid, rest)) if pid >= 0 && rest.len() < v.len() => {
+                        a.targets.insert(0, pid as i32)
+                    }
+                    _ => {
+                        let re = pmc::regcomp::Regex::new(v).map_err(|e| {
                             errx(
-                                EX_USAGE,
-                                format!("ERROR: Illegal CPU specification \"{v}\"."),
+                                EX_SOFTWARE,
+                                format!("ERROR: Failed to compile regex \"{v}\": {e}"),
                             )
-                        })?);
+                        })?;
+                        a.target_patterns.push(re);
                     }
-                }
-                'd' => {
-                    a.descendants = !a.descendants;
-                    a.required |= REQ_PROCESS;
-                }
-                'E' => {
-                    a.log_procexit = !a.log_procexit;
-                    a.required |= REQ_PROCESS | REQ_COUNTING | REQ_OUTPUT_LOGFILE;
-                }
-                'W' => {
-                    a.log_proccsw = !a.log_proccsw;
-                    a.required |= REQ_PROCESS | REQ_COUNTING | REQ_OUTPUT_LOGFILE;
-                }
-                'l' => a.duration = Some(parse_seconds(v, "duration time value")?),
-                'n' => {
-                    let n = match strtol(v) {
-                        Some((n, "")) if n > 0 => n as u64,
-                        _ => {
-                            return Err(errx(
-                                EX_USAGE,
-                                format!("ERROR: Illegal count value \"{v}\"."),
-                            ));
-                        }
-                    };
-                    a.sample_count = Some(n);
-                    a.required |= REQ_SAMPLING;
-                }
-                'N' => {
-                    a.callchain = !a.callchain;
-                    a.required |= REQ_SAMPLING;
-                }
-                'U' => {
-                    a.usercallchain = !a.usercallchain;
-                    a.required |= REQ_SAMPLING;
-                }
-                'o' => {
-                    let f = std::fs::File::create(v).map_err(|_| {
-                        errx(EX_OSERR, format!("ERROR: cannot open \"{v}\" for writing."))
-                    })?;
-                    a.printfile = Some(PrintFile::File(f));
-                    a.do_print = true;
-                }
-                'O' => {
-                    if a.output_log.is_some() {
-                        return Err(errx(
-                            EX_USAGE,
-                            "ERROR: option -O may only be specified once.",
-                        ));
-                    }
-                    a.output_log = Some(v.to_owned());
-                }
-                'p' | 's' | 'P' | 'S' => add_spec(&mut a, opt, v)?,
-                'q' => a.verbosity = 0,
-                'v' => a.verbosity += 1,
-                'R' => {
-                    if a.read_log.is_some() {
-                        return Err(errx(
-                            EX_USAGE,
-                            "ERROR: option -R may only be specified once.",
-                        ));
-                    }
-                    if a.printfile.is_none() {
-                        a.printfile = Some(PrintFile::Stdout);
-                    }
-                    a.read_log = Some(v.to_owned());
-                }
-                't' => {
-                    a.has_target = true;
-                    a.required |= REQ_PROCESS;
-                    match strtol(v) {
-                        Some((pid, rest)) if pid >= 0 && rest.len() < v.len() => {
-                            a.targets.insert(0, pid as i32)
-                        }
-                        _ => {
-                            let re = pmc::regex::Regex::new(v).map_err(|e| {
-                                errx(
-                                    EX_SOFTWARE,
-                                    format!("ERROR: Failed to compile regex \"{v}\": {e}"),
-                                )
-                            })?;
-                            a.target_patterns.push(re);
-                        }
-                    }
-                }
-                'w' => a.interval = parse_seconds(v, "wait interval value")?,
-                'k' => eprintln!(
-                    "pmcstat: WARNING: -k is obsolete, has no effect and will be removed in FreeBSD 15."
-                ),
-                'L' => a.list_counters = true,
-                'u' => a.describe = Some(v.to_owned()),
-                // In FreeBSD's option string without a meaning: usage.
-                'Z' => return Err(errx(EX_USAGE, USAGE)),
-                'A' | 'a' | 'D' | 'e' | 'F' | 'f' | 'G' | 'g' | 'I' | 'i' | 'M' | 'm' | 'r'
-                | 'T' | 'z' => return Err(not_implemented(opt)),
-                _ => {
-                    eprintln!("pmcstat: illegal option -- {opt}");
-                    return Err(errx(EX_USAGE, USAGE));
                 }
             }
-            if value.is_some() {
-                break;
-            }
+            'w' => a.interval = parse_seconds(v, "wait interval value")?,
+            'k' => eprintln!(
+                "pmcstat: WARNING: -k is obsolete, has no effect and will be removed in FreeBSD 15."
+            ),
+            'L' => a.list_counters = true,
+            'u' => a.describe = Some(v.to_owned()),
+            // In FreeBSD's option string without a meaning: usage.
+            'Z' => return Err(errx(EX_USAGE, USAGE)),
+            'A' | 'a' | 'D' | 'e' | 'F' | 'f' | 'G' | 'g' | 'I' | 'i' | 'M' | 'm' | 'r' | 'T'
+            | 'z' => return Err(not_implemented(opt)),
+            // The option string has no other option.
+            _ => return Err(errx(EX_USAGE, USAGE)),
         }
-        i += 1;
     }
-    a.command = argv[i.min(argv.len())..].to_vec();
+    a.command = opts
+        .operands()
+        .iter()
+        .map(|w| {
+            w.to_str().map(str::to_owned).ok_or_else(|| {
+                errx(
+                    EX_USAGE,
+                    format!(
+                        "ERROR: the command line argument \"{}\" is not valid UTF-8.",
+                        pmctool::quoted(w)
+                    ),
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
     if a.list_counters || a.describe.is_some() {
         return Ok(a);
     }
@@ -960,7 +940,10 @@ fn measure(mut a: Args) -> Result<(), Exit> {
                 e.name,
                 strerror(er)
             );
-            return Err(Exit(String::new(), EX_OSERR));
+            return Err(Exit {
+                message: String::new(),
+                code: EX_OSERR,
+            });
         }
     }
     // SAFETY: the handler only stores to an atomic.
@@ -1101,7 +1084,7 @@ fn list_pmu(a: &Args) -> Result<(), Exit> {
     }
 }
 
-fn run(argv: &[String]) -> Result<(), Exit> {
+fn run(argv: &[OsString]) -> Result<(), Exit> {
     let mut a = parse(argv)?;
     if a.list_counters || a.describe.is_some() {
         return list_pmu(&a);
@@ -1113,14 +1096,9 @@ fn run(argv: &[String]) -> Result<(), Exit> {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run(&argv) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Exit(msg, code)) => {
-            if !msg.is_empty() {
-                eprintln!("{msg}");
-            }
-            ExitCode::from(code)
-        }
+        Err(e) => e.report(),
     }
 }

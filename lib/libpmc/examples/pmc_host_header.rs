@@ -1,18 +1,57 @@
-//! Prints `sys/pmc.h` for hosts that are not FreeBSD: the user-level part
-//! of FreeBSD's header (types, enumerations, flags, the id macros and the
-//! structs that pmc.h uses), generated from the `uapi` crate so that it
-//! cannot drift from the ABI. C programs built on a Linux host against
-//! libpmc's `pmc.h` and the simulator transport use it through
-//! `-I lib/libpmc/host-include`; on FreeBSD the system's header is used.
+//! Prints `sys/pmc.h` (no argument) or `sys/pmclog.h` (the argument
+//! `sys/pmclog.h`) for hosts that are not FreeBSD: the user-level part of
+//! FreeBSD's headers (types, enumerations, flags, the id and log-header
+//! macros, the system call's operation structs and the log records),
+//! generated from the `uapi` crate so that it cannot drift from the ABI:
+//! every struct is followed by static assertions of its size and of each
+//! field's offset, taken from `uapi`. C programs built on a Linux host
+//! against libpmc's `pmc.h` and `pmclog.h` and the simulator transport use
+//! them through `-I lib/libpmc/host-include`; on FreeBSD the system's
+//! headers are used.
 //!
-//! `tools/test` checks that the committed copy is what this prints.
+//! `tools/test` checks that the committed copies are what this prints.
 
+use core::mem::{offset_of, size_of};
 use std::fmt::Write as _;
 
 use uapi::pmc::*;
+use uapi::pmclog::*;
 
 fn main() {
-    print!("{}", header());
+    match std::env::args().nth(1).as_deref() {
+        None | Some("sys/pmc.h") => print!("{}", header()),
+        Some("sys/pmclog.h") => print!("{}", pmclog_header()),
+        Some(other) => {
+            eprintln!("pmc_host_header: no such header: {other} (sys/pmc.h or sys/pmclog.h)");
+            std::process::exit(64);
+        }
+    }
+}
+
+/// Static assertions that the C struct `c` (a `struct` or `union` tag) has
+/// the size of the Rust type and its fields the Rust offsets.
+macro_rules! layout {
+    ($out:ident, $rs:ty, $c:literal { $($f:ident),* $(,)? }) => {{
+        writeln!(
+            $out,
+            "_Static_assert(sizeof({}) == {}, \"sizeof({})\");",
+            $c,
+            size_of::<$rs>(),
+            $c
+        )
+        .unwrap();
+        $(writeln!(
+            $out,
+            "_Static_assert(offsetof({}, {}) == {}, \"{}.{}\");",
+            $c,
+            stringify!($f),
+            offset_of!($rs, $f),
+            $c,
+            stringify!($f)
+        )
+        .unwrap();)*
+        $out.push('\n');
+    }};
 }
 
 fn enumeration(
@@ -40,12 +79,24 @@ fn header() -> String {
         "#ifndef _SYS_PMC_H_",
         "#define\t_SYS_PMC_H_",
         "",
+        "#include <stddef.h>",
         "#include <stdint.h>",
         "#include <sys/types.h>",
         "",
+        "/* Types of FreeBSD's <sys/types.h> that other hosts lack. */",
+        "typedef int32_t\tlwpid_t;",
+        "typedef uintptr_t\tuintfptr_t;",
+        "",
+        "/*",
+        " * FreeBSD's PATH_MAX and MAXCOMLEN, which size the arrays of pmclog",
+        " * records and events; a host's own PATH_MAX may differ (4096 on",
+        " * Linux), and the library's layout is FreeBSD's.",
+        " */",
     ] {
         writeln!(h, "{line}").unwrap();
     }
+    writeln!(h, "#define\t__PMC_PATH_MAX\t{}", uapi::PATH_MAX).unwrap();
+    writeln!(h, "#define\t__PMC_MAXCOMLEN\t{}\n", uapi::MAXCOMLEN).unwrap();
     writeln!(h, "#define\tPMC_MODULE_NAME\t\"hwpmc\"").unwrap();
     writeln!(h, "#define\tPMC_NAME_MAX\t{PMC_NAME_MAX}").unwrap();
     writeln!(h, "#define\tPMC_CLASS_MAX\t{PMC_CLASS_MAX}").unwrap();
@@ -53,6 +104,14 @@ fn header() -> String {
     writeln!(h, "#define\tPMC_VERSION_MINOR\t{PMC_VERSION_MINOR:#04x}").unwrap();
     writeln!(h, "#define\tPMC_VERSION_PATCH\t{PMC_VERSION_PATCH:#06x}").unwrap();
     writeln!(h, "#define\tPMC_VERSION\t{PMC_VERSION:#010x}").unwrap();
+    writeln!(h, "#define\tPMC_CPUID_LEN\t{PMC_CPUID_LEN}").unwrap();
+    writeln!(
+        h,
+        "#define\tPMC_CALLCHAIN_DEPTH_MAX\t{PMC_CALLCHAIN_DEPTH_MAX}"
+    )
+    .unwrap();
+    writeln!(h, "#define\tPMC_CC_F_USERSPACE\t{PMC_CC_F_USERSPACE:#04x}").unwrap();
+    writeln!(h, "#define\tPMC_CC_F_MULTIPART\t{PMC_CC_F_MULTIPART:#04x}").unwrap();
     writeln!(h, "#define\tPMC_CPU_ANY\t(~0)").unwrap();
     writeln!(h, "#define\tPMC_ID_INVALID\t(~ (pmc_id_t) 0)\n").unwrap();
     h.push_str("typedef uint32_t\tpmc_id_t;\ntypedef uint64_t\tpmc_value_t;\n\n");
@@ -147,13 +206,334 @@ fn header() -> String {
         uapi::pmc_events::PMC_EV_SOFT_LAST
     )
     .unwrap();
+    writeln!(
+        h,
+        "#define\tPMC_EV_DYN_COUNT\t{:#x}\n",
+        uapi::pmc_events::PMC_EV_DYN_COUNT
+    )
+    .unwrap();
+    enumeration(
+        &mut h,
+        "pmc_ops",
+        "PMC_OP_",
+        PmcOp::ALL.iter().map(|c| (c.name(), c.raw())),
+    );
+    op_structs(&mut h);
+    h.push_str("#endif /* !_SYS_PMC_H_ */\n");
+    h
+}
+
+/// The structs of the system call's operations, each with its layout
+/// checked against `uapi`.
+fn op_structs(h: &mut String) {
     h.push_str(
         "struct pmc_classinfo {\n\tenum pmc_class\tpm_class;\n\tuint32_t\tpm_caps;\n\
-         \tuint32_t\tpm_width;\n\tuint32_t\tpm_num;\n};\n\n\
-         struct pmc_info {\n\tchar\t\tpm_name[PMC_NAME_MAX];\n\tenum pmc_class\tpm_class;\n\
+         \tuint32_t\tpm_width;\n\tuint32_t\tpm_num;\n};\n\n",
+    );
+    layout!(h, PmcClassinfo, "struct pmc_classinfo" { pm_class, pm_caps, pm_width, pm_num });
+    h.push_str(
+        "struct pmc_info {\n\tchar\t\tpm_name[PMC_NAME_MAX];\n\tenum pmc_class\tpm_class;\n\
          \tint\t\tpm_enabled;\n\tenum pmc_disp\tpm_rowdisp;\n\tpid_t\t\tpm_ownerpid;\n\
          \tenum pmc_mode\tpm_mode;\n\tenum pmc_event\tpm_event;\n\tuint32_t\tpm_flags;\n\
-         \tpmc_value_t\tpm_reloadcount;\n};\n\n#endif /* !_SYS_PMC_H_ */\n",
+         \tpmc_value_t\tpm_reloadcount;\n};\n\n",
+    );
+    layout!(h, PmcInfo, "struct pmc_info" {
+        pm_name, pm_class, pm_enabled, pm_rowdisp, pm_ownerpid, pm_mode, pm_event,
+        pm_flags, pm_reloadcount,
+    });
+    h.push_str(
+        "/* Machine dependent; its members are FreeBSD's, opaque here. */\n\
+         union pmc_md_op_pmcallocate {\n\tuint64_t\t__pad[4];\n};\n\n",
+    );
+    layout!(h, PmcMdOpPmcallocate, "union pmc_md_op_pmcallocate" {});
+    h.push_str(
+        "struct pmc_op_pmcallocate {\n\tuint32_t\tpm_caps;\n\tuint32_t\tpm_cpu;\n\
+         \tenum pmc_class\tpm_class;\n\tenum pmc_event\tpm_ev;\n\tuint32_t\tpm_flags;\n\
+         \tenum pmc_mode\tpm_mode;\n\tpmc_id_t\tpm_pmcid;\n\tpmc_value_t\tpm_count;\n\
+         \tunion pmc_md_op_pmcallocate\tpm_md;\n};\n\n",
+    );
+    layout!(h, PmcOpPmcallocate, "struct pmc_op_pmcallocate" {
+        pm_caps, pm_cpu, pm_class, pm_ev, pm_flags, pm_mode, pm_pmcid, pm_count, pm_md,
+    });
+    h.push_str(
+        "struct pmc_op_pmcadmin {\n\tint\t\tpm_cpu;\n\tuint32_t\tpm_flags;\n\
+         \tint\t\tpm_pmc;\n\tenum pmc_state\tpm_state;\n};\n\n",
+    );
+    layout!(h, PmcOpPmcadmin, "struct pmc_op_pmcadmin" { pm_cpu, pm_flags, pm_pmc, pm_state });
+    h.push_str("struct pmc_op_pmcattach {\n\tpmc_id_t\tpm_pmc;\n\tpid_t\t\tpm_pid;\n};\n\n");
+    layout!(h, PmcOpPmcattach, "struct pmc_op_pmcattach" { pm_pmc, pm_pid });
+    h.push_str(
+        "struct pmc_op_pmcsetcount {\n\tpmc_value_t\tpm_count;\n\tpmc_id_t\tpm_pmcid;\n};\n\n",
+    );
+    layout!(h, PmcOpPmcsetcount, "struct pmc_op_pmcsetcount" { pm_count, pm_pmcid });
+    h.push_str(
+        "struct pmc_op_pmcrw {\n\tuint32_t\tpm_flags;\n\tpmc_id_t\tpm_pmcid;\n\
+         \tpmc_value_t\tpm_value;\n};\n\n",
+    );
+    layout!(h, PmcOpPmcrw, "struct pmc_op_pmcrw" { pm_flags, pm_pmcid, pm_value });
+    h.push_str(
+        "struct pmc_op_getpmcinfo {\n\tint32_t\t\tpm_cpu;\n\tstruct pmc_info\tpm_pmcs[];\n};\n\n",
+    );
+    layout!(h, PmcOpGetpmcinfo, "struct pmc_op_getpmcinfo" { pm_cpu, pm_pmcs });
+    h.push_str(
+        "struct pmc_op_getcpuinfo {\n\tenum pmc_cputype pm_cputype;\n\tuint32_t\tpm_ncpu;\n\
+         \tuint32_t\tpm_npmc;\n\tuint32_t\tpm_nclass;\n\
+         \tstruct pmc_classinfo\tpm_classes[PMC_CLASS_MAX];\n};\n\n",
+    );
+    layout!(h, PmcOpGetcpuinfo, "struct pmc_op_getcpuinfo" {
+        pm_cputype, pm_ncpu, pm_npmc, pm_nclass, pm_classes,
+    });
+    h.push_str("struct pmc_op_configurelog {\n\tint\t\tpm_flags;\n\tint\t\tpm_logfd;\n};\n\n");
+    layout!(h, PmcOpConfigurelog, "struct pmc_op_configurelog" { pm_flags, pm_logfd });
+    h.push_str(
+        "struct pmc_op_getdriverstats {\n\tunsigned int\tpm_intr_ignored;\n\
+         \tunsigned int\tpm_intr_processed;\n\tunsigned int\tpm_intr_bufferfull;\n\
+         \tunsigned int\tpm_syscalls;\n\tunsigned int\tpm_syscall_errors;\n\
+         \tunsigned int\tpm_buffer_requests;\n\tunsigned int\tpm_buffer_requests_failed;\n\
+         \tunsigned int\tpm_log_sweeps;\n};\n\n",
+    );
+    layout!(h, PmcOpGetdriverstats, "struct pmc_op_getdriverstats" {
+        pm_intr_ignored, pm_intr_processed, pm_intr_bufferfull, pm_syscalls,
+        pm_syscall_errors, pm_buffer_requests, pm_buffer_requests_failed, pm_log_sweeps,
+    });
+    h.push_str("struct pmc_op_simple {\n\tpmc_id_t\tpm_pmcid;\n};\n\n");
+    layout!(h, PmcOpSimple, "struct pmc_op_simple" { pm_pmcid });
+    h.push_str("struct pmc_op_writelog {\n\tuint32_t\tpm_userdata;\n};\n\n");
+    layout!(h, PmcOpWritelog, "struct pmc_op_writelog" { pm_userdata });
+    h.push_str("struct pmc_op_getmsr {\n\tuint32_t\tpm_msr;\n\tpmc_id_t\tpm_pmcid;\n};\n\n");
+    layout!(h, PmcOpGetmsr, "struct pmc_op_getmsr" { pm_msr, pm_pmcid });
+    h.push_str(
+        "struct pmc_dyn_event_descr {\n\tchar\t\tpm_ev_name[PMC_NAME_MAX];\n\
+         \tenum pmc_event\tpm_ev_code;\n};\n\n",
+    );
+    layout!(h, PmcDynEventDescr, "struct pmc_dyn_event_descr" { pm_ev_name, pm_ev_code });
+    h.push_str(
+        "struct pmc_op_getdyneventinfo {\n\tenum pmc_class\tpm_class;\n\
+         \tunsigned int\tpm_nevent;\n\
+         \tstruct pmc_dyn_event_descr\tpm_events[PMC_EV_DYN_COUNT];\n};\n\n",
+    );
+    layout!(h, PmcOpGetdyneventinfo, "struct pmc_op_getdyneventinfo" {
+        pm_class, pm_nevent, pm_events,
+    });
+    h.push_str("struct pmc_op_caps {\n\tpmc_id_t\tpm_pmcid;\n\tuint32_t\tpm_caps;\n};\n\n");
+    layout!(h, PmcOpCaps, "struct pmc_op_caps" { pm_pmcid, pm_caps });
+}
+
+/// One log record struct: FreeBSD's common header, then `body`; packed
+/// unless it is a header-only record.
+fn record(h: &mut String, name: &str, body: &str) {
+    writeln!(h, "struct pmclog_{name} {{\n\tPMCLOG_ENTRY_HEADER").unwrap();
+    h.push_str(body);
+    if body.is_empty() {
+        h.push_str("};\n\n");
+    } else {
+        h.push_str("} __attribute__((__packed__));\n\n");
+    }
+}
+
+/// `sys/pmclog.h`: the log's record types and layouts.
+fn pmclog_header() -> String {
+    let mut h = String::new();
+    for line in [
+        "/*",
+        " * Generated by lib/libpmc/examples/pmc_host_header.rs from the uapi crate;",
+        " * do not edit. The user-level part of FreeBSD's <sys/pmclog.h> for",
+        " * building pmclog(3) programs on other hosts against the simulator.",
+        " */",
+        "",
+        "#ifndef _SYS_PMCLOG_H_",
+        "#define\t_SYS_PMCLOG_H_",
+        "",
+        "#include <time.h>",
+        "#include <sys/pmc.h>",
+        "",
+    ] {
+        writeln!(h, "{line}").unwrap();
+    }
+    enumeration(
+        &mut h,
+        "pmclog_type",
+        "PMCLOG_TYPE_",
+        PmclogType::ALL.iter().map(|c| (c.name(), c.raw())),
+    );
+    h.push_str(
+        "#define\tPMCLOG_ENTRY_HEADER\t\t\\\n\
+         \tuint32_t\tpl_header;\t\\\n\
+         \tuint32_t\tpl_spare;\t\\\n\
+         \tuint64_t\tpl_tsc;\n\n\
+         struct pmclog_header {\n\tPMCLOG_ENTRY_HEADER\n};\n\n",
+    );
+    layout!(h, PmclogHeader, "struct pmclog_header" { pl_header, pl_spare, pl_tsc });
+    record(
+        &mut h,
+        "callchain",
+        "\tuint32_t\tpl_pid;\n\tuint32_t\tpl_tid;\n\tuint32_t\tpl_pmcid;\n\
+         \tuint32_t\tpl_cpuflags;\n\tuintptr_t\tpl_pc[PMC_CALLCHAIN_DEPTH_MAX];\n",
+    );
+    layout!(h, PmclogCallchain, "struct pmclog_callchain" {
+        pl_header, pl_spare, pl_tsc, pl_pid, pl_tid, pl_pmcid, pl_cpuflags, pl_pc,
+    });
+    h.push_str(
+        "#define\tPMC_CALLCHAIN_CPUFLAGS_TO_CPU(CF)\t(((CF) >> 16) & 0xFFFF)\n\
+         #define\tPMC_CALLCHAIN_CPUFLAGS_TO_USERMODE(CF)\t((CF) & PMC_CC_F_USERSPACE)\n\
+         #define\tPMC_CALLCHAIN_TO_CPUFLAGS(CPU,FLAGS)\t(((CPU) << 16) | ((FLAGS) & 0xFFFF))\n\n",
+    );
+    record(&mut h, "closelog", "");
+    layout!(h, PmclogCloselog, "struct pmclog_closelog" {});
+    record(&mut h, "dropnotify", "");
+    layout!(h, PmclogDropnotify, "struct pmclog_dropnotify" {});
+    record(
+        &mut h,
+        "initialize",
+        "\tuint32_t\tpl_version;\n\tuint32_t\tpl_cpu;\n\tuint64_t\tpl_tsc_freq;\n\
+         \tstruct timespec\tpl_ts;\n\tchar\t\tpl_cpuid[PMC_CPUID_LEN];\n",
+    );
+    layout!(h, PmclogInitialize, "struct pmclog_initialize" {
+        pl_version, pl_cpu, pl_tsc_freq, pl_ts, pl_cpuid,
+    });
+    record(
+        &mut h,
+        "map_in",
+        "\tuint32_t\tpl_pid;\n\tuint32_t\tpl_pad;\n\tuintfptr_t\tpl_start;\n\
+         \tchar\t\tpl_pathname[__PMC_PATH_MAX];\n",
+    );
+    layout!(h, PmclogMapIn, "struct pmclog_map_in" { pl_pid, pl_pad, pl_start, pl_pathname });
+    record(
+        &mut h,
+        "map_out",
+        "\tuint32_t\tpl_pid;\n\tuint32_t\tpl_pad;\n\tuintfptr_t\tpl_start;\n\
+         \tuintfptr_t\tpl_end;\n",
+    );
+    layout!(h, PmclogMapOut, "struct pmclog_map_out" { pl_pid, pl_pad, pl_start, pl_end });
+    record(
+        &mut h,
+        "pmcallocate",
+        "\tuint32_t\tpl_pmcid;\n\tuint32_t\tpl_event;\n\tuint32_t\tpl_flags;\n\
+         \tuint32_t\tpl_pad;\n\tuint64_t\tpl_rate;\n",
+    );
+    layout!(h, PmclogPmcallocate, "struct pmclog_pmcallocate" {
+        pl_pmcid, pl_event, pl_flags, pl_pad, pl_rate,
+    });
+    record(
+        &mut h,
+        "pmcattach",
+        "\tuint32_t\tpl_pmcid;\n\tuint32_t\tpl_pid;\n\tchar\t\tpl_pathname[__PMC_PATH_MAX];\n",
+    );
+    layout!(h, PmclogPmcattach, "struct pmclog_pmcattach" { pl_pmcid, pl_pid, pl_pathname });
+    record(
+        &mut h,
+        "pmcdetach",
+        "\tuint32_t\tpl_pmcid;\n\tuint32_t\tpl_pid;\n",
+    );
+    layout!(h, PmclogPmcdetach, "struct pmclog_pmcdetach" { pl_pmcid, pl_pid });
+    record(
+        &mut h,
+        "proccsw",
+        "\tuint64_t\tpl_value;\n\tuint32_t\tpl_pmcid;\n\tuint32_t\tpl_pid;\n\
+         \tuint32_t\tpl_tid;\n\tuint32_t\tpl_pad;\n",
+    );
+    layout!(h, PmclogProccsw, "struct pmclog_proccsw" { pl_value, pl_pmcid, pl_pid, pl_tid, pl_pad });
+    record(
+        &mut h,
+        "proccreate",
+        "\tuint32_t\tpl_pid;\n\tuint32_t\tpl_flags;\n\tchar\t\tpl_pcomm[__PMC_MAXCOMLEN + 1];\n",
+    );
+    layout!(h, PmclogProccreate, "struct pmclog_proccreate" { pl_pid, pl_flags, pl_pcomm });
+    record(
+        &mut h,
+        "procexec",
+        "\tuint32_t\tpl_pid;\n\tuint32_t\tpl_pmcid;\n\tuintptr_t\tpl_base;\n\
+         \tuintptr_t\tpl_dyn;\n\tchar\t\tpl_pathname[__PMC_PATH_MAX];\n",
+    );
+    layout!(h, PmclogProcexec, "struct pmclog_procexec" {
+        pl_pid, pl_pmcid, pl_base, pl_dyn, pl_pathname,
+    });
+    record(
+        &mut h,
+        "procexit",
+        "\tuint32_t\tpl_pmcid;\n\tuint32_t\tpl_pid;\n\tuint64_t\tpl_value;\n",
+    );
+    layout!(h, PmclogProcexit, "struct pmclog_procexit" { pl_pmcid, pl_pid, pl_value });
+    record(
+        &mut h,
+        "procfork",
+        "\tuint32_t\tpl_oldpid;\n\tuint32_t\tpl_newpid;\n",
+    );
+    layout!(h, PmclogProcfork, "struct pmclog_procfork" { pl_oldpid, pl_newpid });
+    record(
+        &mut h,
+        "sysexit",
+        "\tuint32_t\tpl_pid;\n\tuint32_t\tpl_pad;\n",
+    );
+    layout!(h, PmclogSysexit, "struct pmclog_sysexit" { pl_pid, pl_pad });
+    record(
+        &mut h,
+        "threadcreate",
+        "\tuint32_t\tpl_tid;\n\tuint32_t\tpl_pid;\n\tuint32_t\tpl_flags;\n\
+         \tuint32_t\tpl_pad;\n\tchar\t\tpl_tdname[__PMC_MAXCOMLEN + 1];\n",
+    );
+    layout!(h, PmclogThreadcreate, "struct pmclog_threadcreate" {
+        pl_tid, pl_pid, pl_flags, pl_pad, pl_tdname,
+    });
+    record(
+        &mut h,
+        "threadexit",
+        "\tuint32_t\tpl_tid;\n\tuint32_t\tpl_pad;\n",
+    );
+    layout!(h, PmclogThreadexit, "struct pmclog_threadexit" { pl_tid, pl_pad });
+    record(
+        &mut h,
+        "userdata",
+        "\tuint32_t\tpl_userdata;\n\tuint32_t\tpl_pad;\n",
+    );
+    layout!(h, PmclogUserdata, "struct pmclog_userdata" { pl_userdata, pl_pad });
+    record(
+        &mut h,
+        "pmcallocatedyn",
+        "\tuint32_t\tpl_pmcid;\n\tuint32_t\tpl_event;\n\tuint32_t\tpl_flags;\n\
+         \tuint32_t\tpl_pad;\n\tchar\t\tpl_evname[PMC_NAME_MAX];\n",
+    );
+    layout!(h, PmclogPmcallocatedyn, "struct pmclog_pmcallocatedyn" {
+        pl_pmcid, pl_event, pl_flags, pl_pad, pl_evname,
+    });
+    h.push_str("/* Sizes scratch areas: the longest record. */\nunion pmclog_entry {\n");
+    for (ty, member) in [
+        ("callchain", "pl_cc"),
+        ("closelog", "pl_cl"),
+        ("dropnotify", "pl_dn"),
+        ("initialize", "pl_i"),
+        ("map_in", "pl_mi"),
+        ("map_out", "pl_mo"),
+        ("pmcallocate", "pl_a"),
+        ("pmcallocatedyn", "pl_ad"),
+        ("pmcattach", "pl_t"),
+        ("pmcdetach", "pl_d"),
+        ("proccsw", "pl_c"),
+        ("proccreate", "pl_pc"),
+        ("procexec", "pl_x"),
+        ("procexit", "pl_e"),
+        ("procfork", "pl_f"),
+        ("sysexit", "pl_se"),
+        ("threadcreate", "pl_tc"),
+        ("threadexit", "pl_te"),
+        ("userdata", "pl_u"),
+    ] {
+        writeln!(h, "\tstruct pmclog_{ty}\t{member};").unwrap();
+    }
+    h.push_str("};\n\n");
+    writeln!(
+        h,
+        "_Static_assert(sizeof(union pmclog_entry) == {}, \"sizeof(union pmclog_entry)\");\n",
+        PMCLOG_MAX_RECORD
+    )
+    .unwrap();
+    writeln!(h, "#define\tPMCLOG_HEADER_MAGIC\t{PMCLOG_HEADER_MAGIC:#X}U").unwrap();
+    h.push_str(
+        "#define\tPMCLOG_HEADER_TO_LENGTH(H)\t((H) & 0x0000FFFF)\n\
+         #define\tPMCLOG_HEADER_TO_TYPE(H)\t(((H) & 0x00FF0000) >> 16)\n\
+         #define\tPMCLOG_HEADER_TO_MAGIC(H)\t(((H) & 0xFF000000) >> 24)\n\
+         #define\tPMCLOG_HEADER_CHECK_MAGIC(H)\t(PMCLOG_HEADER_TO_MAGIC(H) == PMCLOG_HEADER_MAGIC)\n\n\
+         #endif /* !_SYS_PMCLOG_H_ */\n",
     );
     h
 }

@@ -98,6 +98,58 @@ fn c_header_has_the_rust_layout() {
         "pmclog.h disagrees with the Rust layout:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // The same assertions on this host, with the host's copies of
+    // <sys/pmc.h> and <sys/pmclog.h>: a program that includes <pmclog.h>
+    // compiles here and sees the library's layout.
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-c", "-o"])
+        .arg(dir.join("pmclog_layout_host.o"))
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("host-include"))
+        .arg(&src)
+        .output()
+        .expect("run the host C compiler");
+    assert!(
+        out.status.success(),
+        "pmclog.h on the host disagrees with the Rust layout:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// tests/c/pmclog_dump.c, a pmclog(3) consumer that names the whole public
+/// API of <pmclog.h>, compiles for FreeBSD against FreeBSD's own
+/// <sys/pmc.h> and <sys/pmclog.h> (c_program.rs builds and runs it on the
+/// host).
+#[test]
+fn pmclog_consumer_builds_on_freebsd() {
+    let zig_target = match std::env::consts::ARCH {
+        "x86_64" => "x86_64-freebsd",
+        "aarch64" => "aarch64-freebsd",
+        other => panic!("no FreeBSD target for a {other} host"),
+    };
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pmclog_h");
+    std::fs::create_dir_all(&dir).unwrap();
+    let zig = std::env::var("ABI_CHECK_ZIG_CC").unwrap_or_else(|_| "python3 -m ziglang cc".into());
+    let mut words = zig.split_whitespace();
+    let out = Command::new(words.next().unwrap())
+        .args(words)
+        .args(["-target", zig_target, "-c", "-Wall", "-Werror", "-o"])
+        .arg(dir.join("pmclog_dump.o"))
+        .arg("-I")
+        .arg(manifest)
+        .arg(manifest.join("tests/c/pmclog_dump.c"))
+        .output()
+        .expect("run the zig C compiler");
+    assert!(
+        out.status.success(),
+        "pmclog_dump.c for FreeBSD:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `pmc.h` compiles against FreeBSD's own `<sys/pmc.h>` (as on FreeBSD)
@@ -138,14 +190,9 @@ fn pmc_h_builds_on_freebsd_and_on_the_host() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // The host copy of <sys/pmc.h> has no op structs; check that pmc.h and
-    // the generated header compile together with the host compiler.
+    // The same with the host compiler and the generated <sys/pmc.h>.
     let host_src = dir.join("pmc_h_host.c");
-    std::fs::write(
-        &host_src,
-        "#include <pmc.h>\nint (*const f)(void) = pmc_init;\n",
-    )
-    .unwrap();
+    std::fs::write(&host_src, c).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(cc)
         .args(["-std=c11", "-Wall", "-Werror", "-c", "-o"])

@@ -141,3 +141,98 @@ fn pmc_counting_c_program_runs_against_libpmc_so_5() {
     );
     assert!(stdout.ends_with("ok\n"), "{stdout}");
 }
+
+#[path = "common/mod.rs"]
+mod common;
+
+/// What tests/c/pmclog_dump.c prints for `records`, from the records
+/// themselves.
+fn dump_of(records: &[uapi::pmclog::PmclogRecord<'_>]) -> String {
+    use uapi::pmclog::PmclogBody as B;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let mut out = String::new();
+    for r in records {
+        let ty = r.kind().raw();
+        let line = match r.body {
+            B::Closelog => break,
+            B::Initialize { version, cpuid, .. } => {
+                format!("{ty} version {version:#x} cpuid {}", text(cpuid))
+            }
+            B::Pmcattach { pid, pathname, .. } => format!("{ty} pid {pid} {}", text(pathname)),
+            B::Procexec { pid, pathname, .. } => format!("{ty} pid {pid} {}", text(pathname)),
+            B::Proccsw {
+                value, pid, tid, ..
+            } => format!("{ty} pid {pid} tid {tid} value {value}"),
+            B::MapIn {
+                pid,
+                start,
+                pathname,
+            } => format!("{ty} pid {pid} start {start:#x} {}", text(pathname)),
+            B::Callchain {
+                pid,
+                tid,
+                cpuflags,
+                pcs,
+                ..
+            } => {
+                let mut l = format!(
+                    "{ty} pid {pid} tid {tid} cpu {} user {}",
+                    cpuflags >> 16,
+                    cpuflags & 1
+                );
+                for pc in pcs.iter() {
+                    l += &format!(" {pc:#x}");
+                }
+                l
+            }
+            B::ThrCreate { tid, tdname, .. } => format!("{ty} tid {tid} {}", text(tdname)),
+            B::ProcCreate { pid, pcomm, .. } => format!("{ty} pid {pid} {}", text(pcomm)),
+            B::Userdata { userdata } => format!("{ty} {userdata:#x}"),
+            _ => format!("{ty}"),
+        };
+        out += &line;
+        out.push('\n');
+    }
+    out + "end eof\n"
+}
+
+/// A pmclog(3) consumer written as for FreeBSD, using the whole public API
+/// of <pmclog.h> and <sys/pmclog.h>, compiles on this host against
+/// lib/libpmc/host-include, links with libpmc.a and reads a log with one
+/// record of every type.
+#[test]
+fn pmclog_c_program_reads_every_record_type() {
+    let lib = static_library();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_program");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join("pmclog_dump");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let build = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg("-I")
+        .arg(manifest)
+        .arg("-I")
+        .arg(manifest.join("host-include"))
+        .arg(manifest.join("tests/c/pmclog_dump.c"))
+        .arg(&lib)
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        build.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let records = common::every_record();
+    let log = out_dir.join("every_record.log");
+    std::fs::write(&log, common::encode(&records)).unwrap();
+    let run = Command::new(&exe).arg(&log).output().unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&run.stdout), dump_of(&records));
+}

@@ -94,7 +94,6 @@ fn specifications_become_allocation_requests() {
         "SOFT-CLOCK.HARD",
         "soft-clock-hard",
         "CLOCK.HARD",
-        "instructions",
         "SOFT-CLOCK.HARD,usr",
     ] {
         let a = pmc
@@ -398,4 +397,218 @@ fn process_sampling_of_the_workload() {
         });
         assert_eq!(samples, 3, "set {with_set} flags {flags:#x}");
     }
+}
+
+/// pmc_capabilities asks the driver (PMC_OP_GETCAPS): ids that were never
+/// allocated, or were released, fail, as FreeBSD's 2026 tests expect.
+#[test]
+fn capabilities_come_from_the_drivers_row() {
+    let pmc = machine(2);
+    assert!(
+        pmc.driver_has_getcaps(),
+        "the simulated driver is 0x0A030000"
+    );
+    let id = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    let caps = pmc.capabilities(id).unwrap();
+    assert_eq!(caps, pmc.row_caps(id).unwrap());
+    assert_ne!(caps & PmcCaps::READ.bits(), 0);
+    // An id of the same class, never allocated, while the program owns a
+    // PMC: the driver finds no such PMC.
+    let other = (id & !0xFF) | ((pmc_id_to_rowindex(id) + 1) & 0xFF);
+    assert_ne!(other, id);
+    assert_eq!(pmc.capabilities(other).unwrap_err(), libc::EINVAL);
+    pmc.release(id).unwrap();
+    // Released: the program owns nothing any more.
+    assert_eq!(pmc.capabilities(id).unwrap_err(), libc::ESRCH);
+}
+
+/// A driver of FreeBSD 15.0 (0x0A000000) has no PMC_OP_GETCAPS: the class
+/// table answers, and the operation is never issued.
+struct Driver15 {
+    sim: SimTransport,
+    getcaps_calls: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl pmc::transport::Transport for Driver15 {
+    fn call(&self, op: u32, arg: &mut [u8]) -> Result<(), libc::c_int> {
+        if op == PmcOp::Getcaps.raw() {
+            self.getcaps_calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(libc::EINVAL);
+        }
+        self.sim.call(op, arg)?;
+        if op == PmcOp::Getmoduleversion.raw() {
+            arg[..4].copy_from_slice(&0x0A00_0000u32.to_ne_bytes());
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn capabilities_of_a_driver_without_getcaps_come_from_the_class() {
+    let sim = SimTransport::boot(SimConfig {
+        cpus: 1,
+        comm: "pmc_api".into(),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let getcaps_calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let pmc = Pmc::init(Box::new(Driver15 {
+        sim,
+        getcaps_calls: getcaps_calls.clone(),
+    }))
+    .unwrap();
+    assert_eq!(pmc.driver_version(), 0x0A00_0000);
+    assert!(!pmc.driver_has_getcaps());
+    let id = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    let class = pmc
+        .cpuinfo()
+        .pm_classes
+        .iter()
+        .find(|c| c.pm_class == PmcClass::Soft.raw())
+        .unwrap()
+        .pm_caps;
+    assert_eq!(pmc.capabilities(id).unwrap(), class);
+    assert_eq!(getcaps_calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+/// A hardware event name of the PMU table, on a driver without the
+/// hardware class: the request names the hardware class and the driver
+/// refuses it, as on FreeBSD; no software event stands in for it.
+#[test]
+fn a_hardware_event_without_its_class_is_refused() {
+    let pmc = machine(1);
+    assert!(pmc.pmu().is_some(), "the default CPU key has a PMU table");
+    assert!(!pmc.has_class(PmcClass::Iap.raw()));
+    let a = pmc
+        .parse_spec("instructions", PmcMode::Sc, 0, 0, 0)
+        .unwrap();
+    assert_eq!(a.pm_class, PmcClass::Iap.raw());
+    for spec in ["instructions", "inst_retired.any_p", "cycles"] {
+        assert_eq!(
+            pmc.allocate(spec, PmcMode::Sc.raw(), 0, 0, 0).unwrap_err(),
+            libc::EINVAL,
+            "{spec}"
+        );
+    }
+    // Nothing was allocated: the program owns no PMC.
+    assert_eq!(pmc.release(0).unwrap_err(), libc::ESRCH);
+}
+
+/// FreeBSD's generic aliases (`instructions` is SOFT-CLOCK.HARD) hold for
+/// the generic CPU type when libpmc has no PMU table for the CPU.
+#[test]
+fn the_generic_cpu_type_has_the_generic_aliases() {
+    let pmc = boot(SimConfig {
+        cpus: 1,
+        comm: "pmc_api".into(),
+        cpuid: "NoSuchVendor-0-0".into(),
+        ..SimConfig::default()
+    });
+    assert!(pmc.pmu().is_none());
+    assert_eq!(pmc.cpuinfo().pm_cputype, PmcCputype::Generic.raw());
+    let hard = pmc
+        .events_of_class(PmcClass::Soft)
+        .unwrap()
+        .iter()
+        .find(|e| e.name.to_bytes() == b"CLOCK.HARD")
+        .unwrap()
+        .code;
+    let a = pmc
+        .parse_spec("instructions", PmcMode::Sc, 0, 0, 0)
+        .unwrap();
+    assert_eq!((a.pm_class, a.pm_ev), (PmcClass::Soft.raw(), hard));
+    // Other names of the PMU tables are unknown there.
+    assert_eq!(
+        pmc.parse_spec("cycles", PmcMode::Sc, 0, 0, 0).unwrap_err(),
+        libc::EINVAL
+    );
+}
+
+fn strerror(e: i32) -> String {
+    std::io::Error::from_raw_os_error(e)
+        .to_string()
+        .split(" (os error")
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The simulated driver answers with FreeBSD's errno values; the caller
+/// gets the host's, whose strerror(3) says what FreeBSD's would.
+#[test]
+fn driver_errors_arrive_as_the_hosts_errno_values() {
+    let pmc = machine(1);
+    // ENOSYS (78 on FreeBSD): a SOFT PMC has no MSR (asked of a
+    // process-mode PMC attached to its owner alone, as the driver wants).
+    let soft = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    pmc.attach(soft, 0).unwrap();
+    let e = pmc.get_msr(soft).unwrap_err();
+    assert_eq!(e, libc::ENOSYS);
+    assert_eq!(strerror(e), "Function not implemented");
+    // EOPNOTSUPP (45): the TSC class cannot interrupt, so cannot sample.
+    let e = pmc
+        .allocate("TSC", PmcMode::Ss.raw(), 0, 0, 1000)
+        .unwrap_err();
+    assert_eq!(e, libc::EOPNOTSUPP);
+    assert_eq!(strerror(e), "Operation not supported");
+    // EDOOFUS (88, "Programming error"; no such value on Linux): a
+    // sampling PMC started without a log.
+    let sampling = pmc
+        .allocate("SOFT-CLOCK.HARD", PmcMode::Ss.raw(), 0, 0, 1000)
+        .unwrap();
+    let e = pmc.start(sampling).unwrap_err();
+    assert_eq!(e, pmc::transport::host_errno(88));
+    #[cfg(target_os = "linux")]
+    assert_eq!(strerror(e), "Invalid argument");
+}
+
+/// The translation table against FreeBSD's `sys/errno.h` texts, for the
+/// values whose numbers differ between FreeBSD and Linux.
+#[test]
+#[cfg(target_os = "linux")]
+fn freebsd_errno_values_become_the_hosts() {
+    use pmc::transport::host_errno;
+    for (freebsd, text) in [
+        (11, "Resource deadlock avoided"),
+        (22, "Invalid argument"),
+        (35, "Resource temporarily unavailable"),
+        (45, "Operation not supported"),
+        (55, "No buffer space available"),
+        (60, "Connection timed out"),
+        (63, "File name too long"),
+        (66, "Directory not empty"),
+        (78, "Function not implemented"),
+        (84, "Value too large for defined data type"),
+        (92, "Protocol error"),
+    ] {
+        assert_eq!(strerror(host_errno(freebsd)), text, "{freebsd}");
+    }
+    // EPROGMISMATCH, the library's own version error, is the host's too.
+    assert_eq!(pmc::pmc::EPROGMISMATCH, libc::EPROTO);
+    assert_eq!(host_errno(0x7fff), libc::EIO);
 }

@@ -172,3 +172,146 @@ fn without_a_driver_initialisation_fails() {
         "pmccontrol: Initialization of the pmc(3) library failed: No such file or directory\n"
     );
 }
+
+/// Runs `cmd`, killing it after `secs` seconds: its output, or None when
+/// it had to be killed (it hung).
+fn within(mut cmd: Command, secs: u64) -> Option<Output> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().expect("wait").is_some() {
+            return Some(child.wait_with_output().expect("output"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// More clock ticks per call than the simulator takes are refused at
+/// once, naming the variable and its value, instead of every request
+/// running for days of simulated time.
+#[test]
+fn too_many_ticks_per_call_are_refused_not_run() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pmccontrol"));
+    cmd.arg("-L")
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_TICKS_PER_CALL", "1000000000");
+    let o = within(cmd, 30).expect("pmccontrol ends");
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("LIBPMC_SIM_TICKS_PER_CALL=\"1000000000\" is not a number of clock ticks from 0 to 100000"),
+        "{err}"
+    );
+}
+
+fn sim_run(args: &[&str]) -> Output {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/sim-run");
+    let mut cmd = Command::new(script);
+    cmd.args(args);
+    within(cmd, 30).expect("tools/sim-run ends")
+}
+
+/// tools/sim-run names a bad option value instead of leaving pmc_init's
+/// bare "Invalid argument".
+#[test]
+fn sim_run_names_a_bad_value() {
+    let bin = env!("CARGO_BIN_EXE_pmccontrol");
+    for (args, said) in [
+        (["-c", "0"], "tools/sim-run: -c '0': the number of CPUs"),
+        (
+            ["-c", "many"],
+            "tools/sim-run: -c 'many': the number of CPUs",
+        ),
+        (["-w", "wrok"], "tools/sim-run: -w 'wrok': the workload is"),
+        (
+            ["-w", "work:99"],
+            "tools/sim-run: -w 'work:99': the threads",
+        ),
+        (
+            ["-t", "1000000000"],
+            "tools/sim-run: -t '1000000000': the ticks",
+        ),
+    ] {
+        let o = sim_run(&[args[0], args[1], bin, "-L"]);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).starts_with(said), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+    let o = sim_run(&["-c", "2", "-w", "work:3", bin, "-L"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The library, too, names a bad variable of the simulated machine.
+#[test]
+fn a_bad_machine_variable_is_named() {
+    for (var, value) in [("LIBPMC_SIM_CPUS", "0"), ("LIBPMC_SIM_WORKLOAD", "work:0")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+            .arg("-L")
+            .env("LIBPMC_TRANSPORT", "sim")
+            .env(var, value)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(69));
+        assert!(
+            stderr(&o).starts_with(&format!(
+                "libpmc: simulated machine: {var}=\"{value}\" is not "
+            )),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+/// Arguments are taken as the bytes they are (getopt(3) over OsString):
+/// one that is not UTF-8 is refused with a message, never a panic.
+#[test]
+fn arguments_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let run = |args: &[&[u8]]| {
+        Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+            .args(args.iter().map(|a| OsStr::from_bytes(a)))
+            .env("LIBPMC_TRANSPORT", "sim")
+            .output()
+            .unwrap()
+    };
+    for (args, code, msg) in [
+        (
+            &[&b"-c"[..], b"\xff"][..],
+            65,
+            "pmccontrol: \"\\xff\" is not a valid CPU id\n",
+        ),
+        (
+            &[&b"-e\xfe1"[..]][..],
+            65,
+            "pmccontrol: \"\\xfe1\" is not a valid PMC id\n",
+        ),
+        (
+            &[&b"-d"[..], b"7\xff"][..],
+            65,
+            "pmccontrol: \"7\\xff\" is not a valid PMC id\n",
+        ),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), msg, "{args:?}");
+    }
+    let o = run(&[b"-\xe9"]);
+    assert_eq!(o.status.code(), Some(64), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("pmccontrol: Unrecognized option \"-\\xe9\"\npmccontrol: Usage:"),
+        "{}",
+        stderr(&o)
+    );
+    // A wildcard followed by anything is still the wildcard, as in C.
+    let o = run(&[b"-c", b"*\xff", b"-e", b"0"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -7,8 +7,21 @@
 #ifndef _SYS_PMC_H_
 #define	_SYS_PMC_H_
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* Types of FreeBSD's <sys/types.h> that other hosts lack. */
+typedef int32_t	lwpid_t;
+typedef uintptr_t	uintfptr_t;
+
+/*
+ * FreeBSD's PATH_MAX and MAXCOMLEN, which size the arrays of pmclog
+ * records and events; a host's own PATH_MAX may differ (4096 on
+ * Linux), and the library's layout is FreeBSD's.
+ */
+#define	__PMC_PATH_MAX	1024
+#define	__PMC_MAXCOMLEN	19
 
 #define	PMC_MODULE_NAME	"hwpmc"
 #define	PMC_NAME_MAX	64
@@ -17,6 +30,10 @@
 #define	PMC_VERSION_MINOR	0x03
 #define	PMC_VERSION_PATCH	0x0000
 #define	PMC_VERSION	0x0a030000
+#define	PMC_CPUID_LEN	64
+#define	PMC_CALLCHAIN_DEPTH_MAX	512
+#define	PMC_CC_F_USERSPACE	0x01
+#define	PMC_CC_F_MULTIPART	0x02
 #define	PMC_CPU_ANY	(~0)
 #define	PMC_ID_INVALID	(~ (pmc_id_t) 0)
 
@@ -2167,12 +2184,43 @@ enum pmc_event {
 #define	PMC_EV_SOFT_FIRST	0x20000
 #define	PMC_EV_SOFT_LAST	0x20fff
 
+#define	PMC_EV_DYN_COUNT	0x1000
+
+enum pmc_ops {
+	PMC_OP_CONFIGURELOG = 0x0,
+	PMC_OP_FLUSHLOG = 0x1,
+	PMC_OP_GETCPUINFO = 0x2,
+	PMC_OP_GETDRIVERSTATS = 0x3,
+	PMC_OP_GETMODULEVERSION = 0x4,
+	PMC_OP_GETPMCINFO = 0x5,
+	PMC_OP_PMCADMIN = 0x6,
+	PMC_OP_PMCALLOCATE = 0x7,
+	PMC_OP_PMCATTACH = 0x8,
+	PMC_OP_PMCDETACH = 0x9,
+	PMC_OP_PMCGETMSR = 0xa,
+	PMC_OP_PMCRELEASE = 0xb,
+	PMC_OP_PMCRW = 0xc,
+	PMC_OP_PMCSETCOUNT = 0xd,
+	PMC_OP_PMCSTART = 0xe,
+	PMC_OP_PMCSTOP = 0xf,
+	PMC_OP_WRITELOG = 0x10,
+	PMC_OP_CLOSELOG = 0x11,
+	PMC_OP_GETDYNEVENTINFO = 0x12,
+	PMC_OP_GETCAPS = 0x13,
+};
+
 struct pmc_classinfo {
 	enum pmc_class	pm_class;
 	uint32_t	pm_caps;
 	uint32_t	pm_width;
 	uint32_t	pm_num;
 };
+
+_Static_assert(sizeof(struct pmc_classinfo) == 16, "sizeof(struct pmc_classinfo)");
+_Static_assert(offsetof(struct pmc_classinfo, pm_class) == 0, "struct pmc_classinfo.pm_class");
+_Static_assert(offsetof(struct pmc_classinfo, pm_caps) == 4, "struct pmc_classinfo.pm_caps");
+_Static_assert(offsetof(struct pmc_classinfo, pm_width) == 8, "struct pmc_classinfo.pm_width");
+_Static_assert(offsetof(struct pmc_classinfo, pm_num) == 12, "struct pmc_classinfo.pm_num");
 
 struct pmc_info {
 	char		pm_name[PMC_NAME_MAX];
@@ -2185,5 +2233,194 @@ struct pmc_info {
 	uint32_t	pm_flags;
 	pmc_value_t	pm_reloadcount;
 };
+
+_Static_assert(sizeof(struct pmc_info) == 104, "sizeof(struct pmc_info)");
+_Static_assert(offsetof(struct pmc_info, pm_name) == 0, "struct pmc_info.pm_name");
+_Static_assert(offsetof(struct pmc_info, pm_class) == 64, "struct pmc_info.pm_class");
+_Static_assert(offsetof(struct pmc_info, pm_enabled) == 68, "struct pmc_info.pm_enabled");
+_Static_assert(offsetof(struct pmc_info, pm_rowdisp) == 72, "struct pmc_info.pm_rowdisp");
+_Static_assert(offsetof(struct pmc_info, pm_ownerpid) == 76, "struct pmc_info.pm_ownerpid");
+_Static_assert(offsetof(struct pmc_info, pm_mode) == 80, "struct pmc_info.pm_mode");
+_Static_assert(offsetof(struct pmc_info, pm_event) == 84, "struct pmc_info.pm_event");
+_Static_assert(offsetof(struct pmc_info, pm_flags) == 88, "struct pmc_info.pm_flags");
+_Static_assert(offsetof(struct pmc_info, pm_reloadcount) == 96, "struct pmc_info.pm_reloadcount");
+
+/* Machine dependent; its members are FreeBSD's, opaque here. */
+union pmc_md_op_pmcallocate {
+	uint64_t	__pad[4];
+};
+
+_Static_assert(sizeof(union pmc_md_op_pmcallocate) == 32, "sizeof(union pmc_md_op_pmcallocate)");
+
+struct pmc_op_pmcallocate {
+	uint32_t	pm_caps;
+	uint32_t	pm_cpu;
+	enum pmc_class	pm_class;
+	enum pmc_event	pm_ev;
+	uint32_t	pm_flags;
+	enum pmc_mode	pm_mode;
+	pmc_id_t	pm_pmcid;
+	pmc_value_t	pm_count;
+	union pmc_md_op_pmcallocate	pm_md;
+};
+
+_Static_assert(sizeof(struct pmc_op_pmcallocate) == 72, "sizeof(struct pmc_op_pmcallocate)");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_caps) == 0, "struct pmc_op_pmcallocate.pm_caps");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_cpu) == 4, "struct pmc_op_pmcallocate.pm_cpu");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_class) == 8, "struct pmc_op_pmcallocate.pm_class");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_ev) == 12, "struct pmc_op_pmcallocate.pm_ev");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_flags) == 16, "struct pmc_op_pmcallocate.pm_flags");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_mode) == 20, "struct pmc_op_pmcallocate.pm_mode");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_pmcid) == 24, "struct pmc_op_pmcallocate.pm_pmcid");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_count) == 32, "struct pmc_op_pmcallocate.pm_count");
+_Static_assert(offsetof(struct pmc_op_pmcallocate, pm_md) == 40, "struct pmc_op_pmcallocate.pm_md");
+
+struct pmc_op_pmcadmin {
+	int		pm_cpu;
+	uint32_t	pm_flags;
+	int		pm_pmc;
+	enum pmc_state	pm_state;
+};
+
+_Static_assert(sizeof(struct pmc_op_pmcadmin) == 16, "sizeof(struct pmc_op_pmcadmin)");
+_Static_assert(offsetof(struct pmc_op_pmcadmin, pm_cpu) == 0, "struct pmc_op_pmcadmin.pm_cpu");
+_Static_assert(offsetof(struct pmc_op_pmcadmin, pm_flags) == 4, "struct pmc_op_pmcadmin.pm_flags");
+_Static_assert(offsetof(struct pmc_op_pmcadmin, pm_pmc) == 8, "struct pmc_op_pmcadmin.pm_pmc");
+_Static_assert(offsetof(struct pmc_op_pmcadmin, pm_state) == 12, "struct pmc_op_pmcadmin.pm_state");
+
+struct pmc_op_pmcattach {
+	pmc_id_t	pm_pmc;
+	pid_t		pm_pid;
+};
+
+_Static_assert(sizeof(struct pmc_op_pmcattach) == 8, "sizeof(struct pmc_op_pmcattach)");
+_Static_assert(offsetof(struct pmc_op_pmcattach, pm_pmc) == 0, "struct pmc_op_pmcattach.pm_pmc");
+_Static_assert(offsetof(struct pmc_op_pmcattach, pm_pid) == 4, "struct pmc_op_pmcattach.pm_pid");
+
+struct pmc_op_pmcsetcount {
+	pmc_value_t	pm_count;
+	pmc_id_t	pm_pmcid;
+};
+
+_Static_assert(sizeof(struct pmc_op_pmcsetcount) == 16, "sizeof(struct pmc_op_pmcsetcount)");
+_Static_assert(offsetof(struct pmc_op_pmcsetcount, pm_count) == 0, "struct pmc_op_pmcsetcount.pm_count");
+_Static_assert(offsetof(struct pmc_op_pmcsetcount, pm_pmcid) == 8, "struct pmc_op_pmcsetcount.pm_pmcid");
+
+struct pmc_op_pmcrw {
+	uint32_t	pm_flags;
+	pmc_id_t	pm_pmcid;
+	pmc_value_t	pm_value;
+};
+
+_Static_assert(sizeof(struct pmc_op_pmcrw) == 16, "sizeof(struct pmc_op_pmcrw)");
+_Static_assert(offsetof(struct pmc_op_pmcrw, pm_flags) == 0, "struct pmc_op_pmcrw.pm_flags");
+_Static_assert(offsetof(struct pmc_op_pmcrw, pm_pmcid) == 4, "struct pmc_op_pmcrw.pm_pmcid");
+_Static_assert(offsetof(struct pmc_op_pmcrw, pm_value) == 8, "struct pmc_op_pmcrw.pm_value");
+
+struct pmc_op_getpmcinfo {
+	int32_t		pm_cpu;
+	struct pmc_info	pm_pmcs[];
+};
+
+_Static_assert(sizeof(struct pmc_op_getpmcinfo) == 8, "sizeof(struct pmc_op_getpmcinfo)");
+_Static_assert(offsetof(struct pmc_op_getpmcinfo, pm_cpu) == 0, "struct pmc_op_getpmcinfo.pm_cpu");
+_Static_assert(offsetof(struct pmc_op_getpmcinfo, pm_pmcs) == 8, "struct pmc_op_getpmcinfo.pm_pmcs");
+
+struct pmc_op_getcpuinfo {
+	enum pmc_cputype pm_cputype;
+	uint32_t	pm_ncpu;
+	uint32_t	pm_npmc;
+	uint32_t	pm_nclass;
+	struct pmc_classinfo	pm_classes[PMC_CLASS_MAX];
+};
+
+_Static_assert(sizeof(struct pmc_op_getcpuinfo) == 144, "sizeof(struct pmc_op_getcpuinfo)");
+_Static_assert(offsetof(struct pmc_op_getcpuinfo, pm_cputype) == 0, "struct pmc_op_getcpuinfo.pm_cputype");
+_Static_assert(offsetof(struct pmc_op_getcpuinfo, pm_ncpu) == 4, "struct pmc_op_getcpuinfo.pm_ncpu");
+_Static_assert(offsetof(struct pmc_op_getcpuinfo, pm_npmc) == 8, "struct pmc_op_getcpuinfo.pm_npmc");
+_Static_assert(offsetof(struct pmc_op_getcpuinfo, pm_nclass) == 12, "struct pmc_op_getcpuinfo.pm_nclass");
+_Static_assert(offsetof(struct pmc_op_getcpuinfo, pm_classes) == 16, "struct pmc_op_getcpuinfo.pm_classes");
+
+struct pmc_op_configurelog {
+	int		pm_flags;
+	int		pm_logfd;
+};
+
+_Static_assert(sizeof(struct pmc_op_configurelog) == 8, "sizeof(struct pmc_op_configurelog)");
+_Static_assert(offsetof(struct pmc_op_configurelog, pm_flags) == 0, "struct pmc_op_configurelog.pm_flags");
+_Static_assert(offsetof(struct pmc_op_configurelog, pm_logfd) == 4, "struct pmc_op_configurelog.pm_logfd");
+
+struct pmc_op_getdriverstats {
+	unsigned int	pm_intr_ignored;
+	unsigned int	pm_intr_processed;
+	unsigned int	pm_intr_bufferfull;
+	unsigned int	pm_syscalls;
+	unsigned int	pm_syscall_errors;
+	unsigned int	pm_buffer_requests;
+	unsigned int	pm_buffer_requests_failed;
+	unsigned int	pm_log_sweeps;
+};
+
+_Static_assert(sizeof(struct pmc_op_getdriverstats) == 32, "sizeof(struct pmc_op_getdriverstats)");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_intr_ignored) == 0, "struct pmc_op_getdriverstats.pm_intr_ignored");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_intr_processed) == 4, "struct pmc_op_getdriverstats.pm_intr_processed");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_intr_bufferfull) == 8, "struct pmc_op_getdriverstats.pm_intr_bufferfull");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_syscalls) == 12, "struct pmc_op_getdriverstats.pm_syscalls");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_syscall_errors) == 16, "struct pmc_op_getdriverstats.pm_syscall_errors");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_buffer_requests) == 20, "struct pmc_op_getdriverstats.pm_buffer_requests");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_buffer_requests_failed) == 24, "struct pmc_op_getdriverstats.pm_buffer_requests_failed");
+_Static_assert(offsetof(struct pmc_op_getdriverstats, pm_log_sweeps) == 28, "struct pmc_op_getdriverstats.pm_log_sweeps");
+
+struct pmc_op_simple {
+	pmc_id_t	pm_pmcid;
+};
+
+_Static_assert(sizeof(struct pmc_op_simple) == 4, "sizeof(struct pmc_op_simple)");
+_Static_assert(offsetof(struct pmc_op_simple, pm_pmcid) == 0, "struct pmc_op_simple.pm_pmcid");
+
+struct pmc_op_writelog {
+	uint32_t	pm_userdata;
+};
+
+_Static_assert(sizeof(struct pmc_op_writelog) == 4, "sizeof(struct pmc_op_writelog)");
+_Static_assert(offsetof(struct pmc_op_writelog, pm_userdata) == 0, "struct pmc_op_writelog.pm_userdata");
+
+struct pmc_op_getmsr {
+	uint32_t	pm_msr;
+	pmc_id_t	pm_pmcid;
+};
+
+_Static_assert(sizeof(struct pmc_op_getmsr) == 8, "sizeof(struct pmc_op_getmsr)");
+_Static_assert(offsetof(struct pmc_op_getmsr, pm_msr) == 0, "struct pmc_op_getmsr.pm_msr");
+_Static_assert(offsetof(struct pmc_op_getmsr, pm_pmcid) == 4, "struct pmc_op_getmsr.pm_pmcid");
+
+struct pmc_dyn_event_descr {
+	char		pm_ev_name[PMC_NAME_MAX];
+	enum pmc_event	pm_ev_code;
+};
+
+_Static_assert(sizeof(struct pmc_dyn_event_descr) == 68, "sizeof(struct pmc_dyn_event_descr)");
+_Static_assert(offsetof(struct pmc_dyn_event_descr, pm_ev_name) == 0, "struct pmc_dyn_event_descr.pm_ev_name");
+_Static_assert(offsetof(struct pmc_dyn_event_descr, pm_ev_code) == 64, "struct pmc_dyn_event_descr.pm_ev_code");
+
+struct pmc_op_getdyneventinfo {
+	enum pmc_class	pm_class;
+	unsigned int	pm_nevent;
+	struct pmc_dyn_event_descr	pm_events[PMC_EV_DYN_COUNT];
+};
+
+_Static_assert(sizeof(struct pmc_op_getdyneventinfo) == 278536, "sizeof(struct pmc_op_getdyneventinfo)");
+_Static_assert(offsetof(struct pmc_op_getdyneventinfo, pm_class) == 0, "struct pmc_op_getdyneventinfo.pm_class");
+_Static_assert(offsetof(struct pmc_op_getdyneventinfo, pm_nevent) == 4, "struct pmc_op_getdyneventinfo.pm_nevent");
+_Static_assert(offsetof(struct pmc_op_getdyneventinfo, pm_events) == 8, "struct pmc_op_getdyneventinfo.pm_events");
+
+struct pmc_op_caps {
+	pmc_id_t	pm_pmcid;
+	uint32_t	pm_caps;
+};
+
+_Static_assert(sizeof(struct pmc_op_caps) == 8, "sizeof(struct pmc_op_caps)");
+_Static_assert(offsetof(struct pmc_op_caps, pm_pmcid) == 0, "struct pmc_op_caps.pm_pmcid");
+_Static_assert(offsetof(struct pmc_op_caps, pm_caps) == 4, "struct pmc_op_caps.pm_caps");
 
 #endif /* !_SYS_PMC_H_ */
