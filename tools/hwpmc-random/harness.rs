@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::mem::{offset_of, size_of};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
 
 use hwpmc::{Module, PmcView};
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig, UserProt};
@@ -152,6 +153,19 @@ pub enum Op {
     BadPointer { proc: u16, op: u8 },
     /// The `nth` kernel allocation of the next step fails.
     FailAlloc { nth: u8 },
+    /// Kernel work on several CPUs at once, interleaved at kpi's locks and
+    /// allocations as `seed` decides (ksim::sched): a system call (`call`)
+    /// by a process on its CPU, against a clock tick or page faults on
+    /// another CPU and, with `writers`, the log writers' passes.
+    Race {
+        seed: u32,
+        proc: u16,
+        pmc: u16,
+        call: u8,
+        cpu: u8,
+        faults: bool,
+        writers: bool,
+    },
     /// What pmcstat does to profile: a log (when the process has none), a
     /// sampling PMC on the clock (system-wide on `cpu`, or attached to
     /// `target` with call chains when `chains`), and PMCSTART.
@@ -193,7 +207,7 @@ impl Op {
     /// A random step.
     pub fn random(r: &mut Rng) -> Op {
         let proc = r.idx();
-        match r.below(125) {
+        match r.below(140) {
             0..=1 => Op::Spawn { root: r.chance(70) },
             2..=4 => Op::Fork { proc },
             5..=6 => Op::Exec {
@@ -314,6 +328,15 @@ impl Op {
             115..=116 => Op::FinishExit { proc },
             117..=118 => Op::Reap { proc },
             119..=120 => Op::Drain { proc },
+            125..=136 => Op::Race {
+                seed: r.next_u64() as u32,
+                proc,
+                pmc: r.idx(),
+                call: r.below(10) as u8,
+                cpu: r.below(NCPU as u64) as u8,
+                faults: r.chance(40),
+                writers: r.chance(60),
+            },
             121 => Op::FaultNext {
                 readonly: r.chance(60),
             },
@@ -381,6 +404,8 @@ struct Run {
     logs: Vec<Log>,
     klds: [bool; 2],
     fault_next: Option<UserProt>,
+    /// Hand-overs between concurrent pieces of kernel work so far.
+    switches: u64,
     next_cookie: u32,
     fail_next: Option<u64>,
     last_stats: [u64; 8],
@@ -440,6 +465,7 @@ impl Run {
             logs: Vec::new(),
             klds: [false; 2],
             fault_next: None,
+            switches: 0,
             next_cookie: 1,
             fail_next: None,
             last_stats: [0; 8],
@@ -920,6 +946,201 @@ impl Run {
                 target,
                 chains,
             } => self.profile(proc, system, cpu, target, chains),
+            Op::Race {
+                seed,
+                proc,
+                pmc,
+                call,
+                cpu,
+                faults,
+                writers,
+            } => self.race(seed as u64, proc, pmc, call, cpu, faults, writers),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn race(
+        &mut self,
+        seed: u64,
+        proc: u16,
+        pmc: u16,
+        call: u8,
+        cpu: u8,
+        faults: bool,
+        writers: bool,
+    ) {
+        let Some(p) = self.live(proc) else { return };
+        let pid = self.procs[p].pid;
+        let tid = self.procs[p].threads[0];
+        // The caller on a CPU of its own, the interrupt on another.
+        let online: Vec<u32> = (0..NCPU as u32)
+            .filter(|&c| self.m.cpu_state(c) == CpuState::Online)
+            .collect();
+        let mine = match (0..NCPU as u32).find(|&c| self.m.running_on(c) == Some(tid)) {
+            Some(c) => c,
+            None => match online.iter().find(|&&c| self.m.running_on(c).is_none()) {
+                Some(&c) => {
+                    self.m.switch_in(c, tid);
+                    c
+                }
+                None => return,
+            },
+        };
+        let others: Vec<u32> = online.iter().copied().filter(|&c| c != mine).collect();
+        let other = pick(&others, cpu as u16).copied();
+        // The call: on one of the caller's PMCs, or on its log.
+        let own: Vec<PmcId> = self
+            .pmcs
+            .iter()
+            .filter(|(o, _)| *o == pid)
+            .map(|(_, id)| *id)
+            .collect();
+        let id = pick(&own, pmc).copied().unwrap_or(0);
+        let simple = |id: PmcId| PmcOpSimple { pm_pmcid: id }.as_bytes().to_vec();
+        let cookie = self.next_cookie;
+        let (op, bytes) = match call {
+            0 => (PmcOp::Pmcstart, simple(id)),
+            1 => (PmcOp::Pmcstop, simple(id)),
+            2 => (PmcOp::Pmcrelease, simple(id)),
+            3 => (
+                PmcOp::Pmcrw,
+                PmcOpPmcrw {
+                    pm_pmcid: id,
+                    pm_flags: PmcFlags::OLDVALUE.bits(),
+                    pm_value: 0,
+                }
+                .as_bytes()
+                .to_vec(),
+            ),
+            4 => (
+                PmcOp::Pmcattach,
+                PmcOpPmcattach {
+                    pm_pmc: id,
+                    pm_pid: 0,
+                }
+                .as_bytes()
+                .to_vec(),
+            ),
+            5 => {
+                self.next_cookie += 1;
+                (
+                    PmcOp::Writelog,
+                    PmcOpWritelog {
+                        pm_userdata: cookie,
+                    }
+                    .as_bytes()
+                    .to_vec(),
+                )
+            }
+            6 => (PmcOp::Flushlog, simple(0)),
+            7 => (PmcOp::Closelog, simple(0)),
+            8 => (
+                PmcOp::Configurelog,
+                PmcOpConfigurelog {
+                    pm_flags: 0,
+                    pm_logfd: -1,
+                }
+                .as_bytes()
+                .to_vec(),
+            ),
+            _ => (
+                PmcOp::Pmcdetach,
+                PmcOpPmcattach {
+                    pm_pmc: id,
+                    pm_pid: 0,
+                }
+                .as_bytes()
+                .to_vec(),
+            ),
+        };
+        let uaddr = self.m.user_alloc(pid, bytes.len());
+        self.m.user_write(pid, uaddr, &bytes);
+        // A second thread of the caller, on the other CPU, logging a user
+        // record at the same time (when the process has one and that CPU
+        // is free for it).
+        let t2_cpu = |t2: u32| (0..NCPU as u32).find(|&c| self.m.running_on(c) == Some(t2));
+        let second = match (self.procs[p].threads.get(1), other) {
+            (Some(&t2), Some(c))
+                if !faults
+                    && t2_cpu(t2).is_none_or(|x| x != mine)
+                    && (t2_cpu(t2).is_some() || self.m.running_on(c).is_none()) =>
+            {
+                if t2_cpu(t2).is_none() {
+                    self.m.switch_in(c, t2);
+                }
+                let cookie2 = self.next_cookie;
+                self.next_cookie += 1;
+                let arg = PmcOpWritelog {
+                    pm_userdata: cookie2,
+                };
+                let ua = self.m.user_alloc(pid, 4);
+                self.m.user_write(pid, ua, arg.as_bytes());
+                Some((t2, ua, cookie2))
+            }
+            _ => None,
+        };
+        let result2 = Mutex::new(None);
+        let result = Mutex::new(None);
+        let (m, sysnum) = (&self.m, self.sysnum);
+        let mut pieces: Vec<ksim::sched::Piece<'_>> = vec![Box::new(|| {
+            let r = m.syscall(tid, sysnum, &[op.raw() as u64, uaddr]);
+            *result.lock().expect("not poisoned") = Some(r);
+        })];
+        if let Some((t2, ua, _)) = second {
+            let result2 = &result2;
+            pieces.push(Box::new(move || {
+                let r = m.syscall(t2, sysnum, &[PmcOp::Writelog.raw() as u64, ua]);
+                *result2.lock().expect("not poisoned") = Some(r);
+            }));
+        } else if let Some(c) = other {
+            pieces.push(Box::new(move || {
+                if faults {
+                    for _ in 0..3 {
+                        m.soft_event(c, "PAGE_FAULT.ALL");
+                    }
+                } else {
+                    m.tick(c);
+                }
+            }));
+        }
+        if writers {
+            pieces.push(Box::new(move || m.wake_kprocs()));
+        }
+        self.switches += m.race(seed, pieces);
+        if let (Some((_, _, cookie2)), Some(Ok(_))) =
+            (second, result2.into_inner().expect("not poisoned"))
+        {
+            if let Some(l) = self
+                .logs
+                .iter_mut()
+                .rev()
+                .find(|l| l.owner == pid && l.active)
+            {
+                l.cookies.push(cookie2);
+            }
+        }
+        let ok = matches!(result.into_inner().expect("not poisoned"), Some(Ok(_)));
+        if !ok {
+            return;
+        }
+        match op {
+            PmcOp::Pmcrelease => self.pmcs.retain(|(_, x)| *x != id),
+            PmcOp::Writelog => {
+                if let Some(l) = self
+                    .logs
+                    .iter_mut()
+                    .rev()
+                    .find(|l| l.owner == pid && l.active)
+                {
+                    l.cookies.push(cookie);
+                }
+            }
+            PmcOp::Configurelog => {
+                for l in self.logs.iter_mut().filter(|l| l.owner == pid) {
+                    l.active = false;
+                }
+            }
+            _ => {}
         }
     }
 
@@ -1168,7 +1389,7 @@ impl Run {
             let ld =
                 |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
             eprintln!(
-                "syscalls {} (errors {}), interrupts {}, full {}, samples {} (logged {}), PMCs now {}, logs {}, log bytes {}",
+                "syscalls {} (errors {}), interrupts {}, full {}, samples {} (logged {}), PMCs now {}, logs {}, log bytes {}, race hand-overs {}",
                 ld(&st.syscalls),
                 ld(&st.syscall_errors),
                 ld(&st.intr_processed),
@@ -1180,13 +1401,19 @@ impl Run {
                 self.logs
                     .iter()
                     .map(|l| self.m.file_data(l.file).len())
-                    .sum::<usize>()
+                    .sum::<usize>(),
+                self.switches
             );
         }
         let (_, t) = self.m.spawn(Cred::root(), "kldunload");
         self.room_for(t);
         let module = self.module.take().expect("loaded");
-        self.m.in_thread(t, || module.unload());
+        let (taken, logged, unlogged) = self.m.in_thread(t, || module.unload_counted());
+        if taken != logged + unlogged {
+            return Err(format!(
+                "at unload: {taken} samples taken, {logged} logged, {unlogged} not"
+            ));
+        }
         let v = self.m.violations();
         if !v.is_empty() {
             return Err(format!("witness at unload: {v:?}"));
@@ -1204,6 +1431,23 @@ impl Run {
         }
         if !self.m.kprocs().is_empty() {
             return Err(format!("kernel processes left: {:?}", self.m.kprocs()));
+        }
+        // Every sample logged is in a log file, unless a file could fail.
+        if !self.logs.iter().any(|l| l.may_fail) {
+            let in_files: usize = self
+                .logs
+                .iter()
+                .map(|l| {
+                    records(&self.m.file_data(l.file))
+                        .filter(|r| matches!(r, Ok(r) if matches!(r.body, PmclogBody::Callchain { .. })))
+                        .count()
+                })
+                .sum();
+            if in_files as u64 != logged {
+                return Err(format!(
+                    "{logged} samples logged, {in_files} call chains in the log files"
+                ));
+            }
         }
         for l in &self.logs {
             let data = self.m.file_data(l.file);

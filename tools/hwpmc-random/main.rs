@@ -45,7 +45,10 @@ fn main() -> ExitCode {
         i += 2;
     }
     if let Some(seed) = replay {
-        std::panic::set_hook(Box::new(|_| {}));
+        // HWPMC_RANDOM_PANICS=1 keeps the default hook: backtraces.
+        if std::env::var_os("HWPMC_RANDOM_PANICS").is_none() {
+            std::panic::set_hook(Box::new(|_| {}));
+        }
         let ops = hwpmc_random::sequence(seed, len);
         return match hwpmc_random::run(&ops) {
             Ok(()) => {

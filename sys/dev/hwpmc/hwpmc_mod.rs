@@ -656,6 +656,13 @@ impl Module {
     /// Module unload (`pmc_cleanup`): unhooks the driver, releases every
     /// owner's PMCs and sends it SIGBUS, and frees all state.
     pub fn unload(self) {
+        let _ = self.unload_counted();
+    }
+
+    /// [`Module::unload`], returning the sampling statistics as they were
+    /// at the end (samples taken, logged, not logged), for tests that
+    /// compare them with the logs.
+    pub fn unload_counted(self) -> (u64, u64, u64) {
         let d = &self.driver;
         d.unloading.store(true, Ordering::Release);
         let _ = kpi::hooks::set_pmc_hook(None);
@@ -669,6 +676,9 @@ impl Module {
                 kpi::proc::psignal(pid, kpi::proc::SIGBUS);
             }
         }
+        // Samples that waited for a user call chain, of PMCs now released,
+        // are counted as not logged rather than left in the rings.
+        d.process_all_samples();
         for cpu in 0..d.ncpu {
             if kpi::cpu::exists(cpu) {
                 for slot in d.classes.iter() {
@@ -676,9 +686,13 @@ impl Module {
                 }
             }
         }
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let s = &d.sample_stats;
+        let counts = (ld(&s.taken), ld(&s.logged), ld(&s.unlogged));
         // The closures registered above hold references; dropping the
         // registrations (done) and `self` frees the driver.
         drop(self);
+        counts
     }
 }
 

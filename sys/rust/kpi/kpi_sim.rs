@@ -64,6 +64,7 @@ pub fn nanotime() -> (i64, i64) {
 /// malloc(9): the simulated kernel checks the context and may fail the
 /// allocation; the memory is the host's.
 pub fn kmalloc(layout: core::alloc::Layout, wait: bool, zero: bool) -> Option<NonNull<u8>> {
+    ksim::sched::point();
     kern::malloc(wait).ok()?;
     // SAFETY: the layout has a non-zero size (kpi::malloc's contract).
     let ptr = unsafe {
@@ -83,6 +84,7 @@ pub fn kmalloc(layout: core::alloc::Layout, wait: bool, zero: bool) -> Option<No
 /// # Safety
 /// `ptr` came from [`kmalloc`] with `layout` and is not used again.
 pub unsafe fn kfree(ptr: NonNull<u8>, layout: core::alloc::Layout) {
+    ksim::sched::point();
     kern::free(ptr.as_ptr() as u64);
     // SAFETY: host memory from kmalloc with this layout.
     unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) }
@@ -97,23 +99,34 @@ pub fn critical_exit() {
 
 use core::ffi::CStr;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const EXCLUSIVE: u32 = u32::MAX;
 
 /// The state word shared by the three lock types: 0 free, EXCLUSIVE
-/// held exclusively, otherwise the number of shared holders.
+/// held exclusively, otherwise the number of shared holders. Taking a lock
+/// is a scheduling point of a race (`ksim::sched`), and so is releasing
+/// one; a piece that finds the lock held lets the others run until it is
+/// free.
 #[derive(Debug)]
 pub struct LockWord {
     state: AtomicU32,
+    /// The race piece holding it exclusively, plus one (0: none, or code
+    /// outside a race).
+    owner: AtomicU64,
     class: &'static str,
     kind: LockKind,
+}
+
+fn piece() -> u64 {
+    ksim::sched::task().map_or(0, |t| t as u64 + 1)
 }
 
 impl LockWord {
     pub fn new(name: &'static CStr, kind: LockKind) -> Self {
         LockWord {
             state: AtomicU32::new(0),
+            owner: AtomicU64::new(0),
             class: name.to_str().unwrap_or("(lock name not UTF-8)"),
             kind,
         }
@@ -125,28 +138,39 @@ impl LockWord {
     /// Called once, with the lock at the address it keeps.
     pub unsafe fn init(&self) {}
 
+    /// Waits while the lock is held elsewhere; a lock this piece holds
+    /// itself (or held outside a race) is taken twice: a panic.
+    fn contended(&self) {
+        let me = piece();
+        if me == 0 || self.owner.load(Ordering::Relaxed) == me {
+            panic!("lock {} taken while held", self.class);
+        }
+        ksim::sched::wait_for(self.class);
+    }
+
     pub fn lock_exclusive(&self) {
+        ksim::sched::point();
         lock_acquire(self.class, self.kind);
-        if self
+        while self
             .state
             .compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            // The simulated kernel runs one thread at a time, so a held lock
-            // here means the code took it twice.
-            panic!("lock {} taken while held", self.class);
+            self.contended();
         }
+        self.owner.store(piece(), Ordering::Relaxed);
     }
 
     pub fn lock_shared(&self) {
+        ksim::sched::point();
         lock_acquire(self.class, self.kind);
         let mut cur = self.state.load(Ordering::Relaxed);
         loop {
-            assert!(
-                cur != EXCLUSIVE,
-                "sx {} taken shared while held exclusively",
-                self.class
-            );
+            if cur == EXCLUSIVE {
+                self.contended();
+                cur = self.state.load(Ordering::Relaxed);
+                continue;
+            }
             match self.state.compare_exchange_weak(
                 cur,
                 cur + 1,
@@ -160,13 +184,16 @@ impl LockWord {
     }
 
     pub fn unlock_exclusive(&self) {
+        self.owner.store(0, Ordering::Relaxed);
         self.state.store(0, Ordering::Release);
         lock_release(self.class);
+        ksim::sched::point();
     }
 
     pub fn unlock_shared(&self) {
         self.state.fetch_sub(1, Ordering::Release);
         lock_release(self.class);
+        ksim::sched::point();
     }
 }
 

@@ -584,9 +584,7 @@ pub fn kernel_objects() -> Vec<crate::machine::Mapping> {
 /// Publishes a writable string sysctl with its handler and initial value.
 pub fn sysctl_str_register(name: &str, value: &str, handler: crate::machine::SysctlStrFn) {
     let m = current();
-    m.0.handlers()
-        .sysctl_str
-        .insert(name.into(), handler);
+    m.0.handlers().sysctl_str.insert(name.into(), handler);
     m.st().sysctl_str.insert(name.into(), value.into());
 }
 

@@ -23,6 +23,7 @@
 pub mod elf;
 pub mod kern;
 mod machine;
+pub mod sched;
 pub mod witness;
 pub mod workload;
 

@@ -321,6 +321,8 @@ pub(crate) struct Kproc {
     pub(crate) pending: bool,
     /// Running its last pass (kproc_stop).
     pub(crate) stopping: bool,
+    /// Running a pass now.
+    pub(crate) running: bool,
 }
 
 /// A registered system call: its arguments in, an errno or a return value
@@ -441,6 +443,8 @@ pub(crate) struct Handlers {
 pub(crate) struct Inner {
     st: Mutex<State>,
     handlers: Mutex<Handlers>,
+    /// Passed between the pieces of a race (`sched`).
+    pub(crate) baton: crate::sched::Baton,
 }
 
 /// Locks `m`. Kernel code of the simulated machine runs one piece at a
@@ -575,6 +579,7 @@ impl Machine {
         let m = Machine(Arc::new(Inner {
             st: Mutex::new(st),
             handlers: Mutex::new(Handlers::default()),
+            baton: crate::sched::Baton::default(),
         }));
         m.insert_proc(1, 0, Cred::root(), "init", "/sbin/init", true);
         m
@@ -829,6 +834,10 @@ impl Machine {
                 "switch_in on CPU {cpu} that is not online"
             );
             assert!(st.cpus[cpu as usize].running.is_none(), "CPU {cpu} is busy");
+            assert!(
+                st.threads.get(&tid).is_some_and(|t| t.cpu.is_none()),
+                "switch_in of thread {tid}, which is on a CPU already or gone"
+            );
             st.cpus[cpu as usize].running = Some(tid);
             st.threads
                 .get_mut(&tid)
@@ -1065,13 +1074,7 @@ impl Machine {
     /// thread not on one, switched in on the first idle online CPU for the
     /// call and out again after it; then lets woken kernel processes run.
     fn kernel_call<R>(&self, tid: u32, what: &str, f: impl FnOnce() -> R) -> R {
-        let on_cpu = self
-            .0
-            .st()
-            .threads
-            .get(&tid)
-            .and_then(|t| t.cpu)
-            .is_some();
+        let on_cpu = self.0.st().threads.get(&tid).and_then(|t| t.cpu).is_some();
         let placed = if on_cpu {
             None
         } else {
@@ -1105,10 +1108,17 @@ impl Machine {
         loop {
             let next = {
                 let mut st = self.st();
-                let id = st.kprocs.iter().find(|(_, k)| k.pending).map(|(id, _)| *id);
+                // A kernel process runs one pass at a time (one that is
+                // running in another piece of a race stays pending).
+                let id = st
+                    .kprocs
+                    .iter()
+                    .find(|(_, k)| k.pending && !k.running)
+                    .map(|(id, _)| *id);
                 id.map(|id| {
                     let k = st.kprocs.get_mut(&id).unwrap();
                     k.pending = false;
+                    k.running = true;
                     (id, k.tid)
                 })
             };
@@ -1117,6 +1127,9 @@ impl Machine {
             if let Some(body) = body {
                 self.with_ctx(tid, || body());
                 self.st().witness.check_return();
+            }
+            if let Some(k) = self.st().kprocs.get_mut(&id) {
+                k.running = false;
             }
         }
         self.0.handlers().settling = false;
@@ -1138,6 +1151,7 @@ impl Machine {
                 tid,
                 pending: false,
                 stopping: false,
+                running: false,
             },
         );
         drop(st);
@@ -1148,6 +1162,11 @@ impl Machine {
     /// Runs a kernel process's body now, in its own context, then removes
     /// it (`kproc_exit` after its last pass).
     pub(crate) fn kproc_stop(&self, id: u64) {
+        // The process finishes the pass it is in (in another piece of a
+        // race) before its last one.
+        while self.0.st().kprocs.get(&id).is_some_and(|k| k.running) {
+            crate::sched::wait_for("a kernel process's pass");
+        }
         let tid = self.0.st().kprocs.get(&id).map(|k| k.tid);
         let body = self.0.handlers().kprocs.remove(&id);
         if let (Some(tid), Some(body)) = (tid, body) {
@@ -1277,6 +1296,15 @@ impl Machine {
         }
     }
 
+    /// Wakes every kernel process and lets them run (the log writers'
+    /// periodic pass).
+    pub fn wake_kprocs(&self) {
+        for k in self.st().kprocs.values_mut() {
+            k.pending = true;
+        }
+        self.settle();
+    }
+
     /// The reader of a pipe reads everything written so far: writers
     /// blocked on it are woken and run.
     pub fn drain(&self, id: u64) {
@@ -1342,11 +1370,7 @@ impl Machine {
 
     /// The thread running on `cpu`, if any.
     pub fn running_on(&self, cpu: u32) -> Option<u32> {
-        self.0
-            .st()
-            .cpus
-            .get(cpu as usize)
-            .and_then(|c| c.running)
+        self.0.st().cpus.get(cpu as usize).and_then(|c| c.running)
     }
 
     pub(crate) fn may_sleep_here(&self) {
@@ -1563,6 +1587,27 @@ impl State {
         }
         self.next_pid = pid + 1;
         pid
+    }
+
+    /// Takes the execution state of the kernel code running now (for a
+    /// hand-over between the pieces of a race).
+    pub(crate) fn take_task_ctx(&mut self) -> crate::sched::TaskCtx {
+        crate::sched::TaskCtx {
+            ctx: self.ctx.take(),
+            in_intr: std::mem::take(&mut self.in_intr),
+            in_nmi: std::mem::take(&mut self.in_nmi),
+            critnest: std::mem::take(&mut self.critnest),
+            held: self.witness.take_held(),
+        }
+    }
+
+    /// Installs the execution state of the kernel code that runs next.
+    pub(crate) fn put_task_ctx(&mut self, t: crate::sched::TaskCtx) {
+        self.ctx = t.ctx;
+        self.in_intr = t.in_intr;
+        self.in_nmi = t.in_nmi;
+        self.critnest = t.critnest;
+        self.witness.put_held(t.held);
     }
 
     /// What the witness needs to know of where kernel code runs now.

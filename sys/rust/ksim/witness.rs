@@ -259,6 +259,17 @@ impl Witness {
         }
     }
 
+    /// The locks held by the code running now, taken away (the machine
+    /// changes hands between concurrent pieces of kernel work).
+    pub(crate) fn take_held(&mut self) -> Vec<(&'static str, LockKind)> {
+        std::mem::take(&mut self.held)
+    }
+
+    /// The locks held by the code that runs next.
+    pub(crate) fn put_held(&mut self, held: Vec<(&'static str, LockKind)>) {
+        self.held = held;
+    }
+
     pub(crate) fn check_return(&mut self) {
         for (h, _) in std::mem::take(&mut self.held) {
             self.report(Violation::LockHeldAtReturn(h));

@@ -1,0 +1,238 @@
+//! Real concurrency, reproducibly: [`Machine::race`] runs pieces of kernel
+//! work (a system call, a clock interrupt, a kernel process's pass) on host
+//! threads of their own, as if on CPUs of their own, under a seeded
+//! scheduler. One piece runs at a time; at every scheduling point, which
+//! kpi's simulator backend puts at each lock, unlock and allocation, the
+//! scheduler may hand the machine to another piece, chosen from the seed.
+//! A piece that finds a lock held waits, and the others run until it is
+//! free. The same seed gives the same interleaving, so a failure found
+//! with one replays.
+//!
+//! This is randomized scheduling in the manner of shuttle: no exhaustive
+//! search, but many seeds over many runs explore interleavings that one
+//! thread of execution never shows (a system call on one CPU against an
+//! interrupt on another, the log writer against the record emitters).
+//!
+//! The machine's per-CPU execution state (the thread and CPU the code runs
+//! for, interrupt and NMI context, critical-section depth and the locks
+//! the witness sees held) belongs to each piece: it is saved and restored
+//! when the machine changes hands.
+
+use std::cell::Cell;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use crate::machine::{Machine, current, try_current};
+
+/// The execution state a piece of kernel work carries with it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskCtx {
+    pub(crate) ctx: Option<(u32, u32)>,
+    pub(crate) in_intr: bool,
+    pub(crate) in_nmi: bool,
+    pub(crate) critnest: u32,
+    pub(crate) held: Vec<(&'static str, crate::witness::LockKind)>,
+}
+
+#[derive(Debug, Default)]
+struct BatonState {
+    /// A race is on.
+    active: bool,
+    /// The piece that may run.
+    current: usize,
+    done: Vec<bool>,
+    saved: Vec<TaskCtx>,
+    rng: u64,
+    /// Hand-overs because the running piece waited for a lock, in a row.
+    waits: u64,
+    /// Hand-overs of the race so far.
+    switches: u64,
+}
+
+/// The baton the pieces of a race pass around.
+#[derive(Debug, Default)]
+pub(crate) struct Baton {
+    st: Mutex<BatonState>,
+    cv: Condvar,
+}
+
+thread_local! {
+    /// The piece of the current race this host thread runs.
+    static TASK: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Waiting for a lock this many hand-overs in a row, with every other
+/// piece waiting or finished, is a deadlock.
+const DEADLOCK: u64 = 100_000;
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Baton {
+    fn lock(&self) -> MutexGuard<'_, BatonState> {
+        self.st.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands the machine to piece `next` and waits for it to come back.
+    fn hand_over(&self, m: &Machine, me: usize, next: usize, mut b: MutexGuard<'_, BatonState>) {
+        if next == me {
+            return;
+        }
+        b.saved[me] = m.0.st().take_task_ctx();
+        let ctx = std::mem::take(&mut b.saved[next]);
+        m.0.st().put_task_ctx(ctx);
+        b.current = next;
+        b.switches += 1;
+        self.cv.notify_all();
+        let _b = self
+            .cv
+            .wait_while(b, |b| b.current != me)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+
+    fn pick_other(b: &mut BatonState, me: usize) -> Option<usize> {
+        let others: Vec<usize> = (0..b.done.len())
+            .filter(|&k| k != me && !b.done[k])
+            .collect();
+        if others.is_empty() {
+            None
+        } else {
+            Some(others[(splitmix(&mut b.rng) % others.len() as u64) as usize])
+        }
+    }
+}
+
+/// A scheduling point: the running piece may lose the machine here.
+pub fn point() {
+    let Some(me) = TASK.with(Cell::get) else {
+        return;
+    };
+    let Some(m) = try_current() else { return };
+    let baton = &m.0.baton;
+    let mut b = baton.lock();
+    if !b.active {
+        return;
+    }
+    b.waits = 0;
+    // Switch about one time in three, to any piece still running.
+    if splitmix(&mut b.rng) % 3 != 0 {
+        return;
+    }
+    let runnable: Vec<usize> = (0..b.done.len()).filter(|&k| !b.done[k]).collect();
+    let next = runnable[(splitmix(&mut b.rng) % runnable.len() as u64) as usize];
+    baton.hand_over(&m, me, next, b);
+}
+
+/// The running piece waits for a lock another piece holds: another piece
+/// runs. Panics when none could ever free it (a deadlock), or outside a
+/// race, where a held lock means the code took it twice.
+pub fn wait_for(lock: &str) {
+    let me = TASK.with(Cell::get);
+    let m = current();
+    let baton = &m.0.baton;
+    let mut b = baton.lock();
+    let Some(me) = me.filter(|_| b.active) else {
+        panic!("lock {lock} taken while held");
+    };
+    b.waits += 1;
+    assert!(b.waits < DEADLOCK, "deadlock: waiting for lock {lock}");
+    match Baton::pick_other(&mut b, me) {
+        Some(next) => baton.hand_over(&m, me, next, b),
+        None => panic!("lock {lock} held by a piece that has finished, or taken twice"),
+    }
+}
+
+/// The piece the current host thread runs, if a race is on.
+pub fn task() -> Option<usize> {
+    TASK.with(Cell::get)
+}
+
+/// A piece of kernel work for [`Machine::race`].
+pub type Piece<'a> = Box<dyn FnOnce() + Send + 'a>;
+
+impl Machine {
+    /// Runs `pieces` as concurrent kernel work, interleaved at kpi's
+    /// scheduling points as `seed` decides; returns the number of
+    /// hand-overs once every piece has finished. A panic in a piece is
+    /// raised again here.
+    pub fn race(&self, seed: u64, pieces: Vec<Piece<'_>>) -> u64 {
+        let n = pieces.len();
+        if n == 0 {
+            return 0;
+        }
+        let start = self.0.st().take_task_ctx();
+        {
+            let mut b = self.0.baton.lock();
+            assert!(!b.active, "a race inside a race");
+            let mut rng = seed;
+            let first = (splitmix(&mut rng) % n as u64) as usize;
+            *b = BatonState {
+                active: true,
+                current: first,
+                done: vec![false; n],
+                saved: vec![start.clone(); n],
+                rng,
+                waits: 0,
+                switches: 0,
+            };
+            let ctx = std::mem::take(&mut b.saved[first]);
+            self.0.st().put_task_ctx(ctx);
+        }
+        let result = std::thread::scope(|scope| {
+            let handles: Vec<_> = pieces
+                .into_iter()
+                .enumerate()
+                .map(|(k, piece)| {
+                    let m = self.clone();
+                    scope.spawn(move || {
+                        let _e = m.enter();
+                        TASK.with(|t| t.set(Some(k)));
+                        let baton = &m.0.baton;
+                        {
+                            let b = baton.lock();
+                            drop(
+                                baton
+                                    .cv
+                                    .wait_while(b, |b| b.current != k)
+                                    .unwrap_or_else(PoisonError::into_inner),
+                            );
+                        }
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(piece));
+                        let mut b = baton.lock();
+                        b.done[k] = true;
+                        if let Some(next) = Baton::pick_other(&mut b, k) {
+                            b.saved[k] = TaskCtx::default();
+                            let ctx = std::mem::take(&mut b.saved[next]);
+                            m.0.st().put_task_ctx(ctx);
+                            b.current = next;
+                        }
+                        baton.cv.notify_all();
+                        drop(b);
+                        TASK.with(|t| t.set(None));
+                        r
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(Err))
+                .collect::<Vec<_>>()
+        });
+        let switches = {
+            let mut b = self.0.baton.lock();
+            b.active = false;
+            b.switches
+        };
+        self.0.st().put_task_ctx(start);
+        for r in result {
+            if let Err(panic) = r {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        switches
+    }
+}
