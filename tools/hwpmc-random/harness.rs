@@ -1336,7 +1336,7 @@ impl Run {
         }
         // Samples: taken = logged + not logged + still in a ring.
         let s = self.driver().sample_stats();
-        let ld = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let ld = |a: &kpi::atomic::AtomicU64| a.load(kpi::atomic::Ordering::Relaxed);
         let (taken, logged, unlogged) = (ld(&s.taken), ld(&s.logged), ld(&s.unlogged));
         let pending = self.driver().samples_pending() as u64;
         if taken != logged + unlogged + pending {
@@ -1386,8 +1386,7 @@ impl Run {
         if std::env::var_os("HWPMC_RANDOM_VERBOSE").is_some() {
             let st = self.driver().stats();
             let ss = self.driver().sample_stats();
-            let ld =
-                |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            let ld = |a: &kpi::atomic::AtomicU64| a.load(kpi::atomic::Ordering::Relaxed);
             eprintln!(
                 "syscalls {} (errors {}), interrupts {}, full {}, samples {} (logged {}), PMCs now {}, logs {}, log bytes {}, race hand-overs {}",
                 ld(&st.syscalls),

@@ -4,7 +4,7 @@
 //! specifiers, with `*` for every minor of a group; the empty string turns
 //! tracing off.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use kpi::atomic::{AtomicU32, Ordering};
 
 use kpi::errno::{EINVAL, KResult};
 

@@ -8,7 +8,7 @@
 //! kept for the next PMC_OP_FLUSHLOG and the owner gets SIGIO.
 
 use core::fmt::Write as _;
-use core::sync::atomic::Ordering;
+use kpi::atomic::Ordering;
 
 use kpi::errno::{EAGAIN, EINTR, ENOMEM, Errno, KResult};
 use kpi::file::KFile;
@@ -260,25 +260,27 @@ impl OwnerLog {
         }
     }
 
-    /// Queues every CPU's partly filled buffer and wakes the writer.
-    fn schedule_all(&self) {
-        {
-            let mut st = self.st.lock();
-            let st = &mut *st;
-            for slot in st.cur.iter_mut() {
-                match slot.take() {
-                    Some(b) if b.len > 0 => {
-                        let r = st.queue.push_within_capacity(b);
-                        kassert!(r.is_ok(), "log queue over capacity");
-                    }
-                    Some(b) => {
-                        let own = self.pool.put(b);
-                        kassert!(own.is_none(), "a CLOSELOG buffer filled by a CPU");
-                    }
-                    None => {}
+    /// Queues every CPU's partly filled buffer (the caller holds the
+    /// log's lock).
+    fn queue_all(&self, st: &mut LogState) {
+        for slot in st.cur.iter_mut() {
+            match slot.take() {
+                Some(b) if b.len > 0 => {
+                    let r = st.queue.push_within_capacity(b);
+                    kassert!(r.is_ok(), "log queue over capacity");
                 }
+                Some(b) => {
+                    let own = self.pool.put(b);
+                    kassert!(own.is_none(), "a CLOSELOG buffer filled by a CPU");
+                }
+                None => {}
             }
         }
+    }
+
+    /// Queues every CPU's partly filled buffer and wakes the writer.
+    fn schedule_all(&self) {
+        self.queue_all(&mut self.st.lock());
         self.wakeup();
     }
 
@@ -297,8 +299,10 @@ impl OwnerLog {
     pub fn close(&self) {
         // Every CPU's records go out before CLOSELOG, so that a reader
         // stopping at CLOSELOG loses none; CLOSELOG goes last, in the
-        // log's own buffer.
-        self.schedule_all();
+        // log's own buffer. All of it under the log's lock, at once: a
+        // record another CPU emits is either queued before CLOSELOG or
+        // refused (a window between queueing the buffers and closing
+        // would leave a record in a buffer nobody writes).
         let rec = PmclogRecord {
             tsc: kpi::time::rdtsc(),
             body: uapi::pmclog::PmclogBody::Closelog,
@@ -309,6 +313,7 @@ impl OwnerLog {
             if st.closing {
                 return;
             }
+            self.queue_all(st);
             st.closing = true;
             if let Some(mut b) = st.closelog.take() {
                 let n = rec.encode(&mut b.data);

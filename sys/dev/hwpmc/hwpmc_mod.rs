@@ -37,7 +37,7 @@ mod procs;
 mod sampling;
 
 use core::fmt::Write as _;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use kpi::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kpi::errno::{EINVAL, ENOSYS, EPROGMISMATCH};
 use kpi::hooks::{Hook, KernelEvent};
@@ -360,7 +360,7 @@ pub struct Hwpmc {
     stats: KArc<Stats>,
     sample_stats: SampleStats,
     /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
-    ss_running: core::sync::atomic::AtomicU32,
+    ss_running: kpi::atomic::AtomicU32,
     logpool: KArc<LogPool>,
     rings: KVec<KVec<SpinMutexBox<Ring>>>,
     unloading: AtomicBool,
@@ -572,7 +572,7 @@ impl Module {
                 pcpu,
                 stats,
                 sample_stats: SampleStats::default(),
-                ss_running: core::sync::atomic::AtomicU32::new(0),
+                ss_running: kpi::atomic::AtomicU32::new(0),
                 logpool,
                 rings,
                 unloading: AtomicBool::new(false),

@@ -3,7 +3,7 @@
 //! system-wide sampling PMCs, the process and thread events of the whole
 //! system (PROCFORK, PROC_CREATE, THR_CREATE, THR_EXIT, SYSEXIT).
 
-use core::sync::atomic::Ordering;
+use kpi::atomic::Ordering;
 
 use kpi::KResult;
 use kpi::malloc::{KArc, KVec, Wait};

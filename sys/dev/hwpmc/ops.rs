@@ -2,7 +2,7 @@
 //! exec and exit handling that keeps process PMCs on their targets.
 
 use core::mem::{offset_of, size_of};
-use core::sync::atomic::Ordering;
+use kpi::atomic::Ordering;
 
 use kpi::KResult;
 use kpi::errno::*;
@@ -159,7 +159,7 @@ impl Hwpmc {
 
     fn op_getdriverstats(&self, arg: UserPtr) -> KResult<()> {
         let s = &self.stats;
-        let get = |c: &core::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as u32;
+        let get = |c: &kpi::atomic::AtomicU64| c.load(Ordering::Relaxed) as u32;
         let gms = PmcOpGetdriverstats {
             pm_intr_ignored: get(&s.intr_ignored),
             pm_intr_processed: get(&s.intr_processed),
@@ -797,8 +797,7 @@ impl Hwpmc {
         if pm.mode == PmcMode::Ss {
             self.log_all_process_mappings(core, at.owner)?;
             core.owners[at.owner].sscount += 1;
-            self.ss_running
-                .fetch_add(1, core::sync::atomic::Ordering::AcqRel);
+            self.ss_running.fetch_add(1, kpi::atomic::Ordering::AcqRel);
         }
         let _bind = kpi::cpu::bind(cpu);
         let (dep, adjri) = self.classdep(pm.ri)?;
@@ -870,8 +869,7 @@ impl Hwpmc {
                 o.pid
             );
             o.sscount = o.sscount.saturating_sub(1);
-            self.ss_running
-                .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
+            self.ss_running.fetch_sub(1, kpi::atomic::Ordering::AcqRel);
         }
         r
     }
@@ -1046,8 +1044,7 @@ impl Hwpmc {
                     o.pid
                 );
                 o.sscount = o.sscount.saturating_sub(1);
-                self.ss_running
-                    .fetch_sub(1, core::sync::atomic::Ordering::AcqRel);
+                self.ss_running.fetch_sub(1, kpi::atomic::Ordering::AcqRel);
             }
             kassert!(
                 core.rowdisp[pm.ri as usize] < 0,
@@ -1654,7 +1651,7 @@ impl Hwpmc {
 
     /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
     pub fn system_samplers(&self) -> u32 {
-        self.ss_running.load(core::sync::atomic::Ordering::Acquire)
+        self.ss_running.load(kpi::atomic::Ordering::Acquire)
     }
 }
 

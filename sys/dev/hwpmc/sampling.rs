@@ -9,7 +9,7 @@
 //! dropped on a full ring (`intr_bufferfull`) or as not logged (its PMC
 //! was released, or its owner has no log or no free log buffer).
 
-use core::sync::atomic::Ordering;
+use kpi::atomic::Ordering;
 
 use kpi::KResult;
 use kpi::malloc::{KArc, KVec, Wait};
@@ -70,13 +70,13 @@ impl Ring {
 #[derive(Debug, Default)]
 pub struct SampleStats {
     /// Samples recorded in a ring.
-    pub taken: core::sync::atomic::AtomicU64,
+    pub taken: kpi::atomic::AtomicU64,
     /// Samples written to a log as CALLCHAIN records.
-    pub logged: core::sync::atomic::AtomicU64,
+    pub logged: kpi::atomic::AtomicU64,
     /// Samples taken but not logged.
-    pub unlogged: core::sync::atomic::AtomicU64,
+    pub unlogged: kpi::atomic::AtomicU64,
     /// User call chains merged into samples at the return to user mode.
-    pub merges: core::sync::atomic::AtomicU64,
+    pub merges: kpi::atomic::AtomicU64,
 }
 
 impl Hwpmc {

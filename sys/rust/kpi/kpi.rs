@@ -51,6 +51,7 @@ pub fn kernel_panic(msg: &str) -> ! {
     backend::panic(msg)
 }
 
+pub mod atomic;
 pub mod cpu;
 pub mod errno;
 pub mod file;

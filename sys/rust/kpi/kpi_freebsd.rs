@@ -172,6 +172,10 @@ pub unsafe fn kfree(ptr: NonNull<u8>, _layout: Layout) {
     unsafe { sys::kpi_free(ptr.as_ptr().cast()) }
 }
 
+/// The simulator's scheduling points are nothing in the kernel.
+#[inline(always)]
+pub fn sched_point() {}
+
 pub fn critical_enter() {
     // SAFETY: no arguments.
     unsafe { sys::kpi_critical_enter() }

@@ -90,6 +90,11 @@ pub unsafe fn kfree(ptr: NonNull<u8>, layout: core::alloc::Layout) {
     unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) }
 }
 
+/// A scheduling point of ksim's races (locks, allocations, atomics).
+pub fn sched_point() {
+    ksim::sched::point();
+}
+
 pub fn critical_enter() {
     kern::critical_enter();
 }

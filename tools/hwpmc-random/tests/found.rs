@@ -1,0 +1,66 @@
+//! Sequences the harness found failing, shrunk, kept so that they stay
+//! fixed. Each names what was wrong.
+
+use hwpmc_random::{Op, run};
+
+/// CLOSELOG queued the CPUs' buffers, released the log's lock, then
+/// marked the log closed: a sample another CPU logged in between went
+/// into a buffer nobody wrote (counted as logged, missing from the file).
+#[test]
+fn a_sample_logged_while_the_log_closes_is_not_lost() {
+    let ops = vec![
+        Op::Exit { proc: 64651 },
+        Op::Fork { proc: 22552 },
+        Op::Exit { proc: 11468 },
+        Op::Profile {
+            proc: 24515,
+            system: false,
+            cpu: 3,
+            target: 26631,
+            chains: false,
+        },
+        Op::Spawn { root: true },
+        Op::SwitchIn {
+            cpu: 2,
+            proc: 27340,
+            thread: 10059,
+        },
+        Op::Race {
+            seed: 3655466050,
+            proc: 59123,
+            pmc: 5253,
+            call: 9,
+            cpu: 1,
+            faults: true,
+            writers: false,
+        },
+        Op::Profile {
+            proc: 56479,
+            system: false,
+            cpu: 2,
+            target: 1173,
+            chains: true,
+        },
+        Op::Race {
+            seed: 3992437308,
+            proc: 49413,
+            pmc: 46281,
+            call: 2,
+            cpu: 3,
+            faults: true,
+            writers: false,
+        },
+        Op::Race {
+            seed: 2019008861,
+            proc: 32684,
+            pmc: 63066,
+            call: 7,
+            cpu: 1,
+            faults: false,
+            writers: true,
+        },
+    ];
+    if let Err(f) = run(&ops) {
+        panic!("{f}");
+    }
+}
