@@ -217,14 +217,15 @@ impl PmcClassDep for SoftClass {
             if !row.stalled {
                 continue;
             }
-            row.stalled = false;
-            // Only a PMC that still runs takes its event back: a stopped
-            // or released one stays disarmed.
+            // Only a PMC that runs takes its event back. A stopped one
+            // stays stalled, so that a sweep after it is started again
+            // re-arms it (as FreeBSD keeps pps_stalled until then).
             if let Some(pm) = row
                 .pmc
                 .as_ref()
                 .filter(|pm| pm.state() == PmcState::Running)
             {
+                row.stalled = false;
                 if !row.armed {
                     row.armed = true;
                     kpi::kern_pmc::soft_event_running(pm.event, 1);

@@ -64,3 +64,15 @@ fn a_sample_logged_while_the_log_closes_is_not_lost() {
         panic!("{f}");
     }
 }
+
+/// A process PMC whose row stalled on a full ring while the PMC was
+/// stopped lost its stalled mark at the next sweep without being re-armed;
+/// started again, it stayed dead on that CPU until its thread switched out.
+/// (Seed 1005964's 500 steps; a sequence of 47 races and profiles that the
+/// shrinker could not cut further.)
+#[test]
+fn a_restarted_pmc_whose_row_stalled_while_stopped_counts_again() {
+    if let Err(f) = run(&hwpmc_random::sequence(1005964, 500)) {
+        panic!("{f}");
+    }
+}
