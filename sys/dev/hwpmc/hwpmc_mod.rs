@@ -31,6 +31,7 @@ pub mod hwpmc_class;
 mod hwpmc_logging;
 pub mod hwpmc_soft;
 pub mod hwpmc_tsc;
+mod inspect;
 mod maps;
 mod ops;
 mod procs;

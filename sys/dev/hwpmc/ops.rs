@@ -29,12 +29,12 @@ const ALLOCATE_FLAGS: PmcFlags = PmcFlags::DESCENDANTS
 
 /// Where an owner's PMC sits in `Core`.
 #[derive(Debug, Clone, Copy)]
-struct At {
-    owner: usize,
-    pmc: usize,
+pub(crate) struct At {
+    pub(crate) owner: usize,
+    pub(crate) pmc: usize,
 }
 
-fn width_mask(width: u32) -> u64 {
+pub(crate) fn width_mask(width: u32) -> u64 {
     if width >= 64 {
         u64::MAX
     } else {
@@ -45,7 +45,7 @@ fn width_mask(width: u32) -> u64 {
 /// The saved count of a process sampling PMC switched out with nothing
 /// left to count: it samples on its next event. (A saved 0 means no count
 /// was saved, and the reload count is used.)
-const ARMED_AT_ZERO: u64 = u64::MAX;
+pub(crate) const ARMED_AT_ZERO: u64 = u64::MAX;
 
 impl Hwpmc {
     pub(crate) fn dispatch(&self, op: PmcOp, arg: UserPtr) -> KResult<()> {
@@ -82,12 +82,12 @@ impl Hwpmc {
 
     // ----- lookups -------------------------------------------------------
 
-    fn owner_index(core: &Core, pid: Pid) -> Option<usize> {
+    pub(crate) fn owner_index(core: &Core, pid: Pid) -> Option<usize> {
         core.owners.iter().position(|o| o.pid == pid)
     }
 
     /// Where `pm` sits in its owner's list, if the owner still has it.
-    fn locate(core: &Core, pm: &KArc<Pmc>) -> Option<At> {
+    pub(crate) fn locate(core: &Core, pm: &KArc<Pmc>) -> Option<At> {
         let owner = Self::owner_index(core, pm.owner)?;
         let pmc = core.owners[owner]
             .pmcs
@@ -495,6 +495,31 @@ impl Hwpmc {
         copyout(&id, arg.offset(offset_of!(PmcOpPmcallocate, pm_pmcid)))
     }
 
+    /// A PMCALLOCATE record, or PMCALLOCATEDYN with the event name for a
+    /// SOFT PMC, when the owner has a log.
+    fn log_allocation(&self, pmc: &Pmc, evname: &[u8]) {
+        let Some(log) = pmc.log() else { return };
+        let v = pmc.vals();
+        let tsc = kpi::time::rdtsc();
+        if pmc.class == PmcClass::Soft {
+            let body = PmclogBody::Pmcallocatedyn {
+                pmcid: pmc.id,
+                event: pmc.event,
+                flags: v.flags.bits(),
+                evname,
+            };
+            let _ = log.emit(&PmclogRecord { tsc, body });
+        } else {
+            let body = PmclogBody::Pmcallocate {
+                pmcid: pmc.id,
+                event: pmc.event,
+                flags: v.flags.bits(),
+                rate: v.reloadcount,
+            };
+            let _ = log.emit(&PmclogRecord { tsc, body });
+        }
+    }
+
     /// `pmc_maybe_remove_owner`: an owner with no PMCs and no log goes.
     fn maybe_remove_owner(&self, core: &mut Core, owner: usize) {
         if core.owners[owner].pmcs.is_empty() && core.owners[owner].log.is_none() {
@@ -600,7 +625,7 @@ impl Hwpmc {
     }
 
     /// `pmc_attach_one_process`.
-    fn attach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
+    pub(crate) fn attach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
         let pm = Self::pmc_at(core, at).pmc.clone();
         let ri = pm.ri as usize;
         // Allocate first: a descriptor if the process has none, room in
@@ -698,7 +723,7 @@ impl Hwpmc {
     }
 
     /// `pmc_detach_one_process`.
-    fn detach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
+    pub(crate) fn detach_one(&self, core: &mut Core, at: At, pid: Pid, log: bool) -> KResult<()> {
         let pm = Self::pmc_at(core, at).pmc.clone();
         let removed = {
             let mut procs = self.procs.lock();
@@ -1229,438 +1254,6 @@ impl Hwpmc {
             },
         })
     }
-
-    // ----- context switches ---------------------------------------------
-
-    /// `pmc_process_csw_in`: loads the running PMCs of the incoming
-    /// thread's process on this CPU.
-    pub(crate) fn csw_in(&self) {
-        let cpu = kpi::cpu::curcpu();
-        let pid = kpi::proc::curproc();
-        pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
-        let mut procs = self.procs.lock();
-        let Some(pp) = procs.get_mut(pid) else { return };
-        let mut rows = self.pcpu[cpu as usize].lock();
-        for ri in 0..self.npmc as usize {
-            let Some(pm) = pp.slots[ri].pmc.clone() else {
-                continue;
-            };
-            let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
-                continue;
-            };
-            let v = pm.update(|v| {
-                if v.state == PmcState::Running {
-                    v.runcount += 1;
-                    kassert!(
-                        v.runcount <= self.ncpu,
-                        "PMC {:#x} running on {} CPUs",
-                        pm.id,
-                        v.runcount
-                    );
-                }
-                *v
-            });
-            if v.state != PmcState::Running {
-                continue;
-            }
-            let value = if pm.mode == PmcMode::Ts {
-                // A thread resumes its own count; a thread the driver has
-                // no descriptor for uses the process's.
-                let tid = kpi::proc::curthread();
-                let left = match pp.thread_mut(tid) {
-                    Some(t) => core::mem::take(&mut t.vals[ri]),
-                    None => core::mem::replace(&mut pp.slots[ri].pmcval, v.reloadcount),
-                };
-                match left {
-                    ARMED_AT_ZERO => 0,
-                    0 => v.reloadcount,
-                    left => left,
-                }
-            } else {
-                v.savedvalue
-            };
-            let _ = dep.config_pmc(cpu, adjri, Some(&pm));
-            rows[ri].saved = value;
-            rows[ri].pmc = Some(pm.clone());
-            let _ = dep.write_pmc(cpu, adjri, value);
-            let _ = dep.start_pmc(cpu, adjri, &pm);
-        }
-    }
-
-    /// `pmc_process_csw_out`: takes process PMCs off this CPU, adding what
-    /// they counted to the PMC's total and to the process's own count.
-    pub(crate) fn csw_out(&self) {
-        let cpu = kpi::cpu::curcpu();
-        let pid = kpi::proc::curproc();
-        pmcdbg!(self.debug, "csw", "swo", "cpu={cpu} pid={pid}");
-        let mut procs = self.procs.lock();
-        let mut rows = self.pcpu[cpu as usize].lock();
-        for (ri, row) in rows.iter_mut().enumerate() {
-            let Some(pm) = row.pmc.clone() else { continue };
-            if !pm.mode.is_virtual() {
-                continue;
-            }
-            let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
-                continue;
-            };
-            let _ = dep.stop_pmc(cpu, adjri, &pm);
-            let hw = dep.read_pmc(cpu, adjri).unwrap_or(row.saved);
-            let deleted = pm.update(|v| {
-                kassert!(
-                    v.runcount > 0,
-                    "PMC {:#x} switched out with runcount 0",
-                    pm.id
-                );
-                v.runcount = v.runcount.saturating_sub(1);
-                v.state == PmcState::Deleted
-            });
-            let pp = procs.get_mut(pid).filter(|pp| {
-                pp.slots[ri]
-                    .pmc
-                    .as_ref()
-                    .is_some_and(|c| KArc::ptr_eq(c, &pm))
-            });
-            if let (false, Some(pp)) = (deleted, pp) {
-                if pm.mode == PmcMode::Ts {
-                    // The remaining count belongs to the thread.
-                    let tid = kpi::proc::curthread();
-                    // A counter switched out at zero samples on its next
-                    // event; 0 in a descriptor means "nothing saved".
-                    let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
-                    match pp.thread_mut(tid) {
-                        Some(t) => t.vals[ri] = saved,
-                        None => pp.slots[ri].pmcval = saved,
-                    }
-                }
-                let slot = &mut pp.slots[ri];
-                if pm.mode == PmcMode::Tc {
-                    let delta = hw.wrapping_sub(row.saved) & width_mask(dep.width());
-                    let flags = pm.update(|v| {
-                        v.savedvalue = v.savedvalue.wrapping_add(delta);
-                        v.flags
-                    });
-                    slot.pmcval = slot.pmcval.wrapping_add(delta);
-                    if flags.contains(PmcFlags::LOG_PROCCSW) {
-                        if let Some(log) = pm.log() {
-                            let tid = kpi::proc::curthread();
-                            let body = PmclogBody::Proccsw {
-                                value: delta,
-                                pmcid: pm.id,
-                                pid,
-                                tid,
-                            };
-                            let _ = log.emit(&PmclogRecord {
-                                tsc: kpi::time::rdtsc(),
-                                body,
-                            });
-                        }
-                    }
-                }
-            }
-            let _ = dep.config_pmc(cpu, adjri, None);
-            row.pmc = None;
-        }
-        drop(rows);
-        drop(procs);
-        self.process_samples(cpu);
-    }
-
-    // ----- fork, exec, exit ---------------------------------------------
-
-    /// `pmc_process_fork`: a child of a target inherits the parent's
-    /// DESCENDANTS PMCs.
-    pub(crate) fn process_fork(&self, parent: Pid, child: Pid) {
-        pmcdbg!(
-            self.debug,
-            "process",
-            "fork",
-            "parent={parent} child={child}"
-        );
-        if !Self::uses_pmcs(parent) {
-            return;
-        }
-        let mut core = self.core.lock();
-        // Row by row, so that nothing is allocated to walk the rows.
-        for ri in 0..self.npmc {
-            let Some(pm) = self
-                .attached_at(parent, ri)
-                .filter(|pm| pm.vals().flags.contains(PmcFlags::DESCENDANTS))
-            else {
-                continue;
-            };
-            let Some(at) = Self::locate(&core, &pm) else {
-                continue;
-            };
-            if self.attach_one(&mut core, at, child, false).is_ok()
-                && core.owners[at.owner].sscount == 0
-            {
-                if let Some(log) = core.owners[at.owner].open_log() {
-                    let body = PmclogBody::Procfork {
-                        oldpid: parent,
-                        newpid: child,
-                    };
-                    let _ = log.emit(&PmclogRecord {
-                        tsc: kpi::time::rdtsc(),
-                        body,
-                    });
-                }
-            }
-        }
-    }
-
-    /// `pmc_process_exec`: an owner's PMCs do not survive exec; a target
-    /// whose credentials changed keeps only the PMCs whose owner could
-    /// still attach to it.
-    pub(crate) fn process_exec(&self, credentials_changed: bool, base: u64, dyn_base: u64) {
-        let pid = kpi::proc::curproc();
-        if !Self::uses_pmcs(pid) {
-            return;
-        }
-        let mut core = self.core.lock();
-        if let Some(o) = Self::owner_index(&core, pid) {
-            self.remove_owner_at(&mut core, o);
-        }
-        if self.log_procexec(&core, pid, base, dyn_base).is_err() {
-            self.records_lost();
-        }
-        if !credentials_changed {
-            return;
-        }
-        for ri in 0..self.npmc {
-            let Some(pm) = self.attached_at(pid, ri) else {
-                continue;
-            };
-            if pm.owner == pid {
-                continue;
-            }
-            // The owner could attach only if it may still debug the
-            // process; root outside a jail always may.
-            if owner_may_debug(pm.owner, pid) {
-                continue;
-            }
-            let Some(at) = Self::locate(&core, &pm) else {
-                continue;
-            };
-            let _ = self.detach_one(&mut core, at, pid, true);
-        }
-    }
-
-    /// A PMCALLOCATE record, or PMCALLOCATEDYN with the event name for a
-    /// SOFT PMC, when the owner has a log.
-    fn log_allocation(&self, pmc: &Pmc, evname: &[u8]) {
-        let Some(log) = pmc.log() else { return };
-        let v = pmc.vals();
-        let tsc = kpi::time::rdtsc();
-        if pmc.class == PmcClass::Soft {
-            let body = PmclogBody::Pmcallocatedyn {
-                pmcid: pmc.id,
-                event: pmc.event,
-                flags: v.flags.bits(),
-                evname,
-            };
-            let _ = log.emit(&PmclogRecord { tsc, body });
-        } else {
-            let body = PmclogBody::Pmcallocate {
-                pmcid: pmc.id,
-                event: pmc.event,
-                flags: v.flags.bits(),
-                rate: v.reloadcount,
-            };
-            let _ = log.emit(&PmclogRecord { tsc, body });
-        }
-    }
-
-    /// A PROCEXIT record with the exiting target's own count, for counting
-    /// PMCs that need a log.
-    fn log_procexit(&self, pm: &Pmc, pid: Pid) {
-        let v = pm.vals();
-        if !v.flags.contains(PmcFlags::NEEDS_LOGFILE) || !pm.mode.is_counting() {
-            return;
-        }
-        if let Some(log) = pm.log() {
-            let value = self
-                .procs
-                .lock()
-                .get(pid)
-                .map_or(0, |pp| pp.slots[pm.ri as usize].pmcval);
-            let body = PmclogBody::Procexit {
-                pmcid: pm.id,
-                pid,
-                value,
-            };
-            let _ = log.emit(&PmclogRecord {
-                tsc: kpi::time::rdtsc(),
-                body,
-            });
-        }
-    }
-
-    /// The PMC attached to `pid` on row `ri`, if any (a reference taken
-    /// under the spin lock, which allocates nothing).
-    fn attached_at(&self, pid: Pid, ri: u32) -> Option<KArc<Pmc>> {
-        let procs = self.procs.lock();
-        procs.get(pid)?.slots.get(ri as usize)?.pmc.clone()
-    }
-
-    /// A PROCEXEC record to each owner with a log whose PMC follows `pid`.
-    fn log_procexec(&self, core: &Core, pid: Pid, base: u64, dyn_base: u64) -> KResult<()> {
-        let Some(p) = kpi::proc::pfind(pid, Wait::WaitOk)? else {
-            return Ok(());
-        };
-        for pm in (0..self.npmc).filter_map(|ri| self.attached_at(pid, ri)) {
-            let Some(o) = Self::owner_index(core, pm.owner) else {
-                continue;
-            };
-            if core.owners[o].sscount != 0 {
-                continue;
-            }
-            if let Some(log) = pm.log() {
-                let body = PmclogBody::Procexec {
-                    pid,
-                    pmcid: pm.id,
-                    base: base as usize,
-                    dyn_base: dyn_base as usize,
-                    pathname: &p.path,
-                };
-                let _ = log.emit(&PmclogRecord {
-                    tsc: kpi::time::rdtsc(),
-                    body,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// PMC_FN_THR_CREATE and PMC_FN_THR_EXIT for a target: its thread
-    /// descriptors follow (`pmc_thread_descriptor_pool`). The new array is
-    /// allocated before the spin lock is taken.
-    pub(crate) fn target_thread(&self, created: bool, tid: kpi::proc::Tid) {
-        // Threads are created and exit within their process.
-        let pid = kpi::proc::curproc();
-        if !Self::uses_pmcs(pid) {
-            return;
-        }
-        let _core = self.core.lock();
-        let Some(len) = self.procs.lock().get(pid).map(|pp| pp.threads.len()) else {
-            return;
-        };
-        if created {
-            let Ok(t) = crate::procs::PmcThread::new(tid, self.npmc, Wait::WaitOk) else {
-                return;
-            };
-            let Ok(mut grown) = KVec::with_capacity(len + 1, Wait::WaitOk) else {
-                return;
-            };
-            let mut procs = self.procs.lock();
-            let Some(pp) = procs.get_mut(pid) else { return };
-            while !pp.threads.is_empty() {
-                let _ = grown.push_within_capacity(pp.threads.remove(0));
-            }
-            let _ = grown.push_within_capacity(t);
-            let old = core::mem::replace(&mut pp.threads, grown);
-            drop(procs);
-            drop(old);
-        } else {
-            let gone = {
-                let mut procs = self.procs.lock();
-                let pp = procs.get_mut(pid);
-                pp.and_then(|pp| {
-                    pp.threads
-                        .iter()
-                        .position(|t| t.tid == tid)
-                        .map(|i| pp.threads.swap_remove(i))
-                })
-            };
-            drop(gone);
-        }
-    }
-
-    /// `pmc_process_exit`: the exiting process's PMCs come off the CPU
-    /// with their last slice counted, it stops being a target, and the
-    /// PMCs it owns are released.
-    pub(crate) fn process_exit(&self, pid: Pid) {
-        pmcdbg!(self.debug, "process", "exit", "pid={pid}");
-        if !Self::uses_pmcs(pid) {
-            return;
-        }
-        let mut core = self.core.lock();
-        self.process_all_samples();
-        for ri in 0..self.npmc {
-            let Some(pm) = self.attached_at(pid, ri) else {
-                continue;
-            };
-            let Some(at) = Self::locate(&core, &pm) else {
-                continue;
-            };
-            self.log_procexit(&pm, pid);
-            let _ = self.detach_one(&mut core, at, pid, false);
-        }
-        if let Some(o) = Self::owner_index(&core, pid) {
-            self.remove_owner_at(&mut core, o);
-        }
-    }
-
-    /// Number of target descriptors (for tests and statistics).
-    pub fn target_count(&self) -> usize {
-        self.procs.lock().len()
-    }
-
-    /// Calls `f` with a view of every allocated PMC, owners in order (for
-    /// tests and the random-operation harness; allocates nothing).
-    pub fn for_each_pmc(&self, mut f: impl FnMut(&crate::PmcView)) {
-        let core = self.core.lock_shared();
-        for o in core.owners.iter() {
-            for p in o.pmcs.iter() {
-                let v = p.pmc.vals();
-                f(&crate::PmcView {
-                    id: p.pmc.id,
-                    owner: o.pid,
-                    event: p.pmc.event,
-                    class: p.pmc.class,
-                    mode: p.pmc.mode,
-                    cpu: p.pmc.cpu,
-                    state: v.state,
-                    flags: v.flags,
-                    runcount: v.runcount,
-                    targets: p.targets.len(),
-                    owner_sscount: o.sscount,
-                    owner_has_log: o.log.is_some(),
-                });
-            }
-        }
-    }
-
-    /// Rows of every class that count kernel event `event`, as (holding
-    /// it armed, stalled on a full ring).
-    pub fn rows_on_event(&self, event: u32) -> (u32, u32) {
-        self.classes.iter().fold((0, 0), |(a, s), slot| {
-            let (x, y) = slot.dep.rows_on_event(event);
-            (a + x, s + y)
-        })
-    }
-
-    /// Whether `pid` has a target descriptor (a PMC attached to it).
-    pub fn is_target(&self, pid: Pid) -> bool {
-        self.procs.lock().get(pid).is_some()
-    }
-
-    /// Owners (processes with PMCs or a log).
-    pub fn owner_count(&self) -> usize {
-        self.core.lock_shared().owners.len()
-    }
-
-    /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
-    pub fn system_samplers(&self) -> u32 {
-        self.ss_running.load(kpi::atomic::Ordering::Acquire)
-    }
-}
-
-/// Whether `owner` may still attach to `target` after a credential change:
-/// the owner's effective uid matches one of the target's uids and its
-/// groups cover the target's (`pmc_can_attach`), or the owner is root
-/// outside a jail.
-fn owner_may_debug(owner: Pid, target: Pid) -> bool {
-    kpi::proc::cred_covers(owner, target)
 }
 
 fn op_getmoduleversion(arg: UserPtr) -> KResult<()> {
