@@ -1,5 +1,8 @@
-//! The operations of the hwpmc system call, and the context-switch, fork,
-//! exec and exit handling that keeps process PMCs on their targets.
+//! The operations of the hwpmc system call (hwpmc_mod.c's `pmc_syscall_handler`
+//! and the `pmc_do_op_*` functions): lookups, information, administration,
+//! allocation, attach and detach, start, stop, read and write, release,
+//! and the log's configuration. The handlers of target processes' events
+//! are in procs.rs.
 
 use core::mem::{offset_of, size_of};
 use kpi::atomic::Ordering;
