@@ -1,0 +1,323 @@
+//! Processes and threads of the simulated machine: creation, fork, exec,
+//! threads, exit in two halves and reaping, their mappings and activities,
+//! and the kernel's modules and files.
+
+use super::*;
+
+impl Machine {
+    pub(super) fn insert_proc(
+        &self,
+        pid: u32,
+        ppid: u32,
+        cred: Cred,
+        comm: &str,
+        path: &str,
+        system: bool,
+    ) -> u32 {
+        let mut st = self.st();
+        let tid = st.new_thread(pid);
+        st.procs.insert(
+            pid,
+            Proc {
+                info: ProcInfo {
+                    pid,
+                    ppid,
+                    cred,
+                    sugid: false,
+                    system,
+                    zombie: false,
+                    flags: 0,
+                    comm: comm.into(),
+                    path: path.into(),
+                    threads: vec![tid],
+                },
+                umem: BTreeMap::new(),
+                prot: BTreeMap::new(),
+                next_uaddr: 0x1000_0000,
+                fds: BTreeMap::new(),
+                maps: Vec::new(),
+            },
+        );
+        tid
+    }
+
+    /// Creates a process as if it existed before the test started (no
+    /// fork event), child of init. Returns (pid, main thread id).
+    pub fn spawn(&self, cred: Cred, comm: &str) -> (u32, u32) {
+        let pid = self.st().alloc_pid();
+        let tid = self.insert_proc(pid, 1, cred, comm, &format!("/usr/bin/{comm}"), false);
+        (pid, tid)
+    }
+
+    /// fork(2): a child with the parent's credentials and image; runs the
+    /// process_fork event handlers in the parent's context.
+    pub fn fork(&self, parent: u32) -> (u32, u32) {
+        self.advance_ns(1000);
+        let (info, ptid) = {
+            let st = self.st();
+            let p = &st.procs[&parent];
+            (p.info.clone(), p.info.threads[0])
+        };
+        let pid = self.st().alloc_pid();
+        let tid = self.insert_proc(pid, parent, info.cred, &info.comm, &info.path, false);
+        {
+            let mut st = self.st();
+            let maps = st.maps(parent);
+            let child = st.procs.get_mut(&pid).unwrap();
+            child.info.sugid = info.sugid;
+            child.maps = maps;
+        }
+        self.with_ctx(ptid, || {
+            self.event(&Event::ProcessFork { parent, child: pid })
+        });
+        (pid, tid)
+    }
+
+    /// execve(2) of `path`; `setid` gives the credentials of a set-id image.
+    pub fn exec(&self, pid: u32, path: &str, setid: Option<Cred>) {
+        self.advance_ns(1000);
+        let tid = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("exec of unknown pid");
+            p.info.path = path.into();
+            p.info.comm = path
+                .rsplit('/')
+                .next()
+                .unwrap_or(path)
+                .chars()
+                .take(19)
+                .collect();
+            if let Some(c) = setid {
+                if c != p.info.cred {
+                    p.info.sugid = true;
+                }
+                p.info.cred = c;
+            }
+            p.info.threads[0]
+        };
+        {
+            let mut st = self.st();
+            let image = st.vfs.get(path).and_then(|b| crate::elf::image_span(b));
+            let (start, end) = image.unwrap_or((
+                crate::elf::EXECUTABLE_BASE,
+                crate::elf::EXECUTABLE_BASE + 0x1000,
+            ));
+            let p = st.procs.get_mut(&pid).unwrap();
+            p.maps = vec![Mapping {
+                start,
+                end,
+                path: path.into(),
+            }];
+        }
+        let changed = setid.is_some();
+        self.with_ctx(tid, || {
+            self.hook(&HookCall::ProcessExec {
+                credentials_changed: changed,
+                base: 0,
+                dyn_base: 0x20_0000,
+            })
+        });
+    }
+
+    /// A new thread in `pid` (PMC_FN_THR_CREATE).
+    pub fn thread_create(&self, pid: u32) -> u32 {
+        let (tid, creator) = {
+            let mut st = self.st();
+            let tid = st.new_thread(pid);
+            let threads = &mut st.procs.get_mut(&pid).unwrap().info.threads;
+            // As on FreeBSD, the creator (here the process's first thread)
+            // runs the hook about the new one.
+            let creator = threads.first().copied().unwrap_or(tid);
+            threads.push(tid);
+            (tid, creator)
+        };
+        self.with_ctx(creator, || self.hook(&HookCall::ThrCreate { tid }));
+        tid
+    }
+
+    /// A thread exits (PMC_FN_THR_EXIT, after being switched out).
+    pub fn thread_exit(&self, tid: u32) {
+        // The borrow of the state ends before the switch-out borrows it.
+        let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+        if let Some(cpu) = on_cpu {
+            self.switch_out(cpu);
+        }
+        self.with_ctx(tid, || self.hook(&HookCall::ThrExit { tid }));
+        let mut st = self.st();
+        if let Some(t) = st.threads.remove(&tid) {
+            if let Some(p) = st.procs.get_mut(&t.pid) {
+                p.info.threads.retain(|&x| x != tid);
+            }
+        }
+    }
+
+    /// exit(2): [`Machine::exit_begin`], then [`Machine::exit_finish`].
+    pub fn exit(&self, pid: u32) {
+        self.exit_begin(pid);
+        self.exit_finish(pid);
+    }
+
+    /// The first half of exit1(): the process is marked exiting
+    /// (`P_WEXIT`), its threads are switched out, and the process_exit
+    /// handlers run in its context. It is still there, threads and all,
+    /// until [`Machine::exit_finish`]: other processes' system calls may
+    /// find it in the middle of exiting.
+    pub fn exit_begin(&self, pid: u32) {
+        let threads = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("exit of unknown pid");
+            assert!(p.info.flags & P_WEXIT == 0, "exit of an exiting process");
+            p.info.flags |= P_WEXIT;
+            p.info.threads.clone()
+        };
+        for &tid in &threads {
+            let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+            if let Some(cpu) = on_cpu {
+                self.switch_out(cpu);
+            }
+        }
+        self.with_ctx(threads[0], || self.event(&Event::ProcessExit { pid }));
+    }
+
+    /// The rest of exit1(): the threads go and the process becomes a
+    /// zombie; its descriptors close and its children go to init.
+    pub fn exit_finish(&self, pid: u32) {
+        let threads = self.st().procs[&pid].info.threads.clone();
+        let mut st = self.st();
+        for tid in &threads {
+            st.threads.remove(tid);
+        }
+        let p = st.procs.get_mut(&pid).unwrap();
+        p.info.zombie = true;
+        p.info.threads.clear();
+        p.umem.clear();
+        let fds: Vec<u64> = std::mem::take(&mut p.fds).into_values().collect();
+        for id in fds {
+            if let Some(f) = st.files.get_mut(&id) {
+                f.refs -= 1;
+            }
+        }
+        // Orphans are reparented to init.
+        for q in st.procs.values_mut() {
+            if q.info.ppid == pid {
+                q.info.ppid = 1;
+            }
+        }
+        drop(st);
+        self.settle();
+    }
+
+    /// wait(2) by the parent: the zombie disappears.
+    pub fn reap(&self, pid: u32) {
+        let mut st = self.st();
+        assert!(
+            st.procs.get(&pid).is_some_and(|p| p.info.zombie),
+            "reap of a live process"
+        );
+        st.procs.remove(&pid);
+    }
+
+    /// The process, if it exists (zombies included).
+    pub fn proc_info(&self, pid: u32) -> Option<ProcInfo> {
+        self.0.st().procs.get(&pid).map(|p| p.info.clone())
+    }
+
+    /// Gives a thread an activity, asked for its location every tick.
+    pub fn set_activity(&self, tid: u32, activity: Box<dyn Activity>) {
+        self.st()
+            .threads
+            .get_mut(&tid)
+            .expect("set_activity of unknown thread")
+            .activity = Some(activity);
+    }
+
+    /// Puts a thread at a location (for interrupts between ticks).
+    pub fn set_location(&self, tid: u32, location: Location) {
+        self.st()
+            .threads
+            .get_mut(&tid)
+            .expect("set_location of unknown thread")
+            .location = location;
+    }
+
+    /// mmap(2) of an executable object at `[addr, addr + len)` by `pid`
+    /// (PMC_FN_MMAP in the process's context).
+    pub fn mmap(&self, pid: u32, path: &str, addr: u64, len: u64) {
+        let tid = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("mmap in unknown pid");
+            p.maps.push(Mapping {
+                start: addr,
+                end: addr + len,
+                path: path.into(),
+            });
+            p.info.threads[0]
+        };
+        self.with_ctx(tid, || self.hook(&HookCall::Mmap { addr }));
+        self.settle();
+    }
+
+    /// munmap(2) of `[addr, addr + len)` (PMC_FN_MUNMAP).
+    pub fn munmap(&self, pid: u32, addr: u64, len: u64) {
+        let tid = {
+            let mut st = self.st();
+            let p = st.procs.get_mut(&pid).expect("munmap in unknown pid");
+            p.maps.retain(|m| m.end <= addr || m.start >= addr + len);
+            p.info.threads[0]
+        };
+        self.with_ctx(tid, || self.hook(&HookCall::Munmap { addr, size: len }));
+        self.settle();
+    }
+
+    /// kldload(2) of a module at `[addr, addr + len)`; the kld_load
+    /// handlers run in the context of `by`'s thread.
+    pub fn kld_load(&self, by: u32, path: &str, addr: u64, len: u64) {
+        self.st().klds.push(Mapping {
+            start: addr,
+            end: addr + len,
+            path: path.into(),
+        });
+        self.with_ctx(by, || self.event(&Event::KldLoad { addr }));
+        self.settle();
+    }
+
+    /// kldunload(2) of the module loaded at `addr`.
+    pub fn kld_unload(&self, by: u32, addr: u64) {
+        let m = {
+            let mut st = self.st();
+            let i = st
+                .klds
+                .iter()
+                .position(|m| m.start == addr)
+                .expect("no module there");
+            st.klds.remove(i)
+        };
+        self.with_ctx(by, || {
+            self.event(&Event::KldUnload {
+                addr,
+                size: m.end - m.start,
+            })
+        });
+        self.settle();
+    }
+
+    /// The live processes as (pid, command name), in pid order, as the
+    /// `kern.proc.proc` sysctl lists them.
+    pub fn processes(&self) -> Vec<(u32, String)> {
+        let st = self.0.st();
+        st.live_pids()
+            .into_iter()
+            .filter_map(|pid| st.procs.get(&pid).map(|p| (pid, p.info.comm.clone())))
+            .collect()
+    }
+
+    /// Installs a file (an executable, a library, a kernel module).
+    pub fn install(&self, path: &str, bytes: Vec<u8>) {
+        self.st().vfs.insert(path.into(), bytes);
+    }
+
+    /// A file's contents.
+    pub fn read_file(&self, path: &str) -> Option<Vec<u8>> {
+        self.0.st().vfs.get(path).cloned()
+    }
+}
