@@ -1,15 +1,10 @@
 //! A log the driver writes, read back through libpmc's pmclog(3) reader:
 //! every record arrives as an event with the bytes and values the
-//! driver wrote, however the log is split, and CLOSELOG ends it.
+//! driver wrote, however the log is split, and CLOSELOG ends it. (Here,
+//! not with the driver's tests, so that the driver does not depend on
+//! libpmc, which with its simulator depends on the driver.)
 
-// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
-// do not apply to it.
-#![allow(
-    clippy::disallowed_types,
-    clippy::disallowed_macros,
-    clippy::disallowed_methods
-)]
-
+#[path = "../../../sys/dev/hwpmc/tests/common/mod.rs"]
 mod common;
 
 use common::*;
