@@ -382,6 +382,22 @@ struct Proc {
     maps: [bool; 4],
 }
 
+impl Proc {
+    /// A live process with one thread and the given library mappings.
+    fn new(pid: u32, tid: u32, maps: [bool; 4]) -> Proc {
+        Proc {
+            pid,
+            threads: vec![tid],
+            alive: true,
+            exiting: false,
+            zombie: false,
+            reaped: false,
+            fds: Vec::new(),
+            maps,
+        }
+    }
+}
+
 /// A log the run configured: its file, and the user records it must hold.
 #[derive(Debug)]
 struct Log {
@@ -488,16 +504,7 @@ impl Run {
         }
         let cred = if root { Cred::root() } else { Cred::user(1001) };
         let (pid, tid) = self.m.spawn(cred, "w");
-        self.procs.push(Proc {
-            pid,
-            threads: vec![tid],
-            alive: true,
-            exiting: false,
-            zombie: false,
-            reaped: false,
-            fds: Vec::new(),
-            maps: [false; 4],
-        });
+        self.procs.push(Proc::new(pid, tid, [false; 4]));
     }
 
     /// A live process: mostly one of the first few, so that the same
@@ -581,16 +588,8 @@ impl Run {
             Op::Fork { proc } => {
                 if let (Some(p), true) = (self.live(proc), self.room_for_process()) {
                     let (pid, tid) = self.m.fork(self.procs[p].pid);
-                    self.procs.push(Proc {
-                        pid,
-                        threads: vec![tid],
-                        alive: true,
-                        exiting: false,
-                        zombie: false,
-                        reaped: false,
-                        fds: Vec::new(),
-                        maps: self.procs[p].maps,
-                    });
+                    let maps = self.procs[p].maps;
+                    self.procs.push(Proc::new(pid, tid, maps));
                 }
             }
             Op::Exec { proc, setid } => {
@@ -860,14 +859,7 @@ impl Run {
                     .is_ok();
                 if ok {
                     let pid = self.procs[p].pid;
-                    if let Some(l) = self
-                        .logs
-                        .iter_mut()
-                        .rev()
-                        .find(|l| l.owner == pid && l.active)
-                    {
-                        l.cookies.push(cookie);
-                    }
+                    self.user_record_logged(pid, cookie);
                 }
             }
             Op::CloseFd { proc, fd } => {
@@ -920,14 +912,7 @@ impl Run {
                     if ok && op == PmcOp::Writelog.raw() {
                         let cookie = u32::from_ne_bytes(b[..4].try_into().expect("copied in"));
                         let pid = self.procs[p].pid;
-                        if let Some(l) = self
-                            .logs
-                            .iter_mut()
-                            .rev()
-                            .find(|l| l.owner == pid && l.active)
-                        {
-                            l.cookies.push(cookie);
-                        }
+                        self.user_record_logged(pid, cookie);
                     }
                 }
             }
@@ -1110,14 +1095,7 @@ impl Run {
         if let (Some((_, _, cookie2)), Some(Ok(_))) =
             (second, result2.into_inner().expect("not poisoned"))
         {
-            if let Some(l) = self
-                .logs
-                .iter_mut()
-                .rev()
-                .find(|l| l.owner == pid && l.active)
-            {
-                l.cookies.push(cookie2);
-            }
+            self.user_record_logged(pid, cookie2);
         }
         let ok = matches!(result.into_inner().expect("not poisoned"), Some(Ok(_)));
         if !ok {
@@ -1126,14 +1104,7 @@ impl Run {
         match op {
             PmcOp::Pmcrelease => self.pmcs.retain(|(_, x)| *x != id),
             PmcOp::Writelog => {
-                if let Some(l) = self
-                    .logs
-                    .iter_mut()
-                    .rev()
-                    .find(|l| l.owner == pid && l.active)
-                {
-                    l.cookies.push(cookie);
-                }
+                self.user_record_logged(pid, cookie);
             }
             PmcOp::Configurelog => {
                 for l in self.logs.iter_mut().filter(|l| l.owner == pid) {
@@ -1367,6 +1338,18 @@ impl Run {
         }
         self.last_stats = now;
         Ok(())
+    }
+
+    /// A WRITELOG of `pid` succeeded: its log must hold `cookie`.
+    fn user_record_logged(&mut self, pid: u32, cookie: u32) {
+        if let Some(l) = self
+            .logs
+            .iter_mut()
+            .rev()
+            .find(|l| l.owner == pid && l.active)
+        {
+            l.cookies.push(cookie);
+        }
     }
 
     fn finish_exit(&mut self, p: usize) {
