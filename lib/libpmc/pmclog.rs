@@ -435,12 +435,21 @@ impl Parser {
 
     /// `pmclog_read`: the next event, or why there is none.
     pub fn read(&mut self, ev: &mut PmclogEv) -> PmclogState {
-        let state = self.next(ev);
+        let state = self.next(ev, true);
         ev.pl_state = state as u32;
         state
     }
 
-    fn next(&mut self, ev: &mut PmclogEv) -> PmclogState {
+    /// The next event if the bytes already read hold it, RequireData if
+    /// reading it would mean reading (and maybe waiting on) the file: so
+    /// that a consumer can show what it has before it blocks.
+    pub fn read_buffered(&mut self, ev: &mut PmclogEv) -> PmclogState {
+        let state = self.next(ev, false);
+        ev.pl_state = state as u32;
+        state
+    }
+
+    fn next(&mut self, ev: &mut PmclogEv, may_read: bool) -> PmclogState {
         if self.failed {
             return PmclogState::Error;
         }
@@ -462,6 +471,7 @@ impl Parser {
                 }
                 Err(PmclogDecodeError::Truncated { .. }) => match self.source {
                     Source::Memory => return PmclogState::RequireData,
+                    Source::Fd(_) if !may_read => return PmclogState::RequireData,
                     // End of file is not final: a log still being written
                     // can grow, and the next read looks again.
                     Source::Fd(fd) => match self.fill(fd) {

@@ -645,14 +645,39 @@ fn open_log(path: &str, write: bool) -> Result<RawFd, Exit> {
         .map_err(|e| fail(strerror(e.raw_os_error().unwrap_or(libc::EIO))))
 }
 
-/// Prints every event the parser has; Finished at the log's end.
+/// Text is written out in pieces of about this size, and before the
+/// parser waits for more of the log.
+const PRINT_CHUNK: usize = 64 * 1024;
+
+/// Writes out what was printed so far (and the warnings, to stderr).
+fn print_out(text: &mut Vec<u8>, warn: &mut Vec<u8>, out: &mut PrintFile) {
+    out.write_str(&String::from_utf8_lossy(text));
+    let _ = std::io::stderr().write_all(warn);
+    text.clear();
+    warn.clear();
+}
+
+/// Prints every event the parser has; Finished at the log's end. Output
+/// streams: it goes out in pieces as the log is read, and everything read
+/// so far is out before the parser waits on the log, so a live log shows
+/// its events as they come and `pmcstat -R log | head` ends at once.
 fn dump(parser: &mut Parser, ev: &mut PmclogEv, out: &mut PrintFile) -> Result<bool, Exit> {
-    let mut text = Vec::new();
+    let mut text = Vec::with_capacity(PRINT_CHUNK + 4096);
     let mut warn = Vec::new();
     let finished = loop {
-        match parser.read(ev) {
+        let state = match parser.read_buffered(ev) {
+            PmclogState::RequireData => {
+                print_out(&mut text, &mut warn, out);
+                parser.read(ev)
+            }
+            s => s,
+        };
+        match state {
             PmclogState::Ok => {
                 let _ = pmcstat_log::print_event(&mut text, &mut warn, ev);
+                if text.len() >= PRINT_CHUNK {
+                    print_out(&mut text, &mut warn, out);
+                }
             }
             PmclogState::Eof => {
                 // CLOSELOG ends the log; it is printed like any record.
@@ -663,7 +688,7 @@ fn dump(parser: &mut Parser, ev: &mut PmclogEv, out: &mut PrintFile) -> Result<b
             }
             PmclogState::RequireData => break false,
             PmclogState::Error => {
-                out.write_str(&String::from_utf8_lossy(&text));
+                print_out(&mut text, &mut warn, out);
                 return Err(errx(
                     EX_DATAERR,
                     format!(
@@ -675,8 +700,7 @@ fn dump(parser: &mut Parser, ev: &mut PmclogEv, out: &mut PrintFile) -> Result<b
             }
         }
     };
-    out.write_str(&String::from_utf8_lossy(&text));
-    let _ = std::io::stderr().write_all(&warn);
+    print_out(&mut text, &mut warn, out);
     Ok(finished)
 }
 
@@ -1096,6 +1120,12 @@ fn run(argv: &[OsString]) -> Result<(), Exit> {
 }
 
 fn main() -> ExitCode {
+    // As a C program: writing to a pipe whose reader is gone ends the
+    // process (`pmcstat -R log | head`), where Rust's runtime would
+    // ignore SIGPIPE and go on reading the whole log.
+    // SAFETY: restores a signal's default disposition before any thread
+    // starts; no handler is involved.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run(&argv) {
         Ok(()) => ExitCode::SUCCESS,
