@@ -688,6 +688,10 @@ pub fn pmc_kernel_version() -> u32 {
     // SAFETY: no arguments.
     unsafe { sys::kpi_pmc_kernel_version() }
 }
+pub fn pmc_module_version() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { sys::kpi_pmc_module_version() }
+}
 pub fn pmc_cpuid(wait: Wait) -> KResult<KVec<u8>> {
     let mut buf = [0 as c_char; 64];
     // SAFETY: `buf.len()` writable bytes.
