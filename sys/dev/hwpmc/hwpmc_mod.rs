@@ -455,13 +455,17 @@ impl Module {
     /// Module load with the machine-dependent part built by `md` (after
     /// the kernel checks): the entry the hardware backends use.
     pub fn load_with(md: fn(u32) -> KResult<MachineDep>) -> KResult<Module> {
+        // FreeBSD's rule: the kernel's version equals PMC_VERSION of the
+        // tree the module is built in (a 15.0 tree's for a 15.0 kernel),
+        // not the newest ABI the driver knows.
         let kernel = kpi::kern_pmc::pmc_kernel_version();
-        if kernel != PMC_VERSION {
+        let module = kpi::kern_pmc::pmc_module_version();
+        if kernel != module {
             if kernel == 0 {
                 kpi::printf("hwpmc: this kernel has not been compiled with 'options HWPMC_HOOKS'.");
             } else {
                 say(format_args!(
-                    "hwpmc: kernel version (0x{kernel:x}) does not match module version (0x{PMC_VERSION:x})."
+                    "hwpmc: kernel version (0x{kernel:x}) does not match module version (0x{module:x})."
                 ));
             }
             return Err(EPROGMISMATCH);

@@ -170,6 +170,14 @@ pub mod kern_pmc {
     pub fn pmc_kernel_version() -> u32 {
         super::backend::pmc_kernel_version()
     }
+    /// The PMC ABI of the tree the module is built in: `PMC_VERSION` of
+    /// that tree's `sys/sys/pmc.h`, which the glue also declares as the
+    /// module's version (`MODULE_VERSION(pmc, PMC_VERSION)`).  FreeBSD's
+    /// hwpmc loads only on a kernel whose `pmc_kernel_version` equals it.
+    /// On the simulator the tree is this one (`uapi`'s `PMC_VERSION`).
+    pub fn pmc_module_version() -> u32 {
+        super::backend::pmc_module_version()
+    }
     /// `pmc_cpuid`: the CPU identification string.
     pub fn pmc_cpuid(wait: Wait) -> KResult<KVec<u8>> {
         super::backend::pmc_cpuid(wait)

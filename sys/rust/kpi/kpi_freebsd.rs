@@ -31,6 +31,29 @@ mod sys {
     include!(concat!(env!("OUT_DIR"), "/kpi_bindings.rs"));
 }
 
+/// `bcmp`, which LLVM calls for slice and array comparisons.  FreeBSD's
+/// kernel has no such symbol (`bcmp` is a macro over `memcmp` in
+/// `sys/systm.h`), so kpi defines it here over the kernel's `memcmp`.  It
+/// never stays global: kmod.mk localises it in `hwpmc.ko` (the module sets
+/// no `EXPORT_SYMS`), and the static kernel's prelinked object keeps only
+/// its entry points.  `memcmp`'s result is returned, not compared with
+/// zero, so LLVM does not turn the call back into `bcmp`.
+mod bcmp {
+    use core::ffi::{c_int, c_void};
+
+    unsafe extern "C" {
+        fn memcmp(b1: *const c_void, b2: *const c_void, len: usize) -> c_int;
+    }
+
+    /// # Safety
+    /// `b1` and `b2` are valid for reads of `len` bytes.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn bcmp(b1: *const c_void, b2: *const c_void, len: usize) -> c_int {
+        // SAFETY: forwarded from the caller; memcmp reads `len` bytes of each.
+        unsafe { memcmp(b1, b2, len) }
+    }
+}
+
 /// The bytes of a NUL-terminated C array, copied into kernel memory.
 fn text(bytes: &[c_char], wait: Wait) -> KResult<KVec<u8>> {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
@@ -664,6 +687,10 @@ pub fn eventhandler_deregister(tag: u64) {
 pub fn pmc_kernel_version() -> u32 {
     // SAFETY: no arguments.
     unsafe { sys::kpi_pmc_kernel_version() }
+}
+pub fn pmc_module_version() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { sys::kpi_pmc_module_version() }
 }
 pub fn pmc_cpuid(wait: Wait) -> KResult<KVec<u8>> {
     let mut buf = [0 as c_char; 64];

@@ -1380,6 +1380,12 @@ kpi_pmc_kernel_version(void)
 	return ((uint32_t)pmc_kernel_version);
 }
 
+uint32_t
+kpi_pmc_module_version(void)
+{
+	return (PMC_VERSION);
+}
+
 /* The MD part of hwpmc's initialisation that names the CPU. */
 static void
 kpi_pmc_cpuid_init(void *arg __unused)

@@ -167,6 +167,8 @@ void	kpi_eventhandler_deregister(uint64_t tag);
 
 /* kern_pmc.c: the kernel's PMC facts. */
 uint32_t kpi_pmc_kernel_version(void);
+/* PMC_VERSION of the tree the module is built in. */
+uint32_t kpi_pmc_module_version(void);
 size_t	kpi_pmc_cpuid(char *buf, size_t len);
 /* Soft events: the count, even beyond the buffers. */
 struct kpi_soft_event {

@@ -68,6 +68,55 @@ fn a_kernel_of_another_pmc_version_is_refused() {
     );
 }
 
+/// FreeBSD's rule (hwpmc_mod.c's load check): the kernel's
+/// `pmc_kernel_version` must equal `PMC_VERSION` of the tree the module is
+/// built in, so a module built in a 15.0 tree (0x0A000000) loads on 15.0's
+/// kernel and one built in main's on main's.  The driver takes that
+/// version from kpi (on FreeBSD, the glue compiled against the tree's
+/// `sys/pmc.h`), not from the newest ABI it knows: on the simulator the
+/// tree is this one, and every other version is refused.
+#[test]
+fn the_kernel_must_have_the_version_of_the_tree_the_module_is_built_in() {
+    let built = kpi::kern_pmc::pmc_module_version();
+    assert_eq!(
+        built,
+        uapi::pmc::PMC_VERSION,
+        "the simulator's tree is this one"
+    );
+    let (m, r) = load(
+        MachineConfig {
+            kernel_pmc_version: built,
+            ..MachineConfig::default()
+        },
+        &[],
+    );
+    unload(&m, r.unwrap());
+    // 15.0's, an older and a newer minor, another major, another patch.
+    for kernel in [
+        0x0A00_0000,
+        0x0A02_0000,
+        0x0A04_0000,
+        0x0B03_0000,
+        0x0A03_0001,
+    ] {
+        let (m, r) = load(
+            MachineConfig {
+                kernel_pmc_version: kernel,
+                ..MachineConfig::default()
+            },
+            &[],
+        );
+        assert_eq!(r.err(), Some(EPROGMISMATCH), "kernel 0x{kernel:x}");
+        assert_eq!(
+            m.console(),
+            [format!(
+                "hwpmc: kernel version (0x{kernel:x}) does not match module version (0x{built:x})."
+            )]
+        );
+        assert_eq!(m.kmem_live(), (0, 0));
+    }
+}
+
 #[test]
 fn the_banner_announces_each_class() {
     let (m, r) = load(MachineConfig::default(), &[]);
