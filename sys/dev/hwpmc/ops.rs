@@ -1183,7 +1183,7 @@ impl Hwpmc {
             let init = PmclogRecord {
                 tsc: kpi::time::rdtsc(),
                 body: PmclogBody::Initialize {
-                    version: PMC_VERSION,
+                    version: kpi::kern_pmc::pmc_module_version(),
                     cpu: self.cputype.raw(),
                     tsc_freq: kpi::time::tsc_freq(),
                     ts: Timespec {
@@ -1259,10 +1259,13 @@ impl Hwpmc {
     }
 }
 
+/// The module's version is that of the tree it was built in (what its
+/// load check and MODULE_VERSION use), not necessarily uapi's.
 fn op_getmoduleversion(arg: UserPtr) -> KResult<()> {
+    let version = kpi::kern_pmc::pmc_module_version();
     let cv = copyin::<u32>(arg)?;
-    if (cv & 0xFFFF_0000) > (PMC_VERSION & 0xFFFF_0000) {
+    if (cv & 0xFFFF_0000) > (version & 0xFFFF_0000) {
         return Err(EPROGMISMATCH);
     }
-    copyout(&PMC_VERSION, arg)
+    copyout(&version, arg)
 }
