@@ -346,14 +346,16 @@ fn event_cname(code: u32) -> *const c_char {
     names.get(&code).map_or(c"".as_ptr(), |c| c.as_ptr())
 }
 
+/// Copies `src` into `dst` as a C string, truncated to fit, and zeroes
+/// the rest of `dst`.
 fn copy_cstr(dst: &mut [c_char], src: &[u8]) {
     let n = src.len().min(dst.len().saturating_sub(1));
-    for (d, s) in dst.iter_mut().zip(&src[..n]) {
-        *d = *s as c_char;
-    }
-    for d in dst[n..].iter_mut() {
-        *d = 0;
-    }
+    let start = dst.as_mut_ptr().cast::<u8>();
+    // SAFETY: c_char and u8 have the same size and alignment and every
+    // bit pattern is valid for both; the slice is `dst` itself.
+    let dst = unsafe { core::slice::from_raw_parts_mut(start, dst.len()) };
+    dst[..n].copy_from_slice(&src[..n]);
+    dst[n..].fill(0);
 }
 
 /// Bytes given to a memory-fed parser and not yet consumed.
@@ -696,19 +698,21 @@ impl Parser {
                 ts,
                 cpuid,
             } => {
-                let mut i = PmclogEvInitialize {
-                    pl_version: version,
-                    pl_arch: cpu,
-                    pl_tsc_freq: tsc_freq,
-                    pl_ts: ts,
-                    pl_cpuid: [0; PATH_MAX],
-                };
+                // Filled in place, as the members below with a string:
+                // building the 1 KiB member aside and copying it costs
+                // more than the rest of the record.
+                // SAFETY: every field of the member is written here;
+                // integers and C characters have no invalid values.
+                let i = unsafe { &mut u.pl_i };
+                i.pl_version = version;
+                i.pl_arch = cpu;
+                i.pl_tsc_freq = tsc_freq;
+                i.pl_ts = ts;
                 copy_cstr(&mut i.pl_cpuid, cpuid);
                 let key = cpuid.split(|&b| b == 0).next().unwrap_or(&[]);
                 progress.pmu = core::str::from_utf8(key)
                     .ok()
                     .and_then(crate::libpmc_pmu_util::PmuTable::for_cpuid);
-                u.pl_i = i;
                 PmclogType::Initialize
             }
             B::MapIn {
@@ -716,13 +720,11 @@ impl Parser {
                 start,
                 pathname,
             } => {
-                let mut m = PmclogEvMapIn {
-                    pl_pid: pid as i32,
-                    pl_start: start,
-                    pl_pathname: [0; PATH_MAX],
-                };
+                // SAFETY: as for INITIALIZE.
+                let m = unsafe { &mut u.pl_mi };
+                m.pl_pid = pid as i32;
+                m.pl_start = start;
                 copy_cstr(&mut m.pl_pathname, pathname);
-                u.pl_mi = m;
                 PmclogType::MapIn
             }
             B::MapOut { pid, start, end } => {
@@ -759,14 +761,12 @@ impl Parser {
                 flags,
                 evname,
             } => {
-                let mut a = PmclogEvPmcallocatedyn {
-                    pl_evname: [0; PMC_NAME_MAX],
-                    pl_event: event,
-                    pl_flags: flags,
-                    pl_pmcid: pmcid,
-                };
+                // SAFETY: as for INITIALIZE.
+                let a = unsafe { &mut u.pl_ad };
+                a.pl_event = event;
+                a.pl_flags = flags;
+                a.pl_pmcid = pmcid;
                 copy_cstr(&mut a.pl_evname, evname);
-                u.pl_ad = a;
                 PmclogType::Pmcallocatedyn
             }
             B::Pmcattach {
@@ -774,13 +774,11 @@ impl Parser {
                 pid,
                 pathname,
             } => {
-                let mut t = PmclogEvPmcattach {
-                    pl_pmcid: pmcid,
-                    pl_pid: pid as i32,
-                    pl_pathname: [0; PATH_MAX],
-                };
+                // SAFETY: as for INITIALIZE.
+                let t = unsafe { &mut u.pl_t };
+                t.pl_pmcid = pmcid;
+                t.pl_pid = pid as i32;
                 copy_cstr(&mut t.pl_pathname, pathname);
-                u.pl_t = t;
                 PmclogType::Pmcattach
             }
             B::Pmcdetach { pmcid, pid } => {
@@ -811,15 +809,13 @@ impl Parser {
                 dyn_base,
                 pathname,
             } => {
-                let mut x = PmclogEvProcexec {
-                    pl_pid: pid as i32,
-                    pl_pmcid: pmcid,
-                    pl_baseaddr: base,
-                    pl_dynaddr: dyn_base,
-                    pl_pathname: [0; PATH_MAX],
-                };
+                // SAFETY: as for INITIALIZE.
+                let x = unsafe { &mut u.pl_x };
+                x.pl_pid = pid as i32;
+                x.pl_pmcid = pmcid;
+                x.pl_baseaddr = base;
+                x.pl_dynaddr = dyn_base;
                 copy_cstr(&mut x.pl_pathname, pathname);
-                u.pl_x = x;
                 PmclogType::Procexec
             }
             B::Procexit { pmcid, pid, value } => {
@@ -864,10 +860,7 @@ impl Parser {
                 c.pl_pmcid = pmcid;
                 c.pl_cpuflags = cpuflags;
                 c.pl_cpuflags2 = 0;
-                let n = pcs.len().min(PMC_CALLCHAIN_DEPTH_MAX);
-                for (slot, pc) in c.pl_pc[..n].iter_mut().zip(pcs.iter()) {
-                    *slot = pc;
-                }
+                let n = pcs.copy_to(&mut c.pl_pc);
                 c.pl_pc[n..].fill(0);
                 c.pl_npc = n as u32;
                 PmclogType::Callchain
@@ -878,14 +871,12 @@ impl Parser {
                 flags,
                 tdname,
             } => {
-                let mut t = PmclogEvThreadcreate {
-                    pl_tid: tid as i32,
-                    pl_pid: pid as i32,
-                    pl_flags: flags,
-                    pl_tdname: [0; MAXCOMLEN + 1],
-                };
+                // SAFETY: as for INITIALIZE.
+                let t = unsafe { &mut u.pl_tc };
+                t.pl_tid = tid as i32;
+                t.pl_pid = pid as i32;
+                t.pl_flags = flags;
                 copy_cstr(&mut t.pl_tdname, tdname);
-                u.pl_tc = t;
                 PmclogType::ThrCreate
             }
             B::ThrExit { tid } => {
@@ -893,13 +884,11 @@ impl Parser {
                 PmclogType::ThrExit
             }
             B::ProcCreate { pid, flags, pcomm } => {
-                let mut p = PmclogEvProccreate {
-                    pl_pid: pid as i32,
-                    pl_flags: flags,
-                    pl_pcomm: [0; MAXCOMLEN + 1],
-                };
+                // SAFETY: as for INITIALIZE.
+                let p = unsafe { &mut u.pl_pc };
+                p.pl_pid = pid as i32;
+                p.pl_flags = flags;
                 copy_cstr(&mut p.pl_pcomm, pcomm);
-                u.pl_pc = p;
                 PmclogType::ProcCreate
             }
         };
