@@ -20,7 +20,10 @@ use std::ffi::CString;
 use std::sync::OnceLock;
 
 use uapi::pmc::{PMC_CALLCHAIN_DEPTH_MAX, PMC_NAME_MAX};
-use uapi::pmclog::{PcList, PmclogBody, PmclogDecodeError, PmclogType, Timespec, decode};
+use uapi::pmclog::{
+    PMCLOG_HEADER_SIZE, PcList, PmclogBody, PmclogDecodeError, PmclogType, Timespec, check_header,
+    decode,
+};
 use uapi::{MAXCOMLEN, PATH_MAX};
 
 /// `enum pmclog_state`.
@@ -343,19 +346,49 @@ fn event_cname(code: u32) -> *const c_char {
     names.get(&code).map_or(c"".as_ptr(), |c| c.as_ptr())
 }
 
+/// Copies `src` into `dst` as a C string, truncated to fit, and zeroes
+/// the rest of `dst`.
 fn copy_cstr(dst: &mut [c_char], src: &[u8]) {
     let n = src.len().min(dst.len().saturating_sub(1));
-    for (d, s) in dst.iter_mut().zip(&src[..n]) {
-        *d = *s as c_char;
-    }
-    for d in dst[n..].iter_mut() {
-        *d = 0;
+    let start = dst.as_mut_ptr().cast::<u8>();
+    // SAFETY: c_char and u8 have the same size and alignment and every
+    // bit pattern is valid for both; the slice is `dst` itself.
+    let dst = unsafe { core::slice::from_raw_parts_mut(start, dst.len()) };
+    dst[..n].copy_from_slice(&src[..n]);
+    dst[n..].fill(0);
+}
+
+/// Bytes given to a memory-fed parser and not yet consumed.
+#[derive(Debug)]
+enum Chunk {
+    /// A copy made by [`Parser::feed`].
+    Owned(Vec<u8>),
+    /// The caller's own buffer, given to `pmclog_feed` and kept by
+    /// pointer as FreeBSD keeps it ([`Parser::feed_borrowed`]).
+    Borrowed { data: *const u8, len: usize },
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Chunk::Owned(v) => v,
+            // SAFETY: feed_borrowed's caller promised that the bytes stay
+            // readable until the parser next returns anything but Ok, and
+            // the parser drops every borrowed chunk before it does so
+            // (`next_fed`, `drop_borrowed`).
+            Chunk::Borrowed { data, len } => unsafe { core::slice::from_raw_parts(*data, *len) },
+        }
     }
 }
 
 #[derive(Debug)]
 enum Source {
-    Memory,
+    /// Fed from memory: the chunks not yet consumed, and how far into
+    /// the first one the parser is.
+    Memory {
+        chunks: std::collections::VecDeque<Chunk>,
+        off: usize,
+    },
     Fd(c_int),
 }
 
@@ -377,13 +410,14 @@ struct Progress {
 #[derive(Debug)]
 pub struct Parser {
     source: Source,
-    /// Bytes not yet consumed; records are decoded from `buf[pos..]`.
+    /// A descriptor parser's read buffer, or a memory-fed parser's
+    /// record that spans fed chunks (at most one record); records are
+    /// decoded from `buf[pos..]`, and `pl_data` points into it or into
+    /// the fed chunk the record lies in, until the next read.
     buf: Vec<u8>,
     pos: usize,
     progress: Progress,
     failed: bool,
-    /// The current record's bytes, for `pl_data`.
-    record: Vec<u8>,
 }
 
 impl Parser {
@@ -391,7 +425,10 @@ impl Parser {
     /// [`PMCLOG_FD_NONE`].
     pub fn new(fd: c_int) -> Parser {
         let source = if fd == PMCLOG_FD_NONE {
-            Source::Memory
+            Source::Memory {
+                chunks: Default::default(),
+                off: 0,
+            }
         } else {
             Source::Fd(fd)
         };
@@ -401,35 +438,79 @@ impl Parser {
             pos: 0,
             progress: Progress::default(),
             failed: false,
-            record: Vec::new(),
         }
     }
 
-    /// `pmclog_feed`: more data for a memory-fed parser.
+    /// True for a parser of fed buffers.
+    pub fn is_memory_fed(&self) -> bool {
+        matches!(self.source, Source::Memory { .. })
+    }
+
+    /// `pmclog_feed` for Rust callers: a copy of `data` is kept until it
+    /// is consumed, so `data` may be reused at once. Nothing happens on a
+    /// descriptor parser.
     pub fn feed(&mut self, data: &[u8]) {
-        self.buf.drain(..self.pos);
-        self.pos = 0;
-        self.buf.extend_from_slice(data);
+        if !data.is_empty() {
+            self.push(Chunk::Owned(data.to_vec()));
+        }
+    }
+
+    /// `pmclog_feed` as FreeBSD's: the parser keeps a pointer to the
+    /// bytes and copies at most the one record that continues past their
+    /// end. Nothing happens on a descriptor parser.
+    ///
+    /// # Safety
+    /// `data` must point to `len` readable bytes that stay readable and
+    /// unchanged until the parser's next read returns a state other than
+    /// [`PmclogState::Ok`], or until the parser is dropped if no read
+    /// does (pmclog(3)'s rule).
+    pub unsafe fn feed_borrowed(&mut self, data: *const u8, len: usize) {
+        if len != 0 {
+            self.push(Chunk::Borrowed { data, len });
+        }
+    }
+
+    fn push(&mut self, chunk: Chunk) {
+        // A parser that has ended or failed reads nothing more.
+        if self.failed || self.progress.ended {
+            return;
+        }
+        if let Source::Memory { chunks, .. } = &mut self.source {
+            chunks.push_back(chunk);
+        }
+    }
+
+    /// Forgets the fed chunks: the parser is about to return something
+    /// other than Ok, after which the caller may free them.
+    fn drop_borrowed(&mut self) {
+        if let Source::Memory { chunks, off } = &mut self.source {
+            chunks.clear();
+            *off = 0;
+        }
     }
 
     /// Reads more of the file: false at end of file, the errno of a
     /// failed read(2).
     fn fill(&mut self, fd: c_int) -> Result<bool, c_int> {
-        // Read straight into the buffer, after what is left of it.
+        // Read straight into the buffer, after what is left of it; the
+        // spare capacity is not zeroed first.
         self.buf.drain(..self.pos);
         self.pos = 0;
-        let kept = self.buf.len();
-        self.buf.resize(kept + PMCLOG_BUFFER_SIZE, 0);
-        // SAFETY: the buffer has PMCLOG_BUFFER_SIZE writable bytes from
-        // `kept`; read(2) writes at most that many.
-        let n = unsafe { libc::read(fd, self.buf[kept..].as_mut_ptr().cast(), PMCLOG_BUFFER_SIZE) };
-        let got = if n < 0 { 0 } else { n as usize };
-        self.buf.truncate(kept + got);
+        self.buf.reserve(PMCLOG_BUFFER_SIZE);
+        let spare = self.buf.spare_capacity_mut();
+        let want = spare.len().min(PMCLOG_BUFFER_SIZE);
+        // SAFETY: `spare` has at least `want` writable bytes; read(2)
+        // writes at most that many and reads none.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), want) };
         if n < 0 {
             return Err(std::io::Error::last_os_error()
                 .raw_os_error()
                 .unwrap_or(libc::EIO));
         }
+        let kept = self.buf.len();
+        // SAFETY: read(2) initialized the `n` (at most `want`) bytes past
+        // the buffer's length.
+        unsafe { self.buf.set_len(kept + n as usize) };
         Ok(n > 0)
     }
 
@@ -456,34 +537,127 @@ impl Parser {
         if self.progress.ended {
             return PmclogState::Eof;
         }
+        let state = match self.source {
+            Source::Fd(fd) => self.next_read(fd, ev, may_read),
+            Source::Memory { .. } => self.next_fed(ev),
+        };
+        if state != PmclogState::Ok {
+            self.drop_borrowed();
+        }
+        state
+    }
+
+    /// The next record of a descriptor parser.
+    fn next_read(&mut self, fd: c_int, ev: &mut PmclogEv, may_read: bool) -> PmclogState {
         loop {
             match decode(&self.buf[self.pos..]) {
                 Ok((rec, len)) => {
-                    // `pl_data` gets a copy: the read buffer is refilled
-                    // and moved by the next read or feed.
-                    self.record.clear();
-                    self.record
-                        .extend_from_slice(&self.buf[self.pos..self.pos + len]);
                     let state = Self::deliver(&mut self.progress, &rec.body, rec.tsc, len, ev);
+                    // The buffer is refilled and moved only by the next read.
+                    ev.pl_data = self.buf[self.pos..].as_mut_ptr().cast();
                     self.pos += len;
-                    ev.pl_data = self.record.as_mut_ptr().cast();
                     return state;
                 }
-                Err(PmclogDecodeError::Truncated { .. }) => match self.source {
-                    Source::Memory => return PmclogState::RequireData,
-                    Source::Fd(_) if !may_read => return PmclogState::RequireData,
-                    // End of file is not final: a log still being written
-                    // can grow, and the next read looks again.
-                    Source::Fd(fd) => match self.fill(fd) {
-                        Ok(true) => continue,
-                        Ok(false) => return PmclogState::Eof,
-                        Err(libc::EAGAIN | libc::EINTR) => return PmclogState::RequireData,
+                Err(PmclogDecodeError::Truncated { .. }) if !may_read => {
+                    return PmclogState::RequireData;
+                }
+                // End of file is not final: a log still being written
+                // can grow, and the next read looks again.
+                Err(PmclogDecodeError::Truncated { .. }) => match self.fill(fd) {
+                    Ok(true) => continue,
+                    Ok(false) => return PmclogState::Eof,
+                    Err(libc::EAGAIN | libc::EINTR) => return PmclogState::RequireData,
+                    Err(_) => {
+                        self.failed = true;
+                        return PmclogState::Error;
+                    }
+                },
+                Err(_) => {
+                    self.failed = true;
+                    return PmclogState::Error;
+                }
+            }
+        }
+    }
+
+    /// The next record of a memory-fed parser: decoded where it lies in
+    /// the fed chunk, or, for a record that spans chunks, from `buf`,
+    /// into which exactly its bytes are copied.
+    fn next_fed(&mut self, ev: &mut PmclogEv) -> PmclogState {
+        let Source::Memory { chunks, off } = &mut self.source else {
+            unreachable!("next_fed on a descriptor parser");
+        };
+        loop {
+            if self.pos < self.buf.len() {
+                // A record begun in an earlier chunk.
+                let have = &self.buf[self.pos..];
+                let need = match check_header(have) {
+                    Ok((_, len)) if len <= have.len() => 0,
+                    Ok((_, len)) => len - have.len(),
+                    Err(PmclogDecodeError::Truncated { .. }) => PMCLOG_HEADER_SIZE - have.len(),
+                    Err(_) => {
+                        self.failed = true;
+                        return PmclogState::Error;
+                    }
+                };
+                if need == 0 {
+                    return match decode(have) {
+                        Ok((rec, len)) => {
+                            let state =
+                                Self::deliver(&mut self.progress, &rec.body, rec.tsc, len, ev);
+                            ev.pl_data = self.buf[self.pos..].as_mut_ptr().cast();
+                            self.pos += len;
+                            state
+                        }
                         Err(_) => {
                             self.failed = true;
-                            return PmclogState::Error;
+                            PmclogState::Error
                         }
-                    },
-                },
+                    };
+                }
+                let Some(front) = chunks.front() else {
+                    return PmclogState::RequireData;
+                };
+                let bytes = &front.bytes()[*off..];
+                let n = need.min(bytes.len());
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+                self.buf.extend_from_slice(&bytes[..n]);
+                *off += n;
+                if *off == front.bytes().len() {
+                    chunks.pop_front();
+                    *off = 0;
+                }
+                continue;
+            }
+            self.buf.clear();
+            self.pos = 0;
+            let Some(front) = chunks.front() else {
+                return PmclogState::RequireData;
+            };
+            let bytes = &front.bytes()[*off..];
+            if bytes.is_empty() {
+                chunks.pop_front();
+                *off = 0;
+                continue;
+            }
+            match decode(bytes) {
+                Ok((rec, len)) => {
+                    let state = Self::deliver(&mut self.progress, &rec.body, rec.tsc, len, ev);
+                    // pmclog(3): pl_data may point into the fed buffer,
+                    // which stays valid at least until the next read.
+                    ev.pl_data = bytes.as_ptr().cast_mut().cast();
+                    *off += len;
+                    return state;
+                }
+                Err(PmclogDecodeError::Truncated { .. }) => {
+                    // The rest of this chunk begins a record that later
+                    // chunks complete: keep a copy of it (less than one
+                    // record), for the chunk may be gone by then.
+                    self.buf.extend_from_slice(bytes);
+                    chunks.pop_front();
+                    *off = 0;
+                }
                 Err(_) => {
                     self.failed = true;
                     return PmclogState::Error;
@@ -524,19 +698,21 @@ impl Parser {
                 ts,
                 cpuid,
             } => {
-                let mut i = PmclogEvInitialize {
-                    pl_version: version,
-                    pl_arch: cpu,
-                    pl_tsc_freq: tsc_freq,
-                    pl_ts: ts,
-                    pl_cpuid: [0; PATH_MAX],
-                };
+                // Filled in place, as the members below with a string:
+                // building the 1 KiB member aside and copying it costs
+                // more than the rest of the record.
+                // SAFETY: every field of the member is written here;
+                // integers and C characters have no invalid values.
+                let i = unsafe { &mut u.pl_i };
+                i.pl_version = version;
+                i.pl_arch = cpu;
+                i.pl_tsc_freq = tsc_freq;
+                i.pl_ts = ts;
                 copy_cstr(&mut i.pl_cpuid, cpuid);
                 let key = cpuid.split(|&b| b == 0).next().unwrap_or(&[]);
                 progress.pmu = core::str::from_utf8(key)
                     .ok()
                     .and_then(crate::libpmc_pmu_util::PmuTable::for_cpuid);
-                u.pl_i = i;
                 PmclogType::Initialize
             }
             B::MapIn {
@@ -544,13 +720,11 @@ impl Parser {
                 start,
                 pathname,
             } => {
-                let mut m = PmclogEvMapIn {
-                    pl_pid: pid as i32,
-                    pl_start: start,
-                    pl_pathname: [0; PATH_MAX],
-                };
+                // SAFETY: as for INITIALIZE.
+                let m = unsafe { &mut u.pl_mi };
+                m.pl_pid = pid as i32;
+                m.pl_start = start;
                 copy_cstr(&mut m.pl_pathname, pathname);
-                u.pl_mi = m;
                 PmclogType::MapIn
             }
             B::MapOut { pid, start, end } => {
@@ -587,14 +761,12 @@ impl Parser {
                 flags,
                 evname,
             } => {
-                let mut a = PmclogEvPmcallocatedyn {
-                    pl_evname: [0; PMC_NAME_MAX],
-                    pl_event: event,
-                    pl_flags: flags,
-                    pl_pmcid: pmcid,
-                };
+                // SAFETY: as for INITIALIZE.
+                let a = unsafe { &mut u.pl_ad };
+                a.pl_event = event;
+                a.pl_flags = flags;
+                a.pl_pmcid = pmcid;
                 copy_cstr(&mut a.pl_evname, evname);
-                u.pl_ad = a;
                 PmclogType::Pmcallocatedyn
             }
             B::Pmcattach {
@@ -602,13 +774,11 @@ impl Parser {
                 pid,
                 pathname,
             } => {
-                let mut t = PmclogEvPmcattach {
-                    pl_pmcid: pmcid,
-                    pl_pid: pid as i32,
-                    pl_pathname: [0; PATH_MAX],
-                };
+                // SAFETY: as for INITIALIZE.
+                let t = unsafe { &mut u.pl_t };
+                t.pl_pmcid = pmcid;
+                t.pl_pid = pid as i32;
                 copy_cstr(&mut t.pl_pathname, pathname);
-                u.pl_t = t;
                 PmclogType::Pmcattach
             }
             B::Pmcdetach { pmcid, pid } => {
@@ -639,15 +809,13 @@ impl Parser {
                 dyn_base,
                 pathname,
             } => {
-                let mut x = PmclogEvProcexec {
-                    pl_pid: pid as i32,
-                    pl_pmcid: pmcid,
-                    pl_baseaddr: base,
-                    pl_dynaddr: dyn_base,
-                    pl_pathname: [0; PATH_MAX],
-                };
+                // SAFETY: as for INITIALIZE.
+                let x = unsafe { &mut u.pl_x };
+                x.pl_pid = pid as i32;
+                x.pl_pmcid = pmcid;
+                x.pl_baseaddr = base;
+                x.pl_dynaddr = dyn_base;
                 copy_cstr(&mut x.pl_pathname, pathname);
-                u.pl_x = x;
                 PmclogType::Procexec
             }
             B::Procexit { pmcid, pid, value } => {
@@ -692,10 +860,7 @@ impl Parser {
                 c.pl_pmcid = pmcid;
                 c.pl_cpuflags = cpuflags;
                 c.pl_cpuflags2 = 0;
-                let n = pcs.len().min(PMC_CALLCHAIN_DEPTH_MAX);
-                for (slot, pc) in c.pl_pc[..n].iter_mut().zip(pcs.iter()) {
-                    *slot = pc;
-                }
+                let n = pcs.copy_to(&mut c.pl_pc);
                 c.pl_pc[n..].fill(0);
                 c.pl_npc = n as u32;
                 PmclogType::Callchain
@@ -706,14 +871,12 @@ impl Parser {
                 flags,
                 tdname,
             } => {
-                let mut t = PmclogEvThreadcreate {
-                    pl_tid: tid as i32,
-                    pl_pid: pid as i32,
-                    pl_flags: flags,
-                    pl_tdname: [0; MAXCOMLEN + 1],
-                };
+                // SAFETY: as for INITIALIZE.
+                let t = unsafe { &mut u.pl_tc };
+                t.pl_tid = tid as i32;
+                t.pl_pid = pid as i32;
+                t.pl_flags = flags;
                 copy_cstr(&mut t.pl_tdname, tdname);
-                u.pl_tc = t;
                 PmclogType::ThrCreate
             }
             B::ThrExit { tid } => {
@@ -721,13 +884,11 @@ impl Parser {
                 PmclogType::ThrExit
             }
             B::ProcCreate { pid, flags, pcomm } => {
-                let mut p = PmclogEvProccreate {
-                    pl_pid: pid as i32,
-                    pl_flags: flags,
-                    pl_pcomm: [0; MAXCOMLEN + 1],
-                };
+                // SAFETY: as for INITIALIZE.
+                let p = unsafe { &mut u.pl_pc };
+                p.pl_pid = pid as i32;
+                p.pl_flags = flags;
                 copy_cstr(&mut p.pl_pcomm, pcomm);
-                u.pl_pc = p;
                 PmclogType::ProcCreate
             }
         };
@@ -751,9 +912,13 @@ pub extern "C" fn pmclog_open(fd: c_int) -> *mut c_void {
 /// `pmclog_feed`: gives a memory-fed parser `len` more bytes at `data`.
 /// Returns 0, or -1 for a bad argument.
 ///
+/// As FreeBSD's, the parser keeps a pointer to the bytes rather than a
+/// copy of them (it copies only a record that continues past their end).
+///
 /// # Safety
 /// `cookie` must come from `pmclog_open` and not be closed; `data` must
-/// point to `len` readable bytes.
+/// point to `len` readable bytes that stay valid and unchanged until
+/// `pmclog_read` next returns -1 (or `pmclog_close`), as pmclog(3) says.
 // SAFETY: the C name is pmclog(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pmclog_feed(cookie: *mut c_void, data: *mut c_char, len: c_int) -> c_int {
@@ -768,10 +933,12 @@ pub unsafe extern "C" fn pmclog_feed(cookie: *mut c_void, data: *mut c_char, len
             core::slice::from_raw_parts(data.cast::<u8>(), len as usize),
         )
     };
-    if !matches!(parser.source, Source::Memory) {
+    if !parser.is_memory_fed() {
         return -1;
     }
-    parser.feed(bytes);
+    // SAFETY: pmclog(3) has the caller keep `data` valid until
+    // pmclog_read next returns -1 (feed_borrowed's contract).
+    unsafe { parser.feed_borrowed(bytes.as_ptr(), bytes.len()) };
     0
 }
 

@@ -4,6 +4,8 @@
 //!
 //!   pmclog-bench gen FILE MIB     write a log of at least MIB MiB
 //!   pmclog-bench read FILE        pmclog_read every record
+//!   pmclog-bench feed FILE        mmap the log, give it whole to
+//!                                 pmclog_feed, pmclog_read every record
 //!   pmclog-bench plain FILE       read(2) the file in 1 MiB chunks
 //!
 //! Each reading mode prints one line: records (or 0), bytes, seconds, and
@@ -102,9 +104,9 @@ fn generate(path: &str, mib: u64) {
 
 fn read_log(path: &str) {
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut parser = Parser::new(file.as_raw_fd());
     let mut ev = PmclogEv::zeroed();
     let start = Instant::now();
+    let mut parser = Parser::new(file.as_raw_fd());
     let (mut records, mut bytes, mut check) = (0u64, 0u64, 0u64);
     let end = loop {
         match parser.read(&mut ev) {
@@ -118,6 +120,50 @@ fn read_log(path: &str) {
     };
     let secs = start.elapsed().as_secs_f64();
     assert_eq!(end, PmclogState::Eof, "the log reads to its end");
+    println!("{records} {bytes} {secs:.3} {} {check}", peak_rss_kib());
+}
+
+/// The log mmapped and fed whole through the C entry points, as a C
+/// program that maps its log does.
+fn feed_log(path: &str) {
+    use pmc::pmclog::{PMCLOG_FD_NONE, pmclog_close, pmclog_feed, pmclog_open, pmclog_read};
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let len = file.metadata().expect("stat the log").len() as usize;
+    let len_c = core::ffi::c_int::try_from(len).expect("pmclog_feed takes an int length");
+    // SAFETY: a private read-only mapping of the whole open file; nothing
+    // else maps or writes it while the benchmark runs.
+    let map = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "mmap the log");
+    let mut ev = PmclogEv::zeroed();
+    let start = Instant::now();
+    let (mut records, mut bytes, mut check) = (0u64, 0u64, 0u64);
+    let cookie = pmclog_open(PMCLOG_FD_NONE);
+    // SAFETY: `cookie` is live until pmclog_close, `ev` is writable, and
+    // the mapping holds `len` bytes and outlives the parser.
+    unsafe {
+        assert_eq!(pmclog_feed(cookie, map.cast(), len_c), 0);
+        while pmclog_read(cookie, &mut *ev) == 0 {
+            records += 1;
+            bytes += ev.pl_len as u64;
+            check = check.wrapping_add(ev.pl_ts.tv_sec as u64);
+        }
+        pmclog_close(cookie);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(
+        ev.pl_state,
+        PmclogState::Eof as u32,
+        "the log reads to its end"
+    );
     println!("{records} {bytes} {secs:.3} {} {check}", peak_rss_kib());
 }
 
@@ -144,9 +190,10 @@ fn main() {
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["gen", path, mib] => generate(path, mib.parse().expect("MiB")),
         ["read", path] => read_log(path),
+        ["feed", path] => feed_log(path),
         ["plain", path] => read_plain(path),
         _ => {
-            eprintln!("usage: pmclog-bench gen FILE MIB | read FILE | plain FILE");
+            eprintln!("usage: pmclog-bench gen FILE MIB | read FILE | feed FILE | plain FILE");
             std::process::exit(64);
         }
     }

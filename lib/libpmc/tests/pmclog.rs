@@ -102,6 +102,62 @@ fn any_fragmentation_gives_the_same_events() {
     }
 }
 
+/// As [`read_all`], through the C entry points: each piece is fed from a
+/// buffer of its own, which, as pmclog(3) allows, is overwritten and
+/// freed as soon as pmclog_read has returned -1.
+fn read_all_c(log: &[u8], chunk: usize) -> (Vec<Box<PmclogEv>>, Vec<Vec<u8>>, PmclogState) {
+    let cookie = pmclog_open(PMCLOG_FD_NONE);
+    let mut rest = log;
+    let (mut events, mut data) = (Vec::new(), Vec::new());
+    let mut fed: Option<Vec<u8>> = None;
+    loop {
+        let mut ev = PmclogEv::zeroed();
+        // SAFETY: `cookie` is live until pmclog_close and `ev` writable.
+        let ok = unsafe { pmclog_read(cookie, &mut *ev) } == 0;
+        if ok {
+            // SAFETY: pl_data points to pl_len bytes that stay valid
+            // until the next read.
+            let bytes =
+                unsafe { core::slice::from_raw_parts(ev.pl_data.cast::<u8>(), ev.pl_len as usize) };
+            data.push(bytes.to_vec());
+            events.push(ev);
+            continue;
+        }
+        // pmclog_read returned -1: the parser no longer needs what it was fed.
+        if let Some(mut old) = fed.take() {
+            old.fill(0xa5);
+        }
+        if ev.pl_state == PmclogState::RequireData as u32 && !rest.is_empty() {
+            let n = chunk.min(rest.len());
+            let piece = fed.insert(rest[..n].to_vec());
+            rest = &rest[n..];
+            // SAFETY: `piece` holds `n` bytes and is kept until pmclog_read
+            // next returns -1.
+            let fed_ok = unsafe { pmclog_feed(cookie, piece.as_mut_ptr().cast(), n as c_int) };
+            assert_eq!(fed_ok, 0);
+            continue;
+        }
+        // SAFETY: `cookie` came from pmclog_open and is not used again.
+        unsafe { pmclog_close(cookie) };
+        let state = match ev.pl_state {
+            1 => PmclogState::Eof,
+            2 => PmclogState::RequireData,
+            _ => PmclogState::Error,
+        };
+        return (events, data, state);
+    }
+}
+
+#[test]
+fn fed_buffers_may_be_reused_once_pmclog_read_returns_minus_one() {
+    let log = encode(&every_record());
+    for chunk in [1, 2, 3, 5, 7, 13, 64, 100, 1000, log.len()] {
+        let (events, data, end) = read_all_c(&log, chunk);
+        assert_eq!(end, PmclogState::Eof, "chunk {chunk}");
+        check_every_record(&events, &data, &log);
+    }
+}
+
 #[test]
 fn a_partial_record_asks_for_more_data() {
     let log = encode(&every_record());

@@ -25,12 +25,14 @@ macro_rules! abi_enum {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
             /// The member whose C value is `raw`, if any.
+            #[inline]
             pub const fn from_raw(raw: $repr) -> Option<Self> {
                 $( if raw == $value { return Some($name::$variant); } )+
                 None
             }
 
             /// The C value.
+            #[inline]
             pub const fn raw(self) -> $repr {
                 self as $repr
             }
