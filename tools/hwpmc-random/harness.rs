@@ -910,7 +910,12 @@ impl Run {
                     let ok = self.syscall(p, op, &mut b).is_ok();
                     // A WRITELOG among the garbage logs its bytes too.
                     if ok && op == PmcOp::Writelog.raw() {
-                        let cookie = u32::from_ne_bytes(b[..4].try_into().expect("copied in"));
+                        // The driver read four bytes; past the ones given,
+                        // the (zeroed) memory they were placed in.
+                        let mut word = [0u8; 4];
+                        let n = b.len().min(4);
+                        word[..n].copy_from_slice(&b[..n]);
+                        let cookie = u32::from_ne_bytes(word);
                         let pid = self.procs[p].pid;
                         self.user_record_logged(pid, cookie);
                     }
@@ -1307,8 +1312,7 @@ impl Run {
         }
         // Samples: taken = logged + not logged + still in a ring.
         let s = self.driver().sample_stats();
-        let ld = |a: &kpi::atomic::AtomicU64| a.load(kpi::atomic::Ordering::Relaxed);
-        let (taken, logged, unlogged) = (ld(&s.taken), ld(&s.logged), ld(&s.unlogged));
+        let (taken, logged, unlogged) = (load(&s.taken), load(&s.logged), load(&s.unlogged));
         let pending = self.driver().samples_pending() as u64;
         if taken != logged + unlogged + pending {
             return Err(format!(
@@ -1318,14 +1322,14 @@ impl Run {
         // Statistics only grow; failures never exceed attempts.
         let st = self.driver().stats();
         let now = [
-            ld(&st.intr_ignored),
-            ld(&st.intr_processed),
-            ld(&st.intr_bufferfull),
-            ld(&st.syscalls),
-            ld(&st.syscall_errors),
-            ld(&st.buffer_requests),
-            ld(&st.buffer_requests_failed),
-            ld(&st.log_sweeps),
+            load(&st.intr_ignored),
+            load(&st.intr_processed),
+            load(&st.intr_bufferfull),
+            load(&st.syscalls),
+            load(&st.syscall_errors),
+            load(&st.buffer_requests),
+            load(&st.buffer_requests_failed),
+            load(&st.log_sweeps),
         ];
         if now.iter().zip(&self.last_stats).any(|(n, l)| n < l) {
             return Err(format!(
@@ -1369,15 +1373,14 @@ impl Run {
         if std::env::var_os("HWPMC_RANDOM_VERBOSE").is_some() {
             let st = self.driver().stats();
             let ss = self.driver().sample_stats();
-            let ld = |a: &kpi::atomic::AtomicU64| a.load(kpi::atomic::Ordering::Relaxed);
             eprintln!(
                 "syscalls {} (errors {}), interrupts {}, full {}, samples {} (logged {}), PMCs now {}, logs {}, log bytes {}, race hand-overs {}",
-                ld(&st.syscalls),
-                ld(&st.syscall_errors),
-                ld(&st.intr_processed),
-                ld(&st.intr_bufferfull),
-                ld(&ss.taken),
-                ld(&ss.logged),
+                load(&st.syscalls),
+                load(&st.syscall_errors),
+                load(&st.intr_processed),
+                load(&st.intr_bufferfull),
+                load(&ss.taken),
+                load(&ss.logged),
                 self.pmcs.len(),
                 self.logs.len(),
                 self.logs
@@ -1531,6 +1534,11 @@ pub fn run(ops: &[Op]) -> Result<(), Failure> {
             })
         }
     }
+}
+
+/// A driver statistic's value.
+fn load(a: &kpi::atomic::AtomicU64) -> u64 {
+    a.load(kpi::atomic::Ordering::Relaxed)
 }
 
 /// The sequence of `len` steps of `seed`.

@@ -76,3 +76,28 @@ fn a_restarted_pmc_whose_row_stalled_while_stopped_counts_again() {
         panic!("{f}");
     }
 }
+
+/// The harness itself: a WRITELOG among the garbage, with fewer than four
+/// bytes given, made the harness read past them (the driver reads four,
+/// the rest from the memory around them).
+#[test]
+fn a_short_garbage_writelog_is_accounted() {
+    let ops = vec![
+        Op::Profile {
+            proc: 64854,
+            system: true,
+            cpu: 2,
+            target: 31077,
+            chains: false,
+        },
+        Op::FaultNext { readonly: false },
+        Op::Garbage {
+            proc: 61410,
+            op: 16,
+            bytes: vec![],
+        },
+    ];
+    if let Err(f) = run(&ops) {
+        panic!("{f}");
+    }
+}
