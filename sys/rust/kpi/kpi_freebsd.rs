@@ -41,12 +41,15 @@ mod sys {
 mod bcmp {
     use core::ffi::{c_int, c_void};
 
+    // SAFETY: the kernel's memcmp(9), with its C signature.
     unsafe extern "C" {
         fn memcmp(b1: *const c_void, b2: *const c_void, len: usize) -> c_int;
     }
 
     /// # Safety
     /// `b1` and `b2` are valid for reads of `len` bytes.
+    // SAFETY: no other `bcmp` is in the module or the kernel (sys/systm.h
+    // makes it a macro), and the symbol does not leave the module.
     #[unsafe(no_mangle)]
     pub unsafe extern "C" fn bcmp(b1: *const c_void, b2: *const c_void, len: usize) -> c_int {
         // SAFETY: forwarded from the caller; memcmp reads `len` bytes of each.
