@@ -64,7 +64,7 @@ pub fn nanotime() -> (i64, i64) {
 /// malloc(9): the simulated kernel checks the context and may fail the
 /// allocation; the memory is the host's.
 pub fn kmalloc(layout: core::alloc::Layout, wait: bool, zero: bool) -> Option<NonNull<u8>> {
-    ksim::sched::point();
+    sched_point();
     kern::malloc(wait).ok()?;
     // SAFETY: the layout has a non-zero size (kpi::malloc's contract).
     let ptr = unsafe {
@@ -84,7 +84,7 @@ pub fn kmalloc(layout: core::alloc::Layout, wait: bool, zero: bool) -> Option<No
 /// # Safety
 /// `ptr` came from [`kmalloc`] with `layout` and is not used again.
 pub unsafe fn kfree(ptr: NonNull<u8>, layout: core::alloc::Layout) {
-    ksim::sched::point();
+    sched_point();
     kern::free(ptr.as_ptr() as u64);
     // SAFETY: host memory from kmalloc with this layout.
     unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) }
@@ -154,7 +154,7 @@ impl LockWord {
     }
 
     pub fn lock_exclusive(&self) {
-        ksim::sched::point();
+        sched_point();
         lock_acquire(self.class, self.kind);
         while self
             .state
@@ -167,7 +167,7 @@ impl LockWord {
     }
 
     pub fn lock_shared(&self) {
-        ksim::sched::point();
+        sched_point();
         lock_acquire(self.class, self.kind);
         let mut cur = self.state.load(Ordering::Relaxed);
         loop {
@@ -192,13 +192,13 @@ impl LockWord {
         self.owner.store(0, Ordering::Relaxed);
         self.state.store(0, Ordering::Release);
         lock_release(self.class);
-        ksim::sched::point();
+        sched_point();
     }
 
     pub fn unlock_shared(&self) {
         self.state.fetch_sub(1, Ordering::Release);
         lock_release(self.class);
-        ksim::sched::point();
+        sched_point();
     }
 }
 

@@ -228,11 +228,7 @@ impl<T> KVec<T> {
 
     /// An array of `n` values made by `f`.
     pub fn from_fn(n: usize, wait: Wait, mut f: impl FnMut(usize) -> T) -> KResult<KVec<T>> {
-        let mut v = KVec::with_capacity(n, wait)?;
-        for i in 0..n {
-            v.items.push(f(i));
-        }
-        Ok(v)
+        KVec::try_from_fn(n, wait, |i| Ok(f(i)))
     }
 
     /// An array of `n` values made by `f`, which may fail (for example

@@ -109,6 +109,7 @@ pub(crate) struct Witness {
     pub(crate) enabled: bool,
     held: Vec<(&'static str, LockKind)>,
     /// Orders seen: for each class, the classes taken while it was held.
+    /// Classes are known by name, as WITNESS enrols them.
     order: HashMap<&'static str, HashSet<&'static str>>,
     pub(crate) violations: Vec<Violation>,
 }
@@ -117,11 +118,6 @@ impl Default for Witness {
     fn default() -> Self {
         Witness::new(true)
     }
-}
-
-/// Classes are known by name, as WITNESS enrols them.
-fn key(class: &'static str) -> &'static str {
-    class
 }
 
 impl Witness {
@@ -173,7 +169,7 @@ impl Witness {
         if ctx.nmi {
             self.report(Violation::LockInNmi(class));
         }
-        if self.held.iter().any(|h| key(h.0) == key(class)) {
+        if self.held.iter().any(|h| h.0 == class) {
             self.report(Violation::Recursion(class));
         }
         if kind != LockKind::Spin {
@@ -193,23 +189,23 @@ impl Witness {
         }
         for i in 0..self.held.len() {
             let h = self.held[i].0;
-            if key(h) == key(class) {
+            if h == class {
                 continue;
             }
-            if self.reaches(key(class), key(h)) {
+            if self.reaches(class, h) {
                 self.report(Violation::LockOrderReversal {
                     held: h,
                     taken: class,
                 });
             } else {
-                self.order.entry(key(h)).or_default().insert(key(class));
+                self.order.entry(h).or_default().insert(class);
             }
         }
         self.held.push((class, kind));
     }
 
     pub(crate) fn release(&mut self, class: &'static str) {
-        match self.held.iter().rposition(|h| key(h.0) == key(class)) {
+        match self.held.iter().rposition(|h| h.0 == class) {
             Some(i) => {
                 self.held.remove(i);
             }
