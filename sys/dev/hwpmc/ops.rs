@@ -1216,7 +1216,8 @@ impl Hwpmc {
     /// a log are stopped first, as PMCSTOP stops them (`pmc_stop`): the
     /// counter stops and a system sampler no longer counts for its owner.
     fn deconfigure_log(&self, core: &mut Core, owner: usize, log: KArc<OwnerLog>) {
-        self.process_all_samples();
+        // Stopped first, so that the one sweep below logs every sample
+        // they took before CLOSELOG.
         for i in 0..core.owners[owner].pmcs.len() {
             let v = core.owners[owner].pmcs[i].pmc.vals();
             if v.state == PmcState::Running && v.flags.contains(PmcFlags::NEEDS_LOGFILE) {
