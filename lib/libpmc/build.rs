@@ -13,8 +13,12 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::{env, fs};
 
+#[path = "pmc_version.rs"]
+mod pmc_version;
+
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libpmc.so.5");
+    tree_pmc_version();
     println!("cargo:rerun-if-env-changed=PMU_EVENTS_ARCH");
     println!("cargo:rerun-if-changed=build.rs");
 
@@ -420,6 +424,21 @@ impl Parser<'_> {
                 }
                 _ => out.push(c),
             }
+        }
+    }
+}
+
+/// Installed in a FreeBSD tree (lib/libpmc beside sys/), libpmc sends the
+/// tree's `PMC_VERSION`, which the driver built in the same tree reports;
+/// elsewhere (the host's builds) the newest ABI's, as `uapi` has it.
+fn tree_pmc_version() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let header = manifest.join("../../sys/sys/pmc.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    if let Ok(text) = std::fs::read_to_string(&header) {
+        match pmc_version::parse(&text) {
+            Some(v) => println!("cargo:rustc-env=LIBPMC_TREE_PMC_VERSION={v}"),
+            None => panic!("{}: no PMC_VERSION_MAJOR/MINOR/PATCH", header.display()),
         }
     }
 }

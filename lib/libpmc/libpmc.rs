@@ -17,6 +17,8 @@ use uapi::pmc::*;
 
 pub mod libpmc_pmu_util;
 pub mod pmc;
+#[cfg(test)]
+mod pmc_version;
 pub mod pmclog;
 pub mod regcomp;
 pub mod transport;

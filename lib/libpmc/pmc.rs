@@ -24,6 +24,24 @@ pub type Errno = c_int;
 /// [`crate::transport::host_errno`]).
 pub const EPROGMISMATCH: Errno = crate::transport::host_errno(75);
 
+/// The `PMC_VERSION` libpmc asks the driver for: that of the FreeBSD tree
+/// it is built in (build.rs), else the newest ABI's.
+pub const LIBPMC_PMC_VERSION: u32 = match option_env!("LIBPMC_TREE_PMC_VERSION") {
+    Some(v) => parse_u32(v),
+    None => PMC_VERSION,
+};
+
+const fn parse_u32(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut v = 0u32;
+    while i < b.len() {
+        v = v * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    v
+}
+
 /// The first `PMC_VERSION` whose driver has PMC_OP_GETCAPS.
 const PMC_VERSION_WITH_GETCAPS: u32 = 0x0A03_0000;
 
@@ -119,9 +137,9 @@ impl Pmc {
             pmu: None,
             driver_version: 0,
         };
-        let mut version = PMC_VERSION;
+        let mut version = LIBPMC_PMC_VERSION;
         pmc.call_struct(PmcOp::Getmoduleversion, &mut version)?;
-        if version & 0xFF00_0000 != PMC_VERSION & 0xFF00_0000 {
+        if version & 0xFF00_0000 != LIBPMC_PMC_VERSION & 0xFF00_0000 {
             return Err(EPROGMISMATCH);
         }
         pmc.driver_version = version;

@@ -372,7 +372,11 @@ pub fn pmc_kernel_version() -> u32 {
     kern::pmc_kernel_version()
 }
 pub fn pmc_module_version() -> u32 {
-    uapi::pmc::PMC_VERSION
+    if kern::has_machine() {
+        kern::pmc_module_version()
+    } else {
+        uapi::pmc::PMC_VERSION
+    }
 }
 pub fn pmc_cpuid(wait: Wait) -> KResult<KVec<u8>> {
     kvec(kern::pmc_cpuid().as_bytes(), wait)

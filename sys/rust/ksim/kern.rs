@@ -58,6 +58,11 @@ pub fn nanotime() -> (i64, i64) {
 
 /// Whether the kernel has `options HWPMC_HOOKS`, and `pmc_kernel_version`
 /// (0 without the hooks).
+/// The `PMC_VERSION` the driver was built with (`MachineConfig`).
+pub fn pmc_module_version() -> u32 {
+    current().st().cfg.module_pmc_version
+}
+
 pub fn pmc_kernel_version() -> u32 {
     let m = current();
     let st = m.st();

@@ -37,6 +37,9 @@ pub struct MachineConfig {
     pub hwpmc_hooks: bool,
     /// The PMC version the kernel was built with.
     pub kernel_pmc_version: u32,
+    /// The `PMC_VERSION` of the tree the driver is built in (on FreeBSD
+    /// the glue's, from that tree's `sys/pmc.h`).
+    pub module_pmc_version: u32,
     /// CPU identification string (`kern.hwpmc.cpuid`).
     pub cpuid: String,
     /// Whether the lock witness checks lock orders (benchmarks turn it off
@@ -55,6 +58,7 @@ impl Default for MachineConfig {
             hz: 1000,
             hwpmc_hooks: true,
             kernel_pmc_version: 0x0A03_0000,
+            module_pmc_version: 0x0A03_0000,
             cpuid: "GenuineIntel-6-55-4".into(),
             witness: true,
             pid_max: 99_999,

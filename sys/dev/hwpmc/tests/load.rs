@@ -117,6 +117,25 @@ fn the_kernel_must_have_the_version_of_the_tree_the_module_is_built_in() {
     }
 }
 
+/// Built in a 15.0 tree, the driver loads on 15.0's kernel, reports 15.0's
+/// version, and refuses clients newer than itself, as FreeBSD's does: so
+/// libpmc built in the same tree must ask for 15.0's version (libpmc's
+/// build script takes it from the tree's `sys/pmc.h`).
+#[test]
+fn a_driver_built_in_a_15_0_tree_serves_15_0_clients_only() {
+    let fifteen = MachineConfig {
+        kernel_pmc_version: 0x0A00_0000,
+        module_pmc_version: 0x0A00_0000,
+        ..MachineConfig::default()
+    };
+    let s = common::Sim::with(fifteen, &[]);
+    let p = s.root();
+    assert_eq!(s.module_version(p, 0x0A00_0000), Ok(0x0A00_0000));
+    assert_eq!(s.module_version(p, 0x0900_0000), Ok(0x0A00_0000));
+    assert_eq!(s.module_version(p, 0x0A03_0000), Err(EPROGMISMATCH));
+    s.finish();
+}
+
 #[test]
 fn the_banner_announces_each_class() {
     let (m, r) = load(MachineConfig::default(), &[]);
