@@ -42,9 +42,6 @@ const fn parse_u32(s: &str) -> u32 {
     v
 }
 
-/// The first `PMC_VERSION` whose driver has PMC_OP_GETCAPS.
-const PMC_VERSION_WITH_GETCAPS: u32 = 0x0A03_0000;
-
 /// One event a class offers: its canonical name and code.
 #[derive(Debug, Clone)]
 pub struct EventDescr {

@@ -79,6 +79,11 @@ impl Hwpmc {
             PmcOp::Pmcstart => self.op_pmcstart(core, arg),
             PmcOp::Pmcstop => self.op_pmcstop(core, arg),
             PmcOp::Getdyneventinfo => self.op_getdyneventinfo(arg),
+            // An operation newer than the tree the driver is built in is
+            // one that tree's driver does not know.
+            PmcOp::Getcaps if kpi::kern_pmc::pmc_module_version() < PMC_VERSION_WITH_GETCAPS => {
+                Err(EINVAL)
+            }
             PmcOp::Getcaps => self.op_getcaps(core, arg),
         }
     }

@@ -31,6 +31,11 @@ pub const PMC_VERSION_PATCH: u32 = 0x0000;
 pub const PMC_VERSION: u32 =
     (PMC_VERSION_MAJOR << 24) | (PMC_VERSION_MINOR << 16) | PMC_VERSION_PATCH;
 
+/// The first version whose driver has PMC_OP_GETCAPS (FreeBSD main, 2026;
+/// 15.0 is 0x0A000000). A driver built in an older tree refuses the
+/// operation as 15.0's does, with EINVAL.
+pub const PMC_VERSION_WITH_GETCAPS: u32 = 0x0A03_0000;
+
 /// Deepest call chain a sample may carry.
 pub const PMC_CALLCHAIN_DEPTH_MAX: usize = 512;
 /// Call chain `cpuflags` bit: the chain was taken in user space.

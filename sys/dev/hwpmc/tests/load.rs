@@ -133,6 +133,10 @@ fn a_driver_built_in_a_15_0_tree_serves_15_0_clients_only() {
     assert_eq!(s.module_version(p, 0x0A00_0000), Ok(0x0A00_0000));
     assert_eq!(s.module_version(p, 0x0900_0000), Ok(0x0A00_0000));
     assert_eq!(s.module_version(p, 0x0A03_0000), Err(EPROGMISMATCH));
+    // PMC_OP_GETCAPS is newer than 15.0: its driver does not know it.
+    let id = s.soft_tc(p);
+    assert_eq!(s.getcaps(p, id).err(), Some(EINVAL));
+    s.release(p, id).unwrap();
     s.finish();
 }
 
