@@ -81,6 +81,10 @@ pub const PAGE_SIZE: u64 = 4096;
 
 /// `P_WEXIT` of `p_flag`: the process is working on exiting.
 pub const P_WEXIT: u32 = 0x0000_2000;
+/// `P_KPROC` of `p_flag`: a kernel process.
+pub const P_KPROC: u32 = 0x0000_0004;
+/// `P_SYSTEM` of `p_flag`: a system process (no signals, no statistics).
+pub const P_SYSTEM: u32 = 0x0000_0200;
 /// `P_HWPMC` of `p_flag`: the process uses PMCs (`PMC_PROC_IS_USING_PMCS`).
 pub const P_HWPMC: u32 = 0x0080_0000;
 /// `MAXCOMLEN`: the longest command or thread name.
@@ -472,6 +476,8 @@ pub(crate) struct State {
     pub(crate) vfs: BTreeMap<String, Vec<u8>>,
     /// ktr(4) trace entries.
     pub(crate) ktr: Vec<String>,
+    /// The hook calls, when tests keep them.
+    pub(crate) hook_trace: Option<Vec<HookCall>>,
 }
 
 /// The handler of a writable string sysctl (`SYSCTL_PROC`): validates
@@ -623,6 +629,7 @@ impl Machine {
             }],
             vfs: BTreeMap::new(),
             ktr: Vec::new(),
+            hook_trace: None,
         };
         let m = Machine(Arc::new(Inner {
             st: Mutex::new(st),
@@ -982,6 +989,9 @@ impl Machine {
             st.alloc_pid()
         };
         let tid = self.insert_proc(pid, 0, Cred::root(), name, "", true);
+        if let Some(p) = self.st().procs.get_mut(&pid) {
+            p.info.flags |= P_SYSTEM | P_KPROC;
+        }
         // kproc_create1() tells the system samplers of the new process and
         // its thread, in the creator's context.
         if self.system_sampling_active() {
@@ -1110,8 +1120,27 @@ impl Machine {
     fn hook(&self, call: &HookCall) {
         let hook = self.0.handlers().hook.clone();
         if let Some(h) = hook {
+            if let Some(trace) = self.st().hook_trace.as_mut() {
+                trace.push(call.clone());
+            }
             h(call);
         }
+    }
+
+    /// Starts keeping the hook calls made from now on (for tests of when
+    /// the kernel calls them).
+    pub fn trace_hooks(&self) {
+        self.st().hook_trace = Some(Vec::new());
+    }
+
+    /// The hook calls made since [`Machine::trace_hooks`] or the last
+    /// call of this, in order.
+    pub fn traced_hooks(&self) -> Vec<HookCall> {
+        self.st()
+            .hook_trace
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn event(&self, ev: &Event) {
