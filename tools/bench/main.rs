@@ -230,10 +230,7 @@ fn pipeline() {
             .sample_stats()
             .logged
             .load(std::sync::atomic::Ordering::Relaxed);
-        let dropped = d
-            .stats()
-            .intr_bufferfull
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let dropped = d.stats().intr_bufferfull.fetch();
         println!(
             "{per_tick:>11}  {ticks:>5}  {logged:>14}  {dropped:>7}  {:>18.0}",
             logged as f64 / secs

@@ -1310,6 +1310,24 @@ impl Run {
                 self.driver().system_samplers()
             ));
         }
+        // The kernel's pmc_ss_count, which gates the *_LOG hooks, counts
+        // the owners with a running system sampler, as the driver's list.
+        let owners = ss.len();
+        let kernel = self.m.pmc_ss_count();
+        if kernel != owners as i32 || self.driver().ss_owner_count() != owners {
+            return Err(format!(
+                "pmc_ss_count {kernel}, {} owners on the driver's list, {owners} own a running system sampler",
+                self.driver().ss_owner_count()
+            ));
+        }
+        // The thread free list: its sysctl says its length.
+        let entries = self.driver().thread_freelist_entries();
+        if self.m.sysctl_get("kern.hwpmc.threadfreelist_entries") != Some(entries.into()) {
+            return Err(format!(
+                "kern.hwpmc.threadfreelist_entries {:?}, {entries} on the list",
+                self.m.sysctl_get("kern.hwpmc.threadfreelist_entries")
+            ));
+        }
         // Samples: taken = logged + not logged + still in a ring.
         let s = self.driver().sample_stats();
         let (taken, logged, unlogged) = (load(&s.taken), load(&s.logged), load(&s.unlogged));
@@ -1322,14 +1340,14 @@ impl Run {
         // Statistics only grow; failures never exceed attempts.
         let st = self.driver().stats();
         let now = [
-            load(&st.intr_ignored),
-            load(&st.intr_processed),
-            load(&st.intr_bufferfull),
-            load(&st.syscalls),
-            load(&st.syscall_errors),
-            load(&st.buffer_requests),
-            load(&st.buffer_requests_failed),
-            load(&st.log_sweeps),
+            st.intr_ignored.fetch(),
+            st.intr_processed.fetch(),
+            st.intr_bufferfull.fetch(),
+            st.syscalls.fetch(),
+            st.syscall_errors.fetch(),
+            st.buffer_requests.fetch(),
+            st.buffer_requests_failed.fetch(),
+            st.log_sweeps.fetch(),
         ];
         if now.iter().zip(&self.last_stats).any(|(n, l)| n < l) {
             return Err(format!(
@@ -1375,10 +1393,10 @@ impl Run {
             let ss = self.driver().sample_stats();
             eprintln!(
                 "syscalls {} (errors {}), interrupts {}, full {}, samples {} (logged {}), PMCs now {}, logs {}, log bytes {}, race hand-overs {}",
-                load(&st.syscalls),
-                load(&st.syscall_errors),
-                load(&st.intr_processed),
-                load(&st.intr_bufferfull),
+                st.syscalls.fetch(),
+                st.syscall_errors.fetch(),
+                st.intr_processed.fetch(),
+                st.intr_bufferfull.fetch(),
                 load(&ss.taken),
                 load(&ss.logged),
                 self.pmcs.len(),
@@ -1402,6 +1420,12 @@ impl Run {
         let v = self.m.violations();
         if !v.is_empty() {
             return Err(format!("witness at unload: {v:?}"));
+        }
+        if self.m.pmc_ss_count() != 0 {
+            return Err(format!(
+                "pmc_ss_count {} after unload",
+                self.m.pmc_ss_count()
+            ));
         }
         for e in self.m.soft_events() {
             if e.running != 0 {

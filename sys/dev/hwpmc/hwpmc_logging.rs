@@ -8,7 +8,6 @@
 //! kept for the next PMC_OP_FLUSHLOG and the owner gets SIGIO.
 
 use core::fmt::Write as _;
-use kpi::atomic::Ordering;
 
 use kpi::errno::{EAGAIN, EINTR, ENOMEM, Errno, KResult};
 use kpi::file::KFile;
@@ -224,13 +223,11 @@ impl OwnerLog {
                 }
             }
             if st.cur[cpu].is_none() {
-                self.stats.buffer_requests.fetch_add(1, Ordering::Relaxed);
+                self.stats.buffer_requests.add(1);
                 match self.pool.get() {
                     Some(b) => st.cur[cpu] = Some(b),
                     None => {
-                        self.stats
-                            .buffer_requests_failed
-                            .fetch_add(1, Ordering::Relaxed);
+                        self.stats.buffer_requests_failed.add(1);
                     }
                 }
             }

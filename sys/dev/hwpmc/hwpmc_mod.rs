@@ -36,24 +36,28 @@ mod maps;
 mod ops;
 mod procs;
 mod sampling;
+pub mod sysctls;
 
 use core::fmt::Write as _;
 use kpi::atomic::{AtomicBool, AtomicU64, Ordering};
+use kpi::sysctl::SysctlSet;
 
 use kpi::errno::{EINVAL, ENOSYS, EPROGMISMATCH};
 use kpi::hooks::{Hook, KernelEvent};
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::Pid;
 use kpi::sync::{SpinMutex, SpinMutexBox, Sx, SxBox};
-use kpi::sysctl::IntKnob;
 use kpi::{Errno, KResult};
 use uapi::pmc::*;
 
 use crate::hwpmc_class::{IntrSink, PmcClassDep};
 use crate::hwpmc_logging::{LogPool, OwnerLog};
-use crate::procs::{PidHash, PmcProcess};
+use crate::maps::SsOwners;
+use crate::procs::{PidHash, PmcProcess, ThreadFreeList};
 pub use crate::sampling::SampleStats as SamplingStats;
 use crate::sampling::{Ring, SampleStats};
+use crate::sysctls::Knobs;
+pub use crate::sysctls::{PMC_MINCOUNT, SYSCTLS, Stats};
 
 /// A PMC: what was allocated (immutable) and its run-time values.
 #[derive(Debug)]
@@ -153,33 +157,12 @@ pub struct PmcView {
     pub owner_has_log: bool,
 }
 
-/// The driver's statistics (`kern.hwpmc.stats`).
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Interrupts that concerned no PMC.
-    pub intr_ignored: AtomicU64,
-    /// Interrupts handled.
-    pub intr_processed: AtomicU64,
-    /// Samples dropped on a full ring.
-    pub intr_bufferfull: AtomicU64,
-    /// System calls.
-    pub syscalls: AtomicU64,
-    /// System calls that failed.
-    pub syscall_errors: AtomicU64,
-    /// Log buffer requests.
-    pub buffer_requests: AtomicU64,
-    /// Log buffer requests that failed.
-    pub buffer_requests_failed: AtomicU64,
-    /// Sample processing passes.
-    pub log_sweeps: AtomicU64,
-}
-
 impl IntrSink for Hwpmc {
     fn processed(&self) {
-        self.stats.intr_processed.fetch_add(1, Ordering::Relaxed);
+        self.stats.intr_processed.add(1);
     }
     fn ignored(&self) {
-        self.stats.intr_ignored.fetch_add(1, Ordering::Relaxed);
+        self.stats.intr_ignored.add(1);
     }
     fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool {
         self.process_interrupt(sampling::RING_SOFT, pm, cpu)
@@ -203,16 +186,10 @@ pub struct Tunables {
     pub nbuffers_pcpu: u32,
 }
 
-/// Default `kern.hwpmc.mincount`.
-pub const PMC_MINCOUNT: i64 = 1000;
 /// Most KiB of log buffer per CPU.
 const LOG_MEM_PCPU_MAX_KB: i64 = 32 * 1024;
 /// Largest log buffer, KiB.
 const LOG_BUFFER_SIZE_MAX_KB: i64 = 16 * 1024;
-
-fn tunable(name: &str, default: u32) -> i64 {
-    kpi::sysctl::tunable_int(name).unwrap_or(default as i64)
-}
 
 /// A console line, formatted without allocating (cut at 256 bytes).
 fn say(args: core::fmt::Arguments<'_>) {
@@ -222,48 +199,56 @@ fn say(args: core::fmt::Arguments<'_>) {
 }
 
 impl Tunables {
-    /// Reads the tunables from the kernel environment, printing the
-    /// driver's diagnostics and falling back to the defaults for bad
-    /// values.
-    pub fn fetch() -> Tunables {
-        let mut hashsize = tunable("kern.hwpmc.hashsize", PMC_HASH_SIZE);
+    /// Validates the loader tunables, which the kernel loaded into the
+    /// driver's variables when it linked the module in, as
+    /// `pmc_initialize` and `pmclog_initialize` do: a bad value is
+    /// reported and the variable (what sysctl(8) shows) reset to its
+    /// default.
+    fn fetch(k: &Knobs) -> Tunables {
+        let mut hashsize = k.hashsize.get();
         if hashsize <= 0 {
             say(format_args!(
                 "hwpmc: tunable hashsize={hashsize} must be greater than zero."
             ));
             hashsize = PMC_HASH_SIZE as i64;
+            k.hashsize.set(hashsize);
         }
-        let mut nsamples = tunable("kern.hwpmc.nsamples", PMC_NSAMPLES);
+        let mut nsamples = k.nsamples.get();
         if nsamples <= 0 || nsamples > 65535 {
             say(format_args!(
                 "hwpmc: tunable nsamples={nsamples} out of range."
             ));
             nsamples = PMC_NSAMPLES as i64;
+            k.nsamples.set(nsamples);
         }
-        let mut callchaindepth = tunable("kern.hwpmc.callchaindepth", PMC_CALLCHAIN_DEPTH);
+        let mut callchaindepth = k.callchaindepth.get();
         if callchaindepth <= 0 || callchaindepth > PMC_CALLCHAIN_DEPTH_MAX as i64 {
             say(format_args!(
                 "hwpmc: tunable callchaindepth={callchaindepth} out of range - using {PMC_CALLCHAIN_DEPTH_MAX}."
             ));
             callchaindepth = PMC_CALLCHAIN_DEPTH_MAX as i64;
+            k.callchaindepth.set(callchaindepth);
         }
-        let mut mtxpoolsize = tunable("kern.hwpmc.mtxpoolsize", PMC_MTXPOOL_SIZE);
+        let mut mtxpoolsize = k.mtxpoolsize.get();
         if mtxpoolsize <= 0 {
             mtxpoolsize = PMC_MTXPOOL_SIZE as i64;
+            k.mtxpoolsize.set(mtxpoolsize);
         }
-        let mut logbuffersize = tunable("kern.hwpmc.logbuffersize", PMC_LOG_BUFFER_SIZE);
+        let mut logbuffersize = k.logbuffersize.get();
         if logbuffersize <= 0 || logbuffersize > LOG_BUFFER_SIZE_MAX_KB {
             say(format_args!(
                 "hwpmc: logbuffersize={logbuffersize} must be greater than zero and less than or equal to {LOG_BUFFER_SIZE_MAX_KB}, resetting to {PMC_LOG_BUFFER_SIZE}."
             ));
             logbuffersize = PMC_LOG_BUFFER_SIZE as i64;
+            k.logbuffersize.set(logbuffersize);
         }
-        let mut nbuffers = tunable("kern.hwpmc.nbuffers_pcpu", PMC_NLOGBUFFERS_PCPU);
+        let mut nbuffers = k.nbuffers_pcpu.get();
         if nbuffers <= 0 {
             say(format_args!(
                 "hwpmc: nbuffers_pcpu={nbuffers} must be greater than zero, resetting to {PMC_NLOGBUFFERS_PCPU}."
             ));
             nbuffers = PMC_NLOGBUFFERS_PCPU as i64;
+            k.nbuffers_pcpu.set(nbuffers);
         }
         if nbuffers * logbuffersize > LOG_MEM_PCPU_MAX_KB {
             say(format_args!(
@@ -272,6 +257,8 @@ impl Tunables {
             ));
             nbuffers = PMC_NLOGBUFFERS_PCPU as i64;
             logbuffersize = PMC_LOG_BUFFER_SIZE as i64;
+            k.nbuffers_pcpu.set(nbuffers);
+            k.logbuffersize.set(logbuffersize);
         }
         Tunables {
             hashsize: hashsize as u32,
@@ -360,15 +347,17 @@ pub struct Hwpmc {
     pcpu: KVec<SpinMutexBox<KVec<PhwRow>>>,
     stats: KArc<Stats>,
     sample_stats: SampleStats,
-    /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
-    ss_running: kpi::atomic::AtomicU32,
+    /// Owners of running system-wide sampling PMCs (`pmc_ss_owners`);
+    /// the kernel's `pmc_ss_count` counts them.
+    ss_owners: SpinMutexBox<SsOwners>,
+    /// Thread descriptors kept for reuse (`pmc_threadfreelist`).
+    thread_freelist: SpinMutexBox<ThreadFreeList>,
     logpool: KArc<LogPool>,
     rings: KVec<KVec<SpinMutexBox<Ring>>>,
     unloading: AtomicBool,
     debug: KArc<debug::DebugFlags>,
     _debugflags: kpi::sysctl::StrKnob,
-    mincount: IntKnob,
-    _knobs: KVec<IntKnob>,
+    knobs: Knobs,
 }
 
 impl core::fmt::Debug for Hwpmc {
@@ -419,6 +408,8 @@ pub struct Module {
     driver: KArc<Hwpmc>,
     syscall: u32,
     _events: kpi::hooks::EventTag,
+    /// Declared first and dropped last: the sysctls outlive the driver.
+    _sysctls: SysctlSet,
 }
 
 /// `%b` bit names of the capabilities in the load banner.
@@ -470,7 +461,10 @@ impl Module {
             }
             return Err(EPROGMISMATCH);
         }
-        let tun = Tunables::fetch();
+        let sysctls = SysctlSet::declare(&SYSCTLS)?;
+        let knobs = Knobs::find()?;
+        let tun = Tunables::fetch(&knobs);
+        kpi::kern_pmc::pmc_ss_count_reset();
         let ncpu = kpi::cpu::ncpu_ids();
         let md = md(ncpu)?;
         let mut classes: KVec<ClassSlot> = KVec::with_capacity(1 + md.classes.len(), Wait::WaitOk)?;
@@ -525,25 +519,10 @@ impl Module {
             )?,
             Wait::WaitOk,
         )?;
-        let stats = KArc::try_new(Stats::default(), Wait::WaitOk)?;
+        let stats = KArc::try_new(Stats::attach()?, Wait::WaitOk)?;
         let rings = sampling::alloc_rings(ncpu, tun.nsamples, tun.callchaindepth)?;
         let owners = KVec::new();
         let procs = PidHash::new(tun.hashsize, Wait::WaitOk)?;
-        let mut knobs = KVec::with_capacity(8, Wait::WaitOk)?;
-        for (name, value) in [
-            ("kern.hwpmc.hashsize", tun.hashsize as i64),
-            ("kern.hwpmc.nsamples", tun.nsamples as i64),
-            ("kern.hwpmc.callchaindepth", tun.callchaindepth as i64),
-            ("kern.hwpmc.mtxpoolsize", tun.mtxpoolsize as i64),
-            ("kern.hwpmc.logbuffersize", tun.logbuffersize as i64),
-            ("kern.hwpmc.nbuffers_pcpu", tun.nbuffers_pcpu as i64),
-        ] {
-            let _ = knobs.push_within_capacity(IntKnob::new(name, value));
-        }
-        let mincount = IntKnob::new(
-            "kern.hwpmc.mincount",
-            kpi::sysctl::tunable_int("kern.hwpmc.mincount").unwrap_or(PMC_MINCOUNT),
-        );
         let debug = KArc::try_new(debug::DebugFlags::default(), Wait::WaitOk)?;
         let initial = kpi::sysctl::tunable_str("kern.hwpmc.debugflags", Wait::WaitOk)?;
         let initial = initial.as_deref().unwrap_or(&[]);
@@ -577,14 +556,18 @@ impl Module {
                 pcpu,
                 stats,
                 sample_stats: SampleStats::default(),
-                ss_running: kpi::atomic::AtomicU32::new(0),
+                ss_owners: SpinMutex::new(c"pmc-ssowners", SsOwners::default(), Wait::WaitOk)?,
+                thread_freelist: SpinMutex::new(
+                    c"pmc-threadfreelist",
+                    ThreadFreeList::default(),
+                    Wait::WaitOk,
+                )?,
                 logpool,
                 rings,
                 unloading: AtomicBool::new(false),
                 debug,
                 _debugflags: debugflags,
-                mincount,
-                _knobs: knobs,
+                knobs,
             },
             Wait::WaitOk,
         )?;
@@ -645,6 +628,7 @@ impl Module {
             driver,
             syscall,
             _events: events,
+            _sysctls: sysctls,
         })
     }
 
@@ -684,6 +668,13 @@ impl Module {
         // Samples that waited for a user call chain, of PMCs now released,
         // are counted as not logged rather than left in the rings.
         d.process_all_samples();
+        kassert!(
+            kpi::kern_pmc::pmc_ss_count() == 0 && d.ss_owner_count() == 0,
+            "system samplers left at unload: pmc_ss_count {}, {} on the list",
+            kpi::kern_pmc::pmc_ss_count(),
+            d.ss_owner_count()
+        );
+        d.drain_thread_freelist();
         for cpu in 0..d.ncpu {
             if kpi::cpu::exists(cpu) {
                 for slot in d.classes.iter() {
@@ -747,7 +738,7 @@ impl Hwpmc {
         }
         let op = args.first().copied().unwrap_or(u64::MAX) as i32;
         let arg = kpi::uio::UserPtr(args.get(1).copied().unwrap_or(0));
-        self.stats.syscalls.fetch_add(1, Ordering::Relaxed);
+        self.stats.syscalls.add(1);
         pmcdbg!(
             self.debug,
             "module",
@@ -761,8 +752,11 @@ impl Hwpmc {
             None => Err(EINVAL),
         };
         if r.is_err() {
-            self.stats.syscall_errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.syscall_errors.add(1);
         }
+        // Thread descriptors past kern.hwpmc.threadfreelist_max are freed
+        // here, where freeing is allowed (FreeBSD's free task).
+        self.trim_thread_freelist();
         r.map(|()| 0)
     }
 
@@ -789,14 +783,17 @@ impl Hwpmc {
             Hook::DoSamples => self.process_samples(kpi::cpu::curcpu()),
             Hook::Mmap { addr } => self.process_mmap(addr),
             Hook::Munmap { addr, size } => self.process_munmap(addr, size),
-            Hook::ThrCreate { tid } => {
-                self.ss_thread(true, tid);
-                self.target_thread(true, tid)
+            Hook::ThrCreate { thread } => {
+                self.thread_add(&thread);
+                self.ss_thread_create(&thread);
             }
             Hook::ThrExit { tid } => {
-                self.ss_thread(false, tid);
-                self.target_thread(false, tid)
+                self.thread_delete(tid);
+                self.ss_thread_exit(tid);
             }
+            Hook::ThrCreateLog { thread } => self.ss_thread_create(&thread),
+            Hook::ThrExitLog { tid } => self.ss_thread_exit(tid),
+            Hook::ProcCreateLog { pid, flags, comm } => self.ss_proc_create(pid, flags, &comm),
         }
     }
 

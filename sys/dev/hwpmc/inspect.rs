@@ -55,8 +55,19 @@ impl Hwpmc {
         self.core.lock_shared().owners.len()
     }
 
-    /// Running system-sampling PMCs over all owners (`pmc_ss_count`).
+    /// Running system-sampling PMCs over all owners (the sum of their
+    /// `po_sscount`).
     pub fn system_samplers(&self) -> u32 {
-        self.ss_running.load(kpi::atomic::Ordering::Acquire)
+        self.core
+            .lock_shared()
+            .owners
+            .iter()
+            .map(|o| o.sscount)
+            .sum()
+    }
+
+    /// Thread descriptors on the free list.
+    pub fn thread_freelist_entries(&self) -> u32 {
+        self.thread_freelist.lock().entries()
     }
 }

@@ -5,7 +5,6 @@
 //! are in procs.rs.
 
 use core::mem::{offset_of, size_of};
-use kpi::atomic::Ordering;
 
 use kpi::KResult;
 use kpi::errno::*;
@@ -19,7 +18,7 @@ use uapi::pmclog::{PmclogBody, PmclogRecord, Timespec};
 
 use crate::hwpmc_class::{AllocRequest, PmcClassDep};
 use crate::hwpmc_logging::OwnerLog;
-use crate::procs::{PidHash, PmcProcess};
+use crate::procs::PidHash;
 use crate::{Core, Hwpmc, OwnedPmc, Owner, Pmc, PmcVals};
 
 /// Flags a user may pass to PMCALLOCATE.
@@ -167,7 +166,8 @@ impl Hwpmc {
 
     fn op_getdriverstats(&self, arg: UserPtr) -> KResult<()> {
         let s = &self.stats;
-        let get = |c: &kpi::atomic::AtomicU64| c.load(Ordering::Relaxed) as u32;
+        // Truncated to the struct's unsigned ints, as FreeBSD's are.
+        let get = |c: &kpi::sysctl::Counter| c.fetch() as u32;
         let gms = PmcOpGetdriverstats {
             pm_intr_ignored: get(&s.intr_ignored),
             pm_intr_processed: get(&s.intr_processed),
@@ -345,7 +345,7 @@ impl Hwpmc {
             if kpi::proc::jailed() {
                 return Err(EPERM);
             }
-            if kpi::sysctl::kernel_int("security.bsd.unprivileged_syspmcs").unwrap_or(0) == 0 {
+            if self.knobs.unprivileged_syspmcs.get() == 0 {
                 kpi::proc::priv_check(PRIV_PMC_SYSTEM)?;
             }
         }
@@ -411,7 +411,7 @@ impl Hwpmc {
             pflags |= PmcFlags::NEEDS_LOGFILE;
         }
         let (reloadcount, initial) = if mode.is_sampling() {
-            let min = self.mincount.get().max(1) as u64;
+            let min = self.knobs.mincount.get().max(1) as u64;
             (pa.pm_count.max(min), 0)
         } else {
             (0, pa.pm_count)
@@ -656,7 +656,7 @@ impl Hwpmc {
             let threads = snapshot.as_ref().map_or(&no_threads, |p| &p.threads);
             Some(PidHash::prepare(
                 pid,
-                PmcProcess::new(self.npmc, threads, Wait::WaitOk)?,
+                self.new_process(threads)?,
                 Wait::WaitOk,
             )?)
         };
@@ -753,7 +753,9 @@ impl Hwpmc {
                 None
             }
         };
-        drop(removed);
+        if let Some(node) = removed {
+            self.destroy_process(node.into_value());
+        }
         pmcdbg!(
             self.debug,
             "pmc",
@@ -829,8 +831,7 @@ impl Hwpmc {
         }
         if pm.mode == PmcMode::Ss {
             self.log_all_process_mappings(core, at.owner)?;
-            core.owners[at.owner].sscount += 1;
-            self.ss_running.fetch_add(1, kpi::atomic::Ordering::AcqRel);
+            self.ss_start(core, at.owner)?;
         }
         let _bind = kpi::cpu::bind(cpu);
         let (dep, adjri) = self.classdep(pm.ri)?;
@@ -895,14 +896,7 @@ impl Hwpmc {
             })
         };
         if pm.mode == PmcMode::Ss {
-            let o = &mut core.owners[at.owner];
-            kassert!(
-                o.sscount > 0,
-                "owner {} stops a sampler it does not count",
-                o.pid
-            );
-            o.sscount = o.sscount.saturating_sub(1);
-            self.ss_running.fetch_sub(1, kpi::atomic::Ordering::AcqRel);
+            self.ss_stop(core, at.owner);
         }
         r
     }
@@ -978,7 +972,7 @@ impl Hwpmc {
             return Err(EBUSY);
         }
         if pm.mode.is_sampling() {
-            let min = self.mincount.get().max(1) as u64;
+            let min = self.knobs.mincount.get().max(1) as u64;
             pm.update(|v| v.reloadcount = sc.pm_count.max(min));
         } else if pm.mode.is_virtual() {
             // hwpmc(4): counting continues from the count set. A process
@@ -1070,14 +1064,7 @@ impl Hwpmc {
             }
             drop(rows);
             if pm.mode == PmcMode::Ss && was == PmcState::Running {
-                let o = &mut core.owners[at.owner];
-                kassert!(
-                    o.sscount > 0,
-                    "owner {} releases a sampler it does not count",
-                    o.pid
-                );
-                o.sscount = o.sscount.saturating_sub(1);
-                self.ss_running.fetch_sub(1, kpi::atomic::Ordering::AcqRel);
+                self.ss_stop(core, at.owner);
             }
             kassert!(
                 core.rowdisp[pm.ri as usize] < 0,
@@ -1208,6 +1195,7 @@ impl Hwpmc {
                 p.pmc.set_log(Some(log.clone()));
             }
             core.owners[owner].log = Some(log);
+            self.ss_set_log(core, owner);
             return Ok(());
         }
         let Some(log) = core.owners[owner].log.take() else {
@@ -1221,6 +1209,8 @@ impl Hwpmc {
     /// a log are stopped first, as PMCSTOP stops them (`pmc_stop`): the
     /// counter stops and a system sampler no longer counts for its owner.
     fn deconfigure_log(&self, core: &mut Core, owner: usize, log: KArc<OwnerLog>) {
+        // A system sampler whose CPU is away stays one, without a log.
+        self.ss_set_log(core, owner);
         // Stopped first, so that the one sweep below logs every sample
         // they took before CLOSELOG.
         for i in 0..core.owners[owner].pmcs.len() {

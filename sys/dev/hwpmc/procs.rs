@@ -6,8 +6,9 @@
 //! ([`PidHash::prepare`]) and linked in afterwards.
 
 use kpi::KResult;
+use kpi::hooks::ThreadInfo;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
-use kpi::proc::Pid;
+use kpi::proc::{Pid, Tid};
 use uapi::pmc::{PmcFlags, PmcMode, PmcState};
 use uapi::pmclog::{PmclogBody, PmclogRecord};
 
@@ -33,7 +34,7 @@ pub(crate) struct PmcProcess {
     /// The owner enabled user-mode RDPMC (`PMC_PP_ENABLE_MSR_ACCESS`).
     pub msr_access: bool,
     /// Per-thread state of process sampling PMCs (`struct pmc_thread`).
-    pub threads: KVec<PmcThread>,
+    pub threads: KVec<KBox<PmcThread>>,
 }
 
 /// `struct pmc_thread`: a thread's remaining sampling count per row.
@@ -43,36 +44,76 @@ pub(crate) struct PmcThread {
     pub tid: u32,
     /// Remaining count per row (0: start from the reload count).
     pub vals: KVec<u64>,
+    /// The next descriptor on the free list.
+    next: Option<KBox<PmcThread>>,
 }
 
 impl PmcThread {
-    /// A descriptor for `tid` with `npmc` rows.
-    pub fn new(tid: u32, npmc: u32, wait: Wait) -> KResult<PmcThread> {
-        Ok(PmcThread {
-            tid,
-            vals: KVec::from_fn(npmc as usize, wait, |_| 0)?,
-        })
+    /// A descriptor with `npmc` rows, for the free list or a thread.
+    fn new(npmc: u32, wait: Wait) -> KResult<KBox<PmcThread>> {
+        KBox::try_new(
+            PmcThread {
+                tid: 0,
+                vals: KVec::from_fn(npmc as usize, wait, |_| 0)?,
+                next: None,
+            },
+            wait,
+        )
+    }
+}
+
+/// `pmc_threadfreelist`: thread descriptors kept for reuse, so that a
+/// thread's exit, which the kernel reports with the process's spin lock
+/// held, frees nothing, and most thread creations allocate nothing.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadFreeList {
+    head: Option<KBox<PmcThread>>,
+    entries: u32,
+}
+
+impl ThreadFreeList {
+    fn push(&mut self, mut t: KBox<PmcThread>) {
+        t.next = self.head.take();
+        self.head = Some(t);
+        self.entries += 1;
+    }
+
+    fn pop(&mut self) -> Option<KBox<PmcThread>> {
+        let mut t = self.head.take()?;
+        self.head = t.next.take();
+        self.entries -= 1;
+        Some(t)
+    }
+
+    /// Descriptors on the list.
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+}
+
+impl Drop for ThreadFreeList {
+    fn drop(&mut self) {
+        // Iteratively, not by recursion down the chain.
+        while self.pop().is_some() {}
     }
 }
 
 impl PmcProcess {
     /// The descriptor of thread `tid`.
     pub fn thread_mut(&mut self, tid: u32) -> Option<&mut PmcThread> {
-        self.threads.iter_mut().find(|t| t.tid == tid)
+        self.threads
+            .iter_mut()
+            .find(|t| t.tid == tid)
+            .map(|t| &mut **t)
     }
 
-    /// A descriptor with `npmc` empty slots and a thread descriptor for
-    /// each of `tids`.
-    pub fn new(npmc: u32, tids: &[u32], wait: Wait) -> KResult<PmcProcess> {
-        let mut threads = KVec::with_capacity(tids.len(), wait)?;
-        for &tid in tids {
-            let _ = threads.push_within_capacity(PmcThread::new(tid, npmc, wait)?);
-        }
+    /// A descriptor with `npmc` empty slots and no thread descriptors.
+    pub fn new(npmc: u32, wait: Wait) -> KResult<PmcProcess> {
         Ok(PmcProcess {
             slots: KVec::from_fn(npmc as usize, wait, |_| PpSlot::default())?,
             refcnt: 0,
             msr_access: false,
-            threads,
+            threads: KVec::new(),
         })
     }
 }
@@ -90,7 +131,6 @@ pub(crate) struct Prepared<T>(KBox<Node<T>>);
 
 impl<T> Prepared<T> {
     /// The value, freeing the node.
-    #[cfg(test)]
     pub fn into_value(self) -> T {
         self.0.into_inner().value
     }
@@ -461,47 +501,165 @@ impl Hwpmc {
         Ok(())
     }
 
-    /// PMC_FN_THR_CREATE and PMC_FN_THR_EXIT for a target: its thread
-    /// descriptors follow (`pmc_thread_descriptor_pool`). The new array is
-    /// allocated before the spin lock is taken.
-    pub(crate) fn target_thread(&self, created: bool, tid: kpi::proc::Tid) {
-        // Threads are created and exit within their process.
-        let pid = kpi::proc::curproc();
-        if !Self::uses_pmcs(pid) {
-            return;
+    /// A target descriptor for a process with threads `tids`, their
+    /// descriptors from the free list where it has some
+    /// (`pmc_add_thread_descriptors_from_proc`).
+    pub(crate) fn new_process(&self, tids: &[Tid]) -> KResult<PmcProcess> {
+        let mut pp = PmcProcess::new(self.npmc, Wait::WaitOk)?;
+        pp.threads.try_reserve(tids.len(), Wait::WaitOk)?;
+        for &tid in tids {
+            let t = self.thread_alloc(tid, Wait::WaitOk);
+            match t {
+                Ok(t) => {
+                    let _ = pp.threads.push_within_capacity(t);
+                }
+                Err(e) => {
+                    self.destroy_process(pp);
+                    return Err(e);
+                }
+            }
         }
-        let _core = self.core.lock();
-        let Some(len) = self.procs.lock().get(pid).map(|pp| pp.threads.len()) else {
+        Ok(pp)
+    }
+
+    /// `pmc_destroy_process_descriptor`: its thread descriptors go to the
+    /// free list.
+    pub(crate) fn destroy_process(&self, mut pp: PmcProcess) {
+        while let Some(t) = pp.threads.pop() {
+            self.thread_free(t);
+        }
+    }
+
+    /// A descriptor for thread `tid`: one from the free list
+    /// (`pmc_thread_descriptor_pool_alloc`), else a new one.
+    fn thread_alloc(&self, tid: Tid, wait: Wait) -> KResult<KBox<PmcThread>> {
+        let reused = {
+            let mut list = self.thread_freelist.lock();
+            let t = list.pop();
+            self.knobs
+                .threadfreelist_entries
+                .set(i64::from(list.entries));
+            t
+        };
+        let mut t = match reused {
+            Some(t) => t,
+            None => PmcThread::new(self.npmc, wait)?,
+        };
+        t.tid = tid;
+        t.vals.iter_mut().for_each(|v| *v = 0);
+        Ok(t)
+    }
+
+    /// `pmc_thread_descriptor_pool_free`: a descriptor goes to the free
+    /// list; this frees nothing, so it may run with spin locks held.
+    fn thread_free(&self, t: KBox<PmcThread>) {
+        let mut list = self.thread_freelist.lock();
+        list.push(t);
+        self.knobs
+            .threadfreelist_entries
+            .set(i64::from(list.entries));
+    }
+
+    /// Frees the descriptors on the free list past
+    /// `kern.hwpmc.threadfreelist_max` (FreeBSD's free task), where freeing
+    /// is allowed.
+    pub(crate) fn trim_thread_freelist(&self) {
+        let max = self.knobs.threadfreelist_max.get().max(0);
+        loop {
+            let extra = {
+                let mut list = self.thread_freelist.lock();
+                if i64::from(list.entries) <= max {
+                    break;
+                }
+                let t = list.pop();
+                self.knobs
+                    .threadfreelist_entries
+                    .set(i64::from(list.entries));
+                t
+            };
+            // Freed with no spin lock held.
+            drop(extra);
+        }
+    }
+
+    /// Frees the whole free list (`pmc_thread_descriptor_pool_drain`, at
+    /// unload).
+    pub(crate) fn drain_thread_freelist(&self) {
+        loop {
+            let t = {
+                let mut list = self.thread_freelist.lock();
+                let t = list.pop();
+                self.knobs
+                    .threadfreelist_entries
+                    .set(i64::from(list.entries));
+                t
+            };
+            match t {
+                Some(t) => drop(t),
+                None => break,
+            }
+        }
+    }
+
+    /// `pmc_process_thread_add` (PMC_FN_THR_CREATE): a new thread of a
+    /// target gets a descriptor. The kernel calls this inside an epoch
+    /// section, where nothing may sleep: descriptors come from the free
+    /// list or an `M_NOWAIT` allocation, made before the spin lock; if
+    /// none can be had the thread uses its process's count.
+    pub(crate) fn thread_add(&self, t: &ThreadInfo) {
+        let Some(len) = self.procs.lock().get(t.pid).map(|pp| pp.threads.len()) else {
             return;
         };
-        if created {
-            let Ok(t) = crate::procs::PmcThread::new(tid, self.npmc, Wait::WaitOk) else {
-                return;
-            };
-            let Ok(mut grown) = KVec::with_capacity(len + 1, Wait::WaitOk) else {
-                return;
-            };
+        let Ok(d) = self.thread_alloc(t.tid, Wait::NoWait) else {
+            return;
+        };
+        // Room to grow, doubling so that most creations find some.
+        let mut grown = KVec::with_capacity((len + 1).next_power_of_two(), Wait::NoWait).ok();
+        let (old, unused) = {
             let mut procs = self.procs.lock();
-            let Some(pp) = procs.get_mut(pid) else { return };
-            while !pp.threads.is_empty() {
-                let _ = grown.push_within_capacity(pp.threads.remove(0));
+            match procs.get_mut(t.pid) {
+                None => (None, Some(d)),
+                Some(pp) if pp.threads.spare_capacity() > 0 => {
+                    let _ = pp.threads.push_within_capacity(d);
+                    (None, None)
+                }
+                Some(pp) => match grown.take() {
+                    Some(mut g) if g.capacity() > pp.threads.len() => {
+                        while let Some(x) = pp.threads.pop() {
+                            let _ = g.push_within_capacity(x);
+                        }
+                        let _ = g.push_within_capacity(d);
+                        (Some(core::mem::replace(&mut pp.threads, g)), None)
+                    }
+                    g => {
+                        grown = g;
+                        (None, Some(d))
+                    }
+                },
             }
-            let _ = grown.push_within_capacity(t);
-            let old = core::mem::replace(&mut pp.threads, grown);
-            drop(procs);
-            drop(old);
-        } else {
-            let gone = {
-                let mut procs = self.procs.lock();
-                let pp = procs.get_mut(pid);
-                pp.and_then(|pp| {
-                    pp.threads
-                        .iter()
-                        .position(|t| t.tid == tid)
-                        .map(|i| pp.threads.swap_remove(i))
-                })
-            };
-            drop(gone);
+        };
+        // Freed, or put back, with no spin lock held.
+        drop((old, grown));
+        if let Some(d) = unused {
+            self.thread_free(d);
+        }
+    }
+
+    /// `pmc_process_thread_delete` (PMC_FN_THR_EXIT): the thread's
+    /// descriptor goes to the free list. The kernel calls this with the
+    /// process's spin lock held: nothing here sleeps or frees.
+    pub(crate) fn thread_delete(&self, tid: Tid) {
+        // Threads exit in their own process.
+        let pid = kpi::proc::curproc();
+        let gone = {
+            let mut procs = self.procs.lock();
+            procs.get_mut(pid).and_then(|pp| {
+                let i = pp.threads.iter().position(|t| t.tid == tid)?;
+                Some(pp.threads.swap_remove(i))
+            })
+        };
+        if let Some(t) = gone {
+            self.thread_free(t);
         }
     }
 
@@ -528,6 +686,8 @@ impl Hwpmc {
         if let Some(o) = Self::owner_index(&core, pid) {
             self.remove_owner_at(&mut core, o);
         }
+        drop(core);
+        self.trim_thread_freelist();
     }
 }
 

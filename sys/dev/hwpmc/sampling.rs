@@ -65,8 +65,8 @@ impl Ring {
     }
 }
 
-/// Statistics beyond `struct pmc_op_getdriverstats`, exported as
-/// sysctls only.
+/// What became of the samples, for tests and the random harness (not
+/// FreeBSD's; it has no such counts).
 #[derive(Debug, Default)]
 pub struct SampleStats {
     /// Samples recorded in a ring.
@@ -75,8 +75,6 @@ pub struct SampleStats {
     pub logged: kpi::atomic::AtomicU64,
     /// Samples taken but not logged.
     pub unlogged: kpi::atomic::AtomicU64,
-    /// User call chains merged into samples at the return to user mode.
-    pub merges: kpi::atomic::AtomicU64,
 }
 
 impl Hwpmc {
@@ -92,7 +90,7 @@ impl Hwpmc {
         };
         let mut r = rings[ring].lock();
         if r.count == r.meta.len() {
-            self.stats.intr_bufferfull.fetch_add(1, Ordering::Relaxed);
+            self.stats.intr_bufferfull.add(1);
             pm.update(|v| v.dropped += 1);
             return false;
         }
@@ -173,7 +171,7 @@ impl Hwpmc {
                         kpi::stack::user_callchain(&mut r.pcs[i * depth + start..(i + 1) * depth]);
                     r.meta[i].npc = (start + got).max(r.meta[i].npc.min(1));
                     r.meta[i].pending = false;
-                    self.sample_stats.merges.fetch_add(1, Ordering::Relaxed);
+                    self.stats.merges.add(1);
                 }
                 i = (i + 1) % n;
             }
@@ -188,7 +186,7 @@ impl Hwpmc {
         let Some(rings) = self.rings.get(cpu as usize) else {
             return;
         };
-        self.stats.log_sweeps.fetch_add(1, Ordering::Relaxed);
+        self.stats.log_sweeps.add(1);
         for ring in rings.iter() {
             let mut r = ring.lock();
             let (n, depth) = (r.meta.len(), r.depth);
@@ -222,6 +220,10 @@ impl Hwpmc {
                         kpi::kern_pmc::set_cpu_sampled(cpu);
                         break;
                     }
+                    // Its user call chain is given up on (FreeBSD counts
+                    // it so and drops the sample; it is logged here with
+                    // what it has).
+                    self.stats.overwrites.add(1);
                 }
                 let meta = core::mem::take(&mut r.meta[i]);
                 r.tail = (i + 1) % n;

@@ -1,10 +1,58 @@
 //! The kernel's calls into hwpmc: `pmc_hook` (context switches, exec,
 //! software events, threads) and the process_fork / process_exit event
 //! handlers.
+//!
+//! The kernel calls each hook only under its own condition (sys/kern):
+//! the context-switch hooks, PMC_FN_THR_CREATE and PMC_FN_THR_EXIT for
+//! processes with `P_HWPMC`; the *_LOG hooks for other processes only
+//! while its `pmc_ss_count` ([`crate::kern_pmc::pmc_ss_count`]) is
+//! non-zero; PMC_FN_PROCESS_EXEC when either holds.
 
 use crate::malloc::KBox;
 
 use crate::proc::{Pid, Tid};
+
+/// `MAXCOMLEN`: the longest command or thread name.
+pub const MAXCOMLEN: usize = 19;
+
+/// A command or thread name (`p_comm`, `td_name`), cut to [`MAXCOMLEN`]
+/// bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Comm {
+    bytes: [u8; MAXCOMLEN],
+    len: u8,
+}
+
+impl Comm {
+    /// A name from `name`, cut to [`MAXCOMLEN`] bytes and at a NUL.
+    pub fn new(name: &[u8]) -> Comm {
+        let name = name.split(|&b| b == 0).next().unwrap_or(&[]);
+        let len = name.len().min(MAXCOMLEN);
+        let mut bytes = [0; MAXCOMLEN];
+        bytes[..len].copy_from_slice(&name[..len]);
+        Comm {
+            bytes,
+            len: len as u8,
+        }
+    }
+    /// The name.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+/// What the thread hooks read of a thread and its process when called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// `td_tid`.
+    pub tid: Tid,
+    /// `td_proc->p_pid`.
+    pub pid: Pid,
+    /// `td_proc->p_flag`.
+    pub flags: u32,
+    /// `td_name`.
+    pub name: Comm,
+}
 
 /// A `pmc_hook` call; the thread it concerns is [`crate::proc::curthread`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,15 +78,41 @@ pub enum Hook {
         /// CPU.
         cpu: u32,
     },
-    /// PMC_FN_THR_CREATE.
+    /// PMC_FN_THR_CREATE: a thread of a process using PMCs was created
+    /// (the hook runs in its creator).
     ThrCreate {
-        /// The new thread (the hook may run in its creator).
-        tid: Tid,
+        /// The new thread.
+        thread: ThreadInfo,
     },
-    /// PMC_FN_THR_EXIT.
+    /// PMC_FN_THR_EXIT: a thread of a process using PMCs exits; the
+    /// kernel holds the process's spin lock.
     ThrExit {
         /// The exiting thread.
         tid: Tid,
+    },
+    /// PMC_FN_THR_CREATE_LOG: with system-wide sampling active, a thread
+    /// of a process not using PMCs was created, or any thread was renamed
+    /// (thr_set_name), or a kernel thread was created.
+    ThrCreateLog {
+        /// The thread.
+        thread: ThreadInfo,
+    },
+    /// PMC_FN_THR_EXIT_LOG: with system-wide sampling active, a thread of
+    /// a process not using PMCs exits; the kernel may hold the process's
+    /// spin lock.
+    ThrExitLog {
+        /// The exiting thread.
+        tid: Tid,
+    },
+    /// PMC_FN_PROC_CREATE_LOG: with system-wide sampling active, a kernel
+    /// process was created (kproc_create).
+    ProcCreateLog {
+        /// The new process.
+        pid: Pid,
+        /// Its `p_flag`.
+        flags: u32,
+        /// Its `p_comm`.
+        comm: Comm,
     },
     /// PMC_FN_USER_CALLCHAIN(_SOFT): the thread returns to user mode with
     /// the AST it asked for ([`crate::proc::request_userret`]).

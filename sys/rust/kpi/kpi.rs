@@ -230,6 +230,22 @@ pub mod kern_pmc {
     pub fn kernel_objects(wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {
         super::backend::kernel_objects(wait)
     }
+    /// `atomic_add_rel_int(&pmc_ss_count, delta)`: hwpmc counts in the
+    /// kernel's `pmc_ss_count` the owners of running system-wide sampling
+    /// PMCs (+1 at an owner's first, -1 after its last); the kernel calls
+    /// the *_LOG hooks and PMC_FN_PROCESS_EXEC for every process while it
+    /// is non-zero (`PMC_SYSTEM_SAMPLING_ACTIVE()`).
+    pub fn pmc_ss_count_add(delta: i32) {
+        super::backend::pmc_ss_count_add(delta);
+    }
+    /// `pmc_ss_count`, read now.
+    pub fn pmc_ss_count() -> i32 {
+        super::backend::pmc_ss_count()
+    }
+    /// `pmc_ss_count = 0`, as hwpmc's load does.
+    pub fn pmc_ss_count_reset() {
+        super::backend::pmc_ss_count_reset();
+    }
     /// Tells hardclock that `cpu` has samples to process
     /// (`DPCPU_SET(pmc_sampled, 1)`), which makes it call the hook with
     /// [`crate::hooks::Hook::DoSamples`].

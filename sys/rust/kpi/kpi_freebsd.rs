@@ -13,7 +13,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::errno::{EDOOFUS, EINVAL, ESRCH, Errno, KResult};
-use crate::hooks::{EventFn, Hook, HookFn, KernelEvent};
+use crate::hooks::{Comm, EventFn, Hook, HookFn, KernelEvent, MAXCOMLEN, ThreadInfo};
 use crate::malloc::{KBox, KVec, Wait};
 use crate::proc::{ProcSnapshot, ProcState};
 
@@ -461,11 +461,6 @@ pub fn copyout(data: &[u8], uaddr: u64) -> KResult<()> {
     errno_result(unsafe { sys::kpi_copyout(data.as_ptr().cast(), uaddr, data.len()) })
 }
 
-pub fn kenv_int(name: &str) -> Option<i64> {
-    let mut v = 0i64;
-    // SAFETY: a name by length and one writable integer.
-    (unsafe { sys::kpi_kenv_int(name.as_ptr().cast(), name.len(), &mut v) } == 0).then_some(v)
-}
 pub fn kenv_str(name: &str, wait: Wait) -> KResult<Option<KVec<u8>>> {
     let mut buf = KVec::zeroed(256, wait)?;
     // SAFETY: a name by length and `buf.len()` writable bytes.
@@ -486,18 +481,84 @@ pub fn kenv_str(name: &str, wait: Wait) -> KResult<Option<KVec<u8>>> {
     }
     Ok(Some(buf))
 }
-pub fn sysctl_int(name: &str) -> Option<i64> {
-    let mut v = 0i64;
-    // SAFETY: as kenv_int.
-    (unsafe { sys::kpi_sysctl_int(name.as_ptr().cast(), name.len(), &mut v) } == 0).then_some(v)
+/// A declared int oid: its entry in the glue's `kpi_module_knobs`.
+#[derive(Debug)]
+pub struct IntHandle(*const sys::kpi_knob);
+/// A declared counter oid: its entry in the glue's `kpi_module_knobs`.
+#[derive(Debug)]
+pub struct CounterHandle(*const sys::kpi_knob);
+// SAFETY: entries of a constant table that lives as long as the module;
+// the glue reads and updates their variables with atomic operations or
+// counter(9), safe from any thread.
+unsafe impl Send for IntHandle {}
+// SAFETY: as above.
+unsafe impl Sync for IntHandle {}
+// SAFETY: as above.
+unsafe impl Send for CounterHandle {}
+// SAFETY: as above.
+unsafe impl Sync for CounterHandle {}
+
+fn knob_kind(kind: crate::sysctl::SysctlType) -> c_int {
+    use crate::sysctl::SysctlType as T;
+    (match kind {
+        T::Node => sys::KPI_KNOB_NODE,
+        T::Int => sys::KPI_KNOB_INT,
+        T::Counter => sys::KPI_KNOB_COUNTER,
+        T::String => sys::KPI_KNOB_STRING,
+    }) as c_int
 }
-pub fn sysctl_publish(name: &str, value: i64) {
-    // SAFETY: a name by length.
-    unsafe { sys::kpi_sysctl_publish(name.as_ptr().cast(), name.len(), value) }
+
+fn knob_find(name: &str, kind: crate::sysctl::SysctlType) -> KResult<*const sys::kpi_knob> {
+    // SAFETY: a name by length; the glue's table is constant.
+    let k = unsafe { sys::kpi_knob_find(name.as_ptr().cast(), name.len(), knob_kind(kind)) };
+    if k.is_null() {
+        Err(crate::errno::ENOENT)
+    } else {
+        Ok(k)
+    }
 }
-pub fn sysctl_remove(name: &str) {
+
+/// The oids are the glue's static declarations, registered by the kernel
+/// linker: only checked here.
+pub fn sysctl_declare(d: &crate::sysctl::SysctlDecl) -> KResult<()> {
+    knob_find(d.name, d.kind).map(drop).inspect_err(|_| {
+        let mut line = crate::LineBuf::<128>::new();
+        let _ = core::fmt::Write::write_fmt(
+            &mut line,
+            format_args!("kpi: the module's glue does not declare sysctl {}", d.name),
+        );
+        printf(line.as_str());
+    })
+}
+pub fn sysctl_undeclare(_d: &crate::sysctl::SysctlDecl) {}
+pub fn int_knob(name: &str) -> KResult<IntHandle> {
+    knob_find(name, crate::sysctl::SysctlType::Int).map(IntHandle)
+}
+pub fn int_knob_get(h: &IntHandle) -> i64 {
+    // SAFETY: an entry of the glue's table.
+    unsafe { sys::kpi_knob_int_get(h.0) }.into()
+}
+pub fn int_knob_set(h: &IntHandle, v: i64) {
+    // SAFETY: as above; kpi::sysctl cut the value to an int.
+    unsafe { sys::kpi_knob_int_set(h.0, v as c_int) }
+}
+pub fn counter_attach(name: &str) -> KResult<CounterHandle> {
+    let k = knob_find(name, crate::sysctl::SysctlType::Counter)?;
+    // SAFETY: an entry of the glue's table; counter_u64_alloc(M_WAITOK).
+    unsafe { sys::kpi_knob_counter_alloc(k) };
+    Ok(CounterHandle(k))
+}
+pub fn counter_add(h: &CounterHandle, n: u64) {
+    // SAFETY: a counter allocated by counter_attach, freed only at detach.
+    unsafe { sys::kpi_knob_counter_add(h.0, n) }
+}
+pub fn counter_fetch(h: &CounterHandle) -> u64 {
     // SAFETY: as above.
-    unsafe { sys::kpi_sysctl_remove(name.as_ptr().cast(), name.len()) }
+    unsafe { sys::kpi_knob_counter_fetch(h.0) }
+}
+pub fn counter_detach(h: &CounterHandle) {
+    // SAFETY: the counter counter_attach allocated; no longer used.
+    unsafe { sys::kpi_knob_counter_free(h.0) }
 }
 
 // Handlers handed to the glue live in leaked boxes, found again here to
@@ -595,6 +656,24 @@ pub fn syscall_deregister(num: u32) {
     }
 }
 
+/// A name the glue copied with strlcpy.
+fn comm(name: &[c_char]) -> Comm {
+    let mut bytes = [0u8; MAXCOMLEN];
+    for (b, c) in bytes.iter_mut().zip(name) {
+        *b = *c as u8;
+    }
+    Comm::new(&bytes)
+}
+
+fn thread_info(c: &sys::kpi_hook_args) -> ThreadInfo {
+    ThreadInfo {
+        tid: c.tid,
+        pid: c.pid,
+        flags: c.flags,
+        name: comm(&c.name),
+    }
+}
+
 unsafe extern "C" fn hook_trampoline(arg: *mut c_void, call: *const sys::kpi_hook_args) -> c_int {
     // SAFETY: `arg` is the HookFn box registered below; `call` is the
     // glue's decoded hook call.
@@ -611,8 +690,19 @@ unsafe extern "C" fn hook_trampoline(arg: *mut c_void, call: *const sys::kpi_hoo
             ev: c.ev,
             cpu: c.cpu,
         },
-        sys::KPI_HOOK_THR_CREATE => Hook::ThrCreate { tid: c.tid },
+        sys::KPI_HOOK_THR_CREATE => Hook::ThrCreate {
+            thread: thread_info(c),
+        },
         sys::KPI_HOOK_THR_EXIT => Hook::ThrExit { tid: c.tid },
+        sys::KPI_HOOK_THR_CREATE_LOG => Hook::ThrCreateLog {
+            thread: thread_info(c),
+        },
+        sys::KPI_HOOK_THR_EXIT_LOG => Hook::ThrExitLog { tid: c.tid },
+        sys::KPI_HOOK_PROC_CREATE_LOG => Hook::ProcCreateLog {
+            pid: c.pid,
+            flags: c.flags,
+            comm: comm(&c.name),
+        },
         sys::KPI_HOOK_USER_RET => Hook::UserRet,
         sys::KPI_HOOK_DO_SAMPLES => Hook::DoSamples,
         sys::KPI_HOOK_MMAP => Hook::Mmap { addr: c.base },
@@ -690,6 +780,18 @@ pub fn eventhandler_deregister(tag: u64) {
 pub fn pmc_kernel_version() -> u32 {
     // SAFETY: no arguments.
     unsafe { sys::kpi_pmc_kernel_version() }
+}
+pub fn pmc_ss_count_add(delta: i32) {
+    // SAFETY: a plain value; the glue changes the kernel's count atomically.
+    unsafe { sys::kpi_pmc_ss_count_add(delta) }
+}
+pub fn pmc_ss_count() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { sys::kpi_pmc_ss_count() }
+}
+pub fn pmc_ss_count_reset() {
+    // SAFETY: no arguments.
+    unsafe { sys::kpi_pmc_ss_count_reset() }
 }
 pub fn pmc_module_version() -> u32 {
     // SAFETY: no arguments.

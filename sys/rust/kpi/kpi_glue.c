@@ -21,6 +21,7 @@
 #include <sys/ucred.h>
 #include <sys/signalvar.h>
 #include <sys/sysctl.h>
+#include <sys/counter.h>
 #include <sys/eventhandler.h>
 #include <sys/linker.h>
 #include <sys/kthread.h>
@@ -85,12 +86,9 @@ extern int pmc_syscall_num;
 
 /*
  * pmc_cpuid and kern.hwpmc.cpuid belong to the hwpmc module, not to the
- * kernel (hwpmc_mod.c defines them; its MD code fills the string).
+ * kernel: hwpmc_glue.c declares them (hwpmc_mod.c does in FreeBSD) and
+ * kpi_pmc_cpuid_init() below, the MD part, fills the string.
  */
-char pmc_cpuid[PMC_CPUID_LEN];
-SYSCTL_DECL(_kern_hwpmc);
-SYSCTL_STRING(_kern_hwpmc, OID_AUTO, cpuid, CTLFLAG_RD, pmc_cpuid, 0,
-    "cpu version string");
 
 #define	KPI_NAME_MAX	64	/* sysctl leaf names, kenv names */
 #define	KPI_KENV_MAX	128	/* KENV_MNAMELEN */
@@ -753,21 +751,6 @@ kpi_copyout(const void *kaddr, uint64_t uaddr, size_t len)
  */
 
 int
-kpi_kenv_int(const char *name, size_t len, int64_t *value)
-{
-	char buf[KPI_KENV_MAX];
-	quad_t q;
-	int error;
-
-	if ((error = kpi_cstr(buf, sizeof(buf), name, len)) != 0)
-		return (error);
-	if (getenv_quad(buf, &q) == 0)
-		return (ENOENT);
-	*value = q;
-	return (0);
-}
-
-int
 kpi_kenv_str(const char *name, size_t namelen, char *buf, size_t len)
 {
 	char kname[KPI_KENV_MAX];
@@ -784,33 +767,83 @@ kpi_kenv_str(const char *name, size_t namelen, char *buf, size_t len)
 }
 
 /*
- * The integers and strings published under kern.hwpmc: fixed tables
- * under one sx lock, their oids in a context freed at module unload.
+ * The module's own oids: its glue declares them and lists their
+ * variables in kpi_module_knobs[].
+ */
+const struct kpi_knob *
+kpi_knob_find(const char *name, size_t len, int kind)
+{
+	const struct kpi_knob *k;
+	size_t i;
+
+	for (i = 0; i < kpi_module_nknobs; i++) {
+		k = &kpi_module_knobs[i];
+		if (k->kind == kind && strlen(k->name) == len &&
+		    memcmp(k->name, name, len) == 0)
+			return (k);
+	}
+	return (NULL);
+}
+
+int
+kpi_knob_int_get(const struct kpi_knob *k)
+{
+	return (atomic_load_int((volatile u_int *)k->var));
+}
+
+void
+kpi_knob_int_set(const struct kpi_knob *k, int value)
+{
+	atomic_store_int((volatile u_int *)k->var, (u_int)value);
+}
+
+void
+kpi_knob_counter_alloc(const struct kpi_knob *k)
+{
+	*(counter_u64_t *)k->var = counter_u64_alloc(M_WAITOK);
+}
+
+void
+kpi_knob_counter_free(const struct kpi_knob *k)
+{
+	counter_u64_t c;
+
+	c = *(counter_u64_t *)k->var;
+	*(counter_u64_t *)k->var = NULL;
+	if (c != NULL)
+		counter_u64_free(c);
+}
+
+void
+kpi_knob_counter_add(const struct kpi_knob *k, uint64_t n)
+{
+	counter_u64_add(*(counter_u64_t *)k->var, n);
+}
+
+uint64_t
+kpi_knob_counter_fetch(const struct kpi_knob *k)
+{
+	return (counter_u64_fetch(*(counter_u64_t *)k->var));
+}
+
+/*
+ * The strings under kern.hwpmc that the driver's handlers serve: their
+ * values and handlers in a fixed table under one sx lock, which a write
+ * holds across its handler so that removal waits for it.
  */
 #define	KPI_SYSCTL_PREFIX	"kern.hwpmc."
-#define	KPI_NSYSCTL_INT		32
 #define	KPI_NSYSCTL_STR		8
 #define	KPI_SYSCTL_STRLEN	256
-
-struct kpi_sysctl_int {
-	char			name[KPI_NAME_MAX];	/* leaf; "" if free */
-	int64_t			value;
-	struct sysctl_oid	*oid;
-};
 
 struct kpi_sysctl_str {
 	char			name[KPI_NAME_MAX];	/* leaf; "" if free */
 	char			value[KPI_SYSCTL_STRLEN];
 	kpi_sysctl_str_handler_t *handler;
 	void			*arg;
-	struct sysctl_oid	*oid;
-	bool			removing;
 };
 
 static struct sx kpi_sysctl_sx;
 SX_SYSINIT(kpi_sysctl, &kpi_sysctl_sx, "kpi sysctl");
-static struct sysctl_ctx_list kpi_sysctl_ctx;
-static struct kpi_sysctl_int kpi_sysctl_ints[KPI_NSYSCTL_INT];
 static struct kpi_sysctl_str kpi_sysctl_strs[KPI_NSYSCTL_STR];
 
 /* The leaf name under kern.hwpmc, or an error for any other name. */
@@ -833,23 +866,10 @@ kpi_sysctl_leaf(char *leaf, const char *name, size_t len)
 	return (0);
 }
 
-static struct kpi_sysctl_int *
-kpi_sysctl_int_find(const char *leaf)
-{
-	int i;
-
-	sx_assert(&kpi_sysctl_sx, SA_LOCKED);
-	for (i = 0; i < KPI_NSYSCTL_INT; i++)
-		if (strcmp(kpi_sysctl_ints[i].name, leaf) == 0)
-			return (&kpi_sysctl_ints[i]);
-	return (NULL);
-}
-
 int
 kpi_sysctl_int(const char *name, size_t len, int64_t *value)
 {
-	char buf[KPI_KENV_MAX], leaf[KPI_NAME_MAX];
-	struct kpi_sysctl_int *e;
+	char buf[KPI_KENV_MAX];
 	union {
 		int	i;
 		int64_t	q;
@@ -857,16 +877,6 @@ kpi_sysctl_int(const char *name, size_t len, int64_t *value)
 	size_t olen;
 	int error;
 
-	/* Our own knobs are answered from the table. */
-	if (kpi_sysctl_leaf(leaf, name, len) == 0) {
-		sx_slock(&kpi_sysctl_sx);
-		if ((e = kpi_sysctl_int_find(leaf)) != NULL) {
-			*value = e->value;
-			sx_sunlock(&kpi_sysctl_sx);
-			return (0);
-		}
-		sx_sunlock(&kpi_sysctl_sx);
-	}
 	if ((error = kpi_cstr(buf, sizeof(buf), name, len)) != 0)
 		return (error);
 	olen = sizeof(v);
@@ -884,106 +894,6 @@ kpi_sysctl_int(const char *name, size_t len, int64_t *value)
 	return (0);
 }
 
-void
-kpi_sysctl_publish(const char *name, size_t len, int64_t value)
-{
-	char leaf[KPI_NAME_MAX];
-	struct kpi_sysctl_int *e;
-
-	if (kpi_sysctl_leaf(leaf, name, len) != 0)
-		return;
-	sx_xlock(&kpi_sysctl_sx);
-	if ((e = kpi_sysctl_int_find(leaf)) != NULL) {
-		e->value = value;
-	} else if ((e = kpi_sysctl_int_find("")) != NULL) {
-		strlcpy(e->name, leaf, sizeof(e->name));
-		e->value = value;
-		e->oid = SYSCTL_ADD_S64(&kpi_sysctl_ctx,
-		    SYSCTL_STATIC_CHILDREN(_kern_hwpmc), OID_AUTO, e->name,
-		    CTLFLAG_RW | CTLFLAG_MPSAFE, &e->value, 0, "hwpmc knob");
-		if (e->oid == NULL)
-			e->name[0] = '\0';
-	}
-	sx_xunlock(&kpi_sysctl_sx);
-}
-
-/*
- * Takes the oid out of its slot and removes it; whoever takes it removes
- * it, once.  Called and returns with kpi_sysctl_sx held exclusively, but
- * drops it meanwhile: removal waits for the oid's running handlers and
- * readers, after which the caller may free the slot.  False when there
- * was no oid (another thread is removing it).
- */
-static bool
-kpi_sysctl_oid_remove(struct sysctl_oid **oidp)
-{
-	struct sysctl_oid *oid;
-
-	sx_assert(&kpi_sysctl_sx, SA_XLOCKED);
-	if ((oid = *oidp) == NULL)
-		return (false);
-	*oidp = NULL;
-	sysctl_ctx_entry_del(&kpi_sysctl_ctx, oid);
-	sx_xunlock(&kpi_sysctl_sx);
-	sysctl_remove_oid(oid, 1, 0);
-	sx_xlock(&kpi_sysctl_sx);
-	return (true);
-}
-
-void
-kpi_sysctl_remove(const char *name, size_t len)
-{
-	char leaf[KPI_NAME_MAX];
-	struct kpi_sysctl_int *e;
-
-	if (kpi_sysctl_leaf(leaf, name, len) != 0)
-		return;
-	sx_xlock(&kpi_sysctl_sx);
-	if ((e = kpi_sysctl_int_find(leaf)) != NULL &&
-	    kpi_sysctl_oid_remove(&e->oid))
-		e->name[0] = '\0';
-	sx_xunlock(&kpi_sysctl_sx);
-}
-
-static int
-kpi_sysctl_str_proc(SYSCTL_HANDLER_ARGS)
-{
-	struct kpi_sysctl_str *s;
-	kpi_sysctl_str_handler_t *handler;
-	void *harg;
-	char *buf;
-	int error;
-
-	s = arg1;
-	buf = malloc(KPI_SYSCTL_STRLEN, M_TEMP, M_WAITOK | M_ZERO);
-	sx_slock(&kpi_sysctl_sx);
-	if (s->removing) {
-		sx_sunlock(&kpi_sysctl_sx);
-		free(buf, M_TEMP);
-		return (ENOENT);
-	}
-	strlcpy(buf, s->value, KPI_SYSCTL_STRLEN);
-	handler = s->handler;
-	harg = s->arg;
-	sx_sunlock(&kpi_sysctl_sx);
-
-	/*
-	 * No lock across the copy and the handler: removal waits for this
-	 * oid's running handlers, so the handler stays valid meanwhile.
-	 */
-	error = sysctl_handle_string(oidp, buf, KPI_SYSCTL_STRLEN, req);
-	if (error == 0 && req->newptr != NULL) {
-		error = handler(harg, buf, strnlen(buf, KPI_SYSCTL_STRLEN));
-		if (error == 0) {
-			sx_xlock(&kpi_sysctl_sx);
-			strlcpy(s->value, buf, sizeof(s->value));
-			sx_xunlock(&kpi_sysctl_sx);
-		}
-	}
-	free(buf, M_TEMP);
-	return (error);
-}
-
 static struct kpi_sysctl_str *
 kpi_sysctl_str_find(const char *leaf)
 {
@@ -996,33 +906,60 @@ kpi_sysctl_str_find(const char *leaf)
 	return (NULL);
 }
 
-void
+int
+kpi_sysctl_str_proc(SYSCTL_HANDLER_ARGS)
+{
+	struct kpi_sysctl_str *s;
+	char *buf;
+	int error;
+
+	buf = malloc(KPI_SYSCTL_STRLEN, M_TEMP, M_WAITOK | M_ZERO);
+	sx_xlock(&kpi_sysctl_sx);
+	s = kpi_sysctl_str_find(oidp->oid_name);
+	if (s == NULL || s->handler == NULL) {
+		/* No driver attached (loading or unloading). */
+		sx_xunlock(&kpi_sysctl_sx);
+		free(buf, M_TEMP);
+		return (ENOENT);
+	}
+	strlcpy(buf, s->value, KPI_SYSCTL_STRLEN);
+	error = sysctl_handle_string(oidp, buf, KPI_SYSCTL_STRLEN, req);
+	if (error == 0 && req->newptr != NULL) {
+		error = s->handler(s->arg, buf, strnlen(buf, KPI_SYSCTL_STRLEN));
+		if (error == 0)
+			strlcpy(s->value, buf, sizeof(s->value));
+	}
+	sx_xunlock(&kpi_sysctl_sx);
+	free(buf, M_TEMP);
+	return (error);
+}
+
+int
 kpi_sysctl_str_register(const char *name, size_t namelen, const char *value,
     size_t valuelen, kpi_sysctl_str_handler_t *handler, void *arg)
 {
 	char leaf[KPI_NAME_MAX];
 	struct kpi_sysctl_str *s;
+	int error;
 
-	if (kpi_sysctl_leaf(leaf, name, namelen) != 0)
-		return;
+	if (kpi_knob_find(name, namelen, KPI_KNOB_STRING) == NULL)
+		return (ENOENT);
+	if ((error = kpi_sysctl_leaf(leaf, name, namelen)) != 0)
+		return (error);
 	sx_xlock(&kpi_sysctl_sx);
-	if (kpi_sysctl_str_find(leaf) == NULL &&
-	    (s = kpi_sysctl_str_find("")) != NULL) {
-		strlcpy(s->name, leaf, sizeof(s->name));
-		/* An over-long initial value is cut, never overrun. */
-		memcpy(s->value, value, MIN(valuelen, sizeof(s->value) - 1));
-		s->value[MIN(valuelen, sizeof(s->value) - 1)] = '\0';
-		s->handler = handler;
-		s->arg = arg;
-		s->removing = false;
-		s->oid = SYSCTL_ADD_PROC(&kpi_sysctl_ctx,
-		    SYSCTL_STATIC_CHILDREN(_kern_hwpmc), OID_AUTO, s->name,
-		    CTLTYPE_STRING | CTLFLAG_RW | CTLFLAG_MPSAFE, s, 0,
-		    kpi_sysctl_str_proc, "A", "hwpmc knob");
-		if (s->oid == NULL)
-			s->name[0] = '\0';
+	if ((s = kpi_sysctl_str_find(leaf)) == NULL &&
+	    (s = kpi_sysctl_str_find("")) == NULL) {
+		sx_xunlock(&kpi_sysctl_sx);
+		return (ENOSPC);
 	}
+	strlcpy(s->name, leaf, sizeof(s->name));
+	/* An over-long initial value is cut, never overrun. */
+	memcpy(s->value, value, MIN(valuelen, sizeof(s->value) - 1));
+	s->value[MIN(valuelen, sizeof(s->value) - 1)] = '\0';
+	s->handler = handler;
+	s->arg = arg;
 	sx_xunlock(&kpi_sysctl_sx);
+	return (0);
 }
 
 void
@@ -1033,15 +970,12 @@ kpi_sysctl_str_remove(const char *name, size_t len)
 
 	if (kpi_sysctl_leaf(leaf, name, len) != 0)
 		return;
+	/* Waits for a write in progress, which holds the lock. */
 	sx_xlock(&kpi_sysctl_sx);
 	if ((s = kpi_sysctl_str_find(leaf)) != NULL) {
-		/* Handlers that start from now on refuse to run. */
-		s->removing = true;
-		if (kpi_sysctl_oid_remove(&s->oid)) {
-			s->handler = NULL;
-			s->arg = NULL;
-			s->name[0] = '\0';
-		}
+		s->handler = NULL;
+		s->arg = NULL;
+		s->name[0] = '\0';
 	}
 	sx_xunlock(&kpi_sysctl_sx);
 }
@@ -1132,6 +1066,7 @@ kpi_pmc_hook(struct thread *td, int function, void *arg)
 	struct pmckern_soft *ks;
 	struct pmckern_map_in *mi;
 	struct pmckern_map_out *mo;
+	struct proc *p;
 	u_int cpu;
 	int error;
 
@@ -1162,13 +1097,33 @@ kpi_pmc_hook(struct thread *td, int function, void *arg)
 		atomic_store_ptr(&kpi_soft_tf[cpu], NULL);
 		return (error);
 	case PMC_FN_THR_CREATE:
-		/* Called by the creator, about the new thread td. */
-		call.hook = KPI_HOOK_THR_CREATE;
+	case PMC_FN_THR_CREATE_LOG:
+		/*
+		 * Called by the creator, about the new thread td (or, from
+		 * thr_set_name(2), about a renamed one).  Unlocked reads of
+		 * p_flag and td_name, as hwpmc's log records make.
+		 */
+		call.hook = function == PMC_FN_THR_CREATE ?
+		    KPI_HOOK_THR_CREATE : KPI_HOOK_THR_CREATE_LOG;
 		call.tid = td->td_tid;
+		call.pid = td->td_proc->p_pid;
+		call.flags = td->td_proc->p_flag;
+		strlcpy(call.name, td->td_name, sizeof(call.name));
 		break;
 	case PMC_FN_THR_EXIT:
-		call.hook = KPI_HOOK_THR_EXIT;
+	case PMC_FN_THR_EXIT_LOG:
+		/* With the process's spin lock held (thread_exit()). */
+		call.hook = function == PMC_FN_THR_EXIT ?
+		    KPI_HOOK_THR_EXIT : KPI_HOOK_THR_EXIT_LOG;
 		call.tid = td->td_tid;
+		break;
+	case PMC_FN_PROC_CREATE_LOG:
+		/* kproc_create(): arg is the new process. */
+		p = arg;
+		call.hook = KPI_HOOK_PROC_CREATE_LOG;
+		call.pid = p->p_pid;
+		call.flags = p->p_flag;
+		strlcpy(call.name, p->p_comm, sizeof(call.name));
 		break;
 	case PMC_FN_USER_CALLCHAIN:
 	case PMC_FN_USER_CALLCHAIN_SOFT:
@@ -1378,6 +1333,28 @@ uint32_t
 kpi_pmc_kernel_version(void)
 {
 	return ((uint32_t)pmc_kernel_version);
+}
+
+void
+kpi_pmc_ss_count_add(int delta)
+{
+	if (delta >= 0)
+		atomic_add_rel_int((volatile u_int *)&pmc_ss_count, delta);
+	else
+		atomic_subtract_rel_int((volatile u_int *)&pmc_ss_count,
+		    -delta);
+}
+
+int
+kpi_pmc_ss_count(void)
+{
+	return ((int)atomic_load_acq_int((volatile u_int *)&pmc_ss_count));
+}
+
+void
+kpi_pmc_ss_count_reset(void)
+{
+	atomic_store_rel_int((volatile u_int *)&pmc_ss_count, 0);
 }
 
 uint32_t
@@ -1948,22 +1925,3 @@ kpi_kernel_objects(struct kpi_mapping *maps, uint32_t nmaps)
 	free(kmbase, M_LINKER);
 	return (n);
 }
-
-/*
- * Module setup and teardown of this file's own state.
- */
-
-static void
-kpi_glue_init(void *arg __unused)
-{
-	sysctl_ctx_init(&kpi_sysctl_ctx);
-}
-SYSINIT(kpi_glue, SI_SUB_DRIVERS, SI_ORDER_FIRST, kpi_glue_init, NULL);
-
-static void
-kpi_glue_fini(void *arg __unused)
-{
-	/* Knobs the module left behind must not outlive its memory. */
-	sysctl_ctx_free(&kpi_sysctl_ctx);
-}
-SYSUNINIT(kpi_glue, SI_SUB_DRIVERS, SI_ORDER_FIRST, kpi_glue_fini, NULL);

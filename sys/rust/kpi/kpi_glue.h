@@ -93,23 +93,51 @@ int	kpi_copyin(uint64_t uaddr, void *kaddr, size_t len);
 int	kpi_copyout(const void *kaddr, uint64_t uaddr, size_t len);
 
 /* Tunables (kenv) and sysctls. */
-int	kpi_kenv_int(const char *name, size_t len, int64_t *value);
 /* The length of the value, or -1; at most len - 1 bytes and a NUL. */
 int	kpi_kenv_str(const char *name, size_t namelen, char *buf, size_t len);
 int	kpi_sysctl_int(const char *name, size_t len, int64_t *value);
-/* A read-write 64-bit integer under kern.hwpmc, kept by this glue. */
-void	kpi_sysctl_publish(const char *name, size_t len, int64_t value);
-void	kpi_sysctl_remove(const char *name, size_t len);
 /*
- * A read-write string under kern.hwpmc whose writes go to the handler
- * (0 accepts the new value, an errno refuses it).
+ * The module's own oids are declared statically in its C glue, as
+ * FreeBSD's C drivers declare theirs, and the glue lists the variables
+ * behind them in kpi_module_knobs[] (kpi_module_nknobs entries) for the
+ * Rust code to find by full name.
+ */
+#define	KPI_KNOB_NODE		0
+#define	KPI_KNOB_INT		1	/* var: int * */
+#define	KPI_KNOB_COUNTER	2	/* var: counter_u64_t * */
+#define	KPI_KNOB_STRING		3	/* var: unused; kpi_sysctl_str_proc */
+struct kpi_knob {
+	const char	*name;
+	int		kind;		/* KPI_KNOB_* */
+	void		*var;
+};
+extern const struct kpi_knob kpi_module_knobs[];
+extern const size_t kpi_module_nknobs;
+/* The entry of `name` of that kind, or NULL. */
+const struct kpi_knob *kpi_knob_find(const char *name, size_t len, int kind);
+int	kpi_knob_int_get(const struct kpi_knob *k);
+void	kpi_knob_int_set(const struct kpi_knob *k, int value);
+/* counter_u64_alloc(M_WAITOK) into the entry's variable, and back. */
+void	kpi_knob_counter_alloc(const struct kpi_knob *k);
+void	kpi_knob_counter_free(const struct kpi_knob *k);
+void	kpi_knob_counter_add(const struct kpi_knob *k, uint64_t n);
+uint64_t kpi_knob_counter_fetch(const struct kpi_knob *k);
+/*
+ * A string under kern.hwpmc whose writes go to the handler (0 accepts the
+ * new value, an errno refuses it).  The oid itself is the glue's
+ * SYSCTL_PROC with kpi_sysctl_str_proc as its handler; ENOENT when no
+ * such string is declared, ENOSPC when the table is full.
  */
 typedef int kpi_sysctl_str_handler_t(void *arg, const char *value,
     size_t len);
-void	kpi_sysctl_str_register(const char *name, size_t namelen,
+int	kpi_sysctl_str_register(const char *name, size_t namelen,
 	    const char *value, size_t valuelen,
 	    kpi_sysctl_str_handler_t *handler, void *arg);
 void	kpi_sysctl_str_remove(const char *name, size_t len);
+struct sysctl_oid;
+struct sysctl_req;
+int	kpi_sysctl_str_proc(struct sysctl_oid *oidp, void *arg1,
+	    intmax_t arg2, struct sysctl_req *req);
 
 /* The hwpmc system call: the slot the module registered (kpi side). */
 typedef int kpi_syscall_t(void *arg, const uint64_t *args, size_t nargs,
@@ -135,6 +163,10 @@ int	kpi_syscall_dispatch(struct thread *td, void *uap);
 #define	KPI_HOOK_DO_SAMPLES	8
 #define	KPI_HOOK_MMAP		9
 #define	KPI_HOOK_MUNMAP		10
+#define	KPI_HOOK_THR_CREATE_LOG	11
+#define	KPI_HOOK_THR_EXIT_LOG	12
+#define	KPI_HOOK_PROC_CREATE_LOG 13
+#define	KPI_COMLEN		20	/* MAXCOMLEN + 1 */
 struct kpi_hook_args {
 	int		hook;		/* KPI_HOOK_* */
 	int		credentials_changed;
@@ -144,6 +176,9 @@ struct kpi_hook_args {
 	uint32_t	ev;		/* soft event */
 	uint32_t	cpu;		/* soft event's CPU */
 	uint32_t	tid;		/* thread create/exit: the thread */
+	uint32_t	pid;		/* thread create: its process; proc create */
+	uint32_t	flags;		/* that process's p_flag */
+	char		name[KPI_COMLEN]; /* td_name, or p_comm (proc create) */
 };
 typedef int kpi_hook_t(void *arg, const struct kpi_hook_args *call);
 /* NULL removes the hook. */
@@ -167,6 +202,13 @@ void	kpi_eventhandler_deregister(uint64_t tag);
 
 /* kern_pmc.c: the kernel's PMC facts. */
 uint32_t kpi_pmc_kernel_version(void);
+/*
+ * pmc_ss_count: owners of running system-wide sampling PMCs, which the
+ * kernel tests before calling the *_LOG hooks.
+ */
+void	kpi_pmc_ss_count_add(int delta);
+int	kpi_pmc_ss_count(void);
+void	kpi_pmc_ss_count_reset(void);
 /* PMC_VERSION of the tree the module is built in. */
 uint32_t kpi_pmc_module_version(void);
 size_t	kpi_pmc_cpuid(char *buf, size_t len);

@@ -16,7 +16,7 @@ use ksim::kern;
 pub use ksim::kern::LockKind;
 
 use crate::errno::{Errno, KResult};
-use crate::hooks::{EventFn, Hook, HookFn, KernelEvent};
+use crate::hooks::{Comm, EventFn, Hook, HookFn, KernelEvent, ThreadInfo};
 use crate::malloc::{KVec, Wait};
 use crate::proc::{ProcSnapshot, ProcState};
 
@@ -289,25 +289,62 @@ pub fn copyout(data: &[u8], uaddr: u64) -> KResult<()> {
     kern::copyout(data, uaddr).map_err(errno)
 }
 
-pub fn kenv_int(name: &str) -> Option<i64> {
-    kern::kenv_int(name)
-}
 pub fn kenv_str(name: &str, wait: Wait) -> KResult<Option<KVec<u8>>> {
     kern::kenv_str(name)
         .map(|v| kvec(v.as_bytes(), wait))
         .transpose()
 }
-pub fn sysctl_int(name: &str) -> Option<i64> {
-    kern::sysctl_int(name)
+
+/// A declared int oid's variable.
+pub type IntHandle = Arc<std::sync::atomic::AtomicI64>;
+/// A declared counter oid's counter.
+pub type CounterHandle = Arc<AtomicU64>;
+
+pub fn sysctl_declare(d: &crate::sysctl::SysctlDecl) -> KResult<()> {
+    use crate::sysctl::SysctlType as T;
+    let kind = match d.kind {
+        T::Node => ksim::SysctlType::Node,
+        T::Int => ksim::SysctlType::Int,
+        T::Counter => ksim::SysctlType::Counter,
+        T::String => ksim::SysctlType::String,
+    };
+    kern::sysctl_declare(d.name, kind, d.flags, d.default, "")
+        .map(drop)
+        .map_err(errno)
 }
-pub fn sysctl_publish(name: &str, value: i64) {
-    kern::sysctl_publish(name, value);
+pub fn sysctl_undeclare(d: &crate::sysctl::SysctlDecl) {
+    kern::sysctl_undeclare(d.name);
 }
-pub fn sysctl_remove(name: &str) {
-    if kern::has_machine() {
-        kern::sysctl_remove(name);
+pub fn int_knob(name: &str) -> KResult<IntHandle> {
+    match kern::sysctl_handle(name) {
+        Some(kern::SysctlHandle::Int(v)) => Ok(v),
+        _ => Err(crate::errno::ENOENT),
     }
 }
+pub fn int_knob_get(h: &IntHandle) -> i64 {
+    h.load(Ordering::Relaxed)
+}
+pub fn int_knob_set(h: &IntHandle, v: i64) {
+    h.store(v, Ordering::Relaxed);
+}
+pub fn counter_attach(name: &str) -> KResult<CounterHandle> {
+    match kern::sysctl_handle(name) {
+        Some(kern::SysctlHandle::Counter(v)) => {
+            // counter_u64_alloc(M_WAITOK): a new counter reads zero.
+            kern::malloc(true).map_err(errno)?;
+            v.store(0, Ordering::Relaxed);
+            Ok(v)
+        }
+        _ => Err(crate::errno::ENOENT),
+    }
+}
+pub fn counter_add(h: &CounterHandle, n: u64) {
+    h.fetch_add(n, Ordering::Relaxed);
+}
+pub fn counter_fetch(h: &CounterHandle) -> u64 {
+    h.load(Ordering::Relaxed)
+}
+pub fn counter_detach(_h: &CounterHandle) {}
 
 pub fn syscall_register(handler: crate::SyscallFn) -> KResult<u32> {
     Ok(kern::syscall_register(Arc::new(move |args: &[u64]| {
@@ -316,6 +353,18 @@ pub fn syscall_register(handler: crate::SyscallFn) -> KResult<u32> {
 }
 pub fn syscall_deregister(num: u32) {
     kern::syscall_deregister(num);
+}
+
+/// What the glue reads of a new thread for PMC_FN_THR_CREATE.
+fn thread_info(tid: u32) -> ThreadInfo {
+    let pid = kern::thread_pid(tid).unwrap_or(0);
+    let p = kern::pfind(pid);
+    ThreadInfo {
+        tid,
+        pid,
+        flags: p.as_ref().map_or(0, |p| p.flags),
+        name: Comm::new(kern::thread_name(tid).unwrap_or_default().as_bytes()),
+    }
 }
 
 pub fn set_pmc_hook(hook: Option<HookFn>) -> KResult<()> {
@@ -334,8 +383,33 @@ pub fn set_pmc_hook(hook: Option<HookFn>) -> KResult<()> {
                     dyn_base,
                 },
                 ksim::HookCall::SoftSampling { ev, cpu } => Hook::SoftSampling { ev, cpu },
-                ksim::HookCall::ThrCreate { tid } => Hook::ThrCreate { tid },
+                ksim::HookCall::ThrCreate { tid } => Hook::ThrCreate {
+                    thread: thread_info(tid),
+                },
                 ksim::HookCall::ThrExit { tid } => Hook::ThrExit { tid },
+                ksim::HookCall::ThrCreateLog {
+                    tid,
+                    pid,
+                    flags,
+                    ref name,
+                } => Hook::ThrCreateLog {
+                    thread: ThreadInfo {
+                        tid,
+                        pid,
+                        flags,
+                        name: Comm::new(name.as_bytes()),
+                    },
+                },
+                ksim::HookCall::ThrExitLog { tid } => Hook::ThrExitLog { tid },
+                ksim::HookCall::ProcCreateLog {
+                    pid,
+                    flags,
+                    ref comm,
+                } => Hook::ProcCreateLog {
+                    pid,
+                    flags,
+                    comm: Comm::new(comm.as_bytes()),
+                },
                 ksim::HookCall::UserRet => Hook::UserRet,
                 ksim::HookCall::DoSamples => Hook::DoSamples,
                 ksim::HookCall::Mmap { addr } => Hook::Mmap { addr },
@@ -424,6 +498,19 @@ pub fn kproc_pid(id: u64) -> Option<u32> {
     kern::kproc_pid(id)
 }
 
+pub fn pmc_ss_count_add(delta: i32) {
+    // An atomic of the kernel's: a scheduling point of a race.
+    sched_point();
+    kern::pmc_ss_count_add(delta);
+}
+pub fn pmc_ss_count() -> i32 {
+    sched_point();
+    kern::pmc_ss_count()
+}
+pub fn pmc_ss_count_reset() {
+    kern::pmc_ss_count_add(-kern::pmc_ss_count());
+}
+
 pub fn set_cpu_sampled(cpu: u32) {
     kern::set_cpu_sampled(cpu);
 }
@@ -491,8 +578,8 @@ pub fn sysctl_str_register(
         name,
         value,
         Arc::new(move |v: &str| handler(v).map_err(|e| e.get())),
-    );
-    Ok(())
+    )
+    .map_err(errno)
 }
 pub fn sysctl_str_remove(name: &str) {
     kern::sysctl_str_remove(name);

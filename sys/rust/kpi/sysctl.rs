@@ -1,60 +1,163 @@
-//! sysctl(9) integers and loader tunables (`TUNABLE_INT_FETCH`).
+//! sysctl(9): the oids a module declares, loader tunables, and counter(9).
+//!
+//! A module's oids are those FreeBSD's C code declares statically
+//! (`SYSCTL_INT`, `SYSCTL_COUNTER_U64`, `SYSCTL_PROC`, ...), with their
+//! types, access flags and defaults. On FreeBSD they are declared in the
+//! module's C glue, which lists their variables in `kpi_module_knobs`,
+//! and the kernel registers them when the module is linked in, loading
+//! `CTLFLAG_TUN` ones from the environment; [`SysctlSet::declare`] checks
+//! that the glue declares each oid the driver names. The simulator
+//! declares them in its sysctl tree from the same table.
 
 use crate::KResult;
-use crate::malloc::{KBox, KVec, Wait};
+use crate::malloc::{KBox, KVec};
 
-/// A loader tunable from the kernel environment, if set and numeric.
-pub fn tunable_int(name: &str) -> Option<i64> {
-    crate::backend::kenv_int(name)
+/// `CTLFLAG_RD`: reads allowed.
+pub const CTLFLAG_RD: u32 = 0x8000_0000;
+/// `CTLFLAG_WR`: writes allowed.
+pub const CTLFLAG_WR: u32 = 0x4000_0000;
+/// `CTLFLAG_RW`.
+pub const CTLFLAG_RW: u32 = CTLFLAG_RD | CTLFLAG_WR;
+/// `CTLFLAG_TUN`: the default is loaded from the kernel environment.
+pub const CTLFLAG_TUN: u32 = 0x0008_0000;
+/// `CTLFLAG_RDTUN`: read-only after boot (or load).
+pub const CTLFLAG_RDTUN: u32 = CTLFLAG_RD | CTLFLAG_TUN;
+/// `CTLFLAG_RWTUN`.
+pub const CTLFLAG_RWTUN: u32 = CTLFLAG_RW | CTLFLAG_TUN;
+/// `CTLFLAG_MPSAFE`.
+pub const CTLFLAG_MPSAFE: u32 = 0x0004_0000;
+/// `CTLFLAG_STATS`: statistics, which `SYSCTL_COUNTER_U64` sets.
+pub const CTLFLAG_STATS: u32 = 0x0000_2000;
+/// `CTLFLAG_NOFETCH`: the tunable is fetched by the code, not the kernel.
+pub const CTLFLAG_NOFETCH: u32 = 0x0000_1000;
+
+/// The type of an oid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SysctlType {
+    /// `SYSCTL_NODE`.
+    Node,
+    /// `SYSCTL_INT`: a C `int`.
+    Int,
+    /// `SYSCTL_COUNTER_U64`: a counter(9), which a write zeroes.
+    Counter,
+    /// A string: `SYSCTL_STRING`, or `SYSCTL_PROC` with `CTLTYPE_STRING`.
+    String,
 }
 
-/// A loader tunable string, if set.
-pub fn tunable_str(name: &str, wait: Wait) -> KResult<Option<KVec<u8>>> {
-    crate::backend::kenv_str(name, wait)
+/// One oid a module declares: `SYSCTL_INT(parent, OID_AUTO, leaf, flags,
+/// &var, 0, descr)` with `static int var = default;` is
+/// `{ name: "parent.leaf", kind: Int, flags, default }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SysctlDecl {
+    /// The full name, e.g. `kern.hwpmc.hashsize`.
+    pub name: &'static str,
+    /// The type.
+    pub kind: SysctlType,
+    /// The `CTLFLAG_*` access flags as declared (the macro's own
+    /// `CTLFLAG_MPSAFE` and `CTLFLAG_STATS` included).
+    pub flags: u32,
+    /// The value before any tunable (integers and counters; strings
+    /// start empty).
+    pub default: i64,
 }
 
-/// An integer sysctl defined by the kernel (e.g.
-/// `security.bsd.unprivileged_syspmcs`), read now.
-pub fn kernel_int(name: &str) -> Option<i64> {
-    crate::backend::sysctl_int(name)
+/// A module's oids, declared while this lives.
+#[derive(Debug)]
+pub struct SysctlSet {
+    decls: &'static [SysctlDecl],
 }
 
-/// An integer sysctl owned by a module: created by [`IntKnob::new`],
-/// removed when dropped. Read-write knobs are read back on every
-/// [`IntKnob::get`], so a change by sysctl(8) takes effect.
+impl SysctlSet {
+    /// Declares `decls` (kldload's registration of the module's oids):
+    /// ENOENT, with a console line naming it, when the FreeBSD glue does
+    /// not declare one of them with that type.
+    pub fn declare(decls: &'static [SysctlDecl]) -> KResult<SysctlSet> {
+        for (i, d) in decls.iter().enumerate() {
+            if let Err(e) = crate::backend::sysctl_declare(d) {
+                for undo in decls[..i].iter().rev() {
+                    crate::backend::sysctl_undeclare(undo);
+                }
+                return Err(e);
+            }
+        }
+        Ok(SysctlSet { decls })
+    }
+}
+
+impl Drop for SysctlSet {
+    fn drop(&mut self) {
+        for d in self.decls.iter().rev() {
+            crate::backend::sysctl_undeclare(d);
+        }
+    }
+}
+
+/// A declared `int` oid: the module's variable, which sysctl(8) reads
+/// and, for a writable one, sets.
 #[derive(Debug)]
 pub struct IntKnob {
-    name: &'static str,
+    handle: crate::backend::IntHandle,
 }
 
 impl IntKnob {
-    /// Publishes `name` with `value`.
-    pub fn new(name: &'static str, value: i64) -> IntKnob {
-        crate::backend::sysctl_publish(name, value);
-        IntKnob { name }
+    /// The declared int oid `name`; ENOENT if none.
+    pub fn find(name: &str) -> KResult<IntKnob> {
+        Ok(IntKnob {
+            handle: crate::backend::int_knob(name)?,
+        })
     }
-    /// The current value.
+    /// The current value (as written by sysctl(8) too).
     pub fn get(&self) -> i64 {
-        crate::backend::sysctl_int(self.name).unwrap_or(0)
+        crate::backend::int_knob_get(&self.handle)
     }
-    /// Sets the value (the module's own update, e.g. a statistic).
+    /// Sets the value (the module's own update, e.g. a tunable reset to
+    /// its default), cut to an `int`.
     pub fn set(&self, value: i64) {
-        crate::backend::sysctl_publish(self.name, value);
-    }
-    /// The sysctl name.
-    pub fn name(&self) -> &'static str {
-        self.name
+        let v = value.clamp(i32::MIN.into(), i32::MAX.into());
+        crate::backend::int_knob_set(&self.handle, v);
     }
 }
 
-impl Drop for IntKnob {
+/// A counter(9) behind a declared `SYSCTL_COUNTER_U64` oid, allocated
+/// (`counter_u64_alloc`) while this lives. Adding is cheap and safe in
+/// any context, interrupts included.
+#[derive(Debug)]
+pub struct Counter {
+    handle: crate::backend::CounterHandle,
+}
+
+impl Counter {
+    /// Allocates the counter of the declared counter oid `name`; ENOENT
+    /// if none.
+    pub fn attach(name: &str) -> KResult<Counter> {
+        Ok(Counter {
+            handle: crate::backend::counter_attach(name)?,
+        })
+    }
+    /// `counter_u64_add`.
+    pub fn add(&self, n: u64) {
+        crate::backend::counter_add(&self.handle, n);
+    }
+    /// `counter_u64_fetch`: the sum over the CPUs.
+    pub fn fetch(&self) -> u64 {
+        crate::backend::counter_fetch(&self.handle)
+    }
+}
+
+impl Drop for Counter {
     fn drop(&mut self) {
-        crate::backend::sysctl_remove(self.name);
+        crate::backend::counter_detach(&self.handle);
     }
 }
 
-/// A writable string sysctl whose handler validates and applies new
-/// values (`SYSCTL_PROC` with `CTLTYPE_STRING`); removed when dropped.
+/// A loader tunable string, if set (`TUNABLE_STR_FETCH`).
+pub fn tunable_str(name: &str, wait: crate::malloc::Wait) -> KResult<Option<KVec<u8>>> {
+    crate::backend::kenv_str(name, wait)
+}
+
+/// A declared writable string oid whose handler validates and applies
+/// new values (`SYSCTL_PROC` with `CTLTYPE_STRING`); the handler is
+/// detached when this is dropped.
 #[derive(Debug)]
 pub struct StrKnob {
     name: &'static str,
@@ -64,7 +167,8 @@ pub struct StrKnob {
 pub type StrHandler = KBox<dyn Fn(&str) -> crate::KResult<()> + Send + Sync>;
 
 impl StrKnob {
-    /// Publishes `name` with `value`; `handler` is called for each write.
+    /// Attaches `handler` to the declared string oid `name`, whose value
+    /// becomes `value`; `handler` is called for each write.
     pub fn new(name: &'static str, value: &str, handler: StrHandler) -> KResult<StrKnob> {
         crate::backend::sysctl_str_register(name, value, handler)?;
         Ok(StrKnob { name })

@@ -2,8 +2,12 @@
 //! Each corresponds to a FreeBSD KPI (named in its documentation).
 
 use crate::errno::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
 use crate::machine::{
-    CpuState, EventFn, FileKind, HookFn, KprocFn, ProcInfo, SyscallHandler, current,
+    CpuState, EventFn, FileKind, HookFn, KprocFn, ProcInfo, SyscallHandler, Sysctl, SysctlCell,
+    SysctlType, ctlflag, current,
 };
 pub use crate::witness::LockKind;
 
@@ -73,7 +77,8 @@ pub fn pmc_kernel_version() -> u32 {
     }
 }
 
-/// `pmc_cpuid`.
+/// `pmc_cpuid`: the CPU identification hwpmc's machine-dependent code
+/// names the CPU with.
 pub fn pmc_cpuid() -> String {
     current().st().cfg.cpuid.clone()
 }
@@ -168,6 +173,11 @@ pub fn proc_flags(pid: u32, set: u32, clear: u32) {
     }
 }
 
+/// A thread's name (`td_name`).
+pub fn thread_name(tid: u32) -> Option<String> {
+    current().thread_name(tid)
+}
+
 /// The process of a thread.
 pub fn thread_pid(tid: u32) -> Option<u32> {
     current().st().thread_pid(tid)
@@ -220,13 +230,14 @@ pub fn p_candebug(target: u32) -> Result<(), i32> {
     if privileged {
         return Ok(());
     }
-    if st
-        .sysctl
-        .get("security.bsd.unprivileged_proc_debug")
-        .copied()
-        .unwrap_or(1)
-        == 0
-    {
+    let unprivileged_proc_debug = match st.sysctl.get("security.bsd.unprivileged_proc_debug") {
+        Some(Sysctl {
+            cell: SysctlCell::Int(v),
+            ..
+        }) => v.load(std::sync::atomic::Ordering::Relaxed),
+        _ => 1,
+    };
+    if unprivileged_proc_debug == 0 {
         return Err(EPERM);
     }
     let tc = t.cred;
@@ -278,19 +289,110 @@ pub fn kenv_str(name: &str) -> Option<String> {
     current().st().kenv.get(name).cloned()
 }
 
-/// An integer sysctl of the kernel (e.g. `security.bsd.*`).
+/// An integer oid of the sysctl tree, read now.
 pub fn sysctl_int(name: &str) -> Option<i64> {
-    current().st().sysctl.get(name).copied()
+    current().sysctl_get(name)
 }
 
-/// Publishes an integer sysctl owned by a module.
-pub fn sysctl_publish(name: &str, value: i64) {
-    current().st().sysctl.insert(name.into(), value);
+/// What a declared oid holds, for the code that declared it.
+#[derive(Debug, Clone)]
+pub enum SysctlHandle {
+    /// A node.
+    Node,
+    /// An integer the declarer reads and sets as its C variable.
+    Int(Arc<AtomicI64>),
+    /// A counter(9).
+    Counter(Arc<AtomicU64>),
+    /// A string, written by sysctl(8) through the handler registered with
+    /// [`sysctl_str_register`].
+    Str,
 }
 
-/// Removes a module's sysctl.
-pub fn sysctl_remove(name: &str) {
-    current().st().sysctl.remove(name);
+/// Declares oid `name` (`SYSCTL_INT`, `SYSCTL_COUNTER_U64`,
+/// `SYSCTL_STRING`, `SYSCTL_PROC`, `SYSCTL_NODE`) with access `flags`
+/// and default value `int` or `text`; a `CTLFLAG_TUN` oid without
+/// `CTLFLAG_NOFETCH` takes the loader tunable of its name when it parses.
+/// `kern.hwpmc.cpuid` takes the machine's CPU identification, which
+/// hwpmc's machine-dependent code writes there at load. EEXIST for a name
+/// already declared.
+pub fn sysctl_declare(
+    name: &str,
+    kind: SysctlType,
+    flags: u32,
+    int: i64,
+    text: &str,
+) -> Result<SysctlHandle, i32> {
+    const EEXIST: i32 = 17;
+    let m = current();
+    let mut st = m.st();
+    if st.sysctl.contains_key(name) {
+        return Err(EEXIST);
+    }
+    let fetch = flags & ctlflag::TUN != 0 && flags & ctlflag::NOFETCH == 0;
+    let tunable = st
+        .kenv
+        .get(name)
+        .filter(|_| fetch)
+        .and_then(|v| crate::machine::parse_tunable(v, kind));
+    let (cell, handle) = match kind {
+        SysctlType::Node => (SysctlCell::Node, SysctlHandle::Node),
+        SysctlType::Int => {
+            let v = Arc::new(AtomicI64::new(tunable.unwrap_or(int)));
+            (SysctlCell::Int(v.clone()), SysctlHandle::Int(v))
+        }
+        SysctlType::Counter => {
+            let v = Arc::new(AtomicU64::new(tunable.unwrap_or(int) as u64));
+            (SysctlCell::Counter(v.clone()), SysctlHandle::Counter(v))
+        }
+        SysctlType::String => {
+            let mut v = text.to_string();
+            if fetch {
+                if let Some(t) = st.kenv.get(name) {
+                    v = t.clone();
+                }
+            }
+            if name == "kern.hwpmc.cpuid" {
+                v = st.cfg.cpuid.clone();
+            }
+            (SysctlCell::Str(v), SysctlHandle::Str)
+        }
+    };
+    st.sysctl.insert(name.into(), Sysctl { kind, flags, cell });
+    Ok(handle)
+}
+
+/// What declared oid `name` holds.
+pub fn sysctl_handle(name: &str) -> Option<SysctlHandle> {
+    let m = current();
+    let st = m.st();
+    Some(match &st.sysctl.get(name)?.cell {
+        SysctlCell::Node => SysctlHandle::Node,
+        SysctlCell::Int(v) => SysctlHandle::Int(v.clone()),
+        SysctlCell::Counter(v) => SysctlHandle::Counter(v.clone()),
+        SysctlCell::Str(_) => SysctlHandle::Str,
+    })
+}
+
+/// Removes an oid (its module is unloading).
+pub fn sysctl_undeclare(name: &str) {
+    if let Some(m) = crate::machine::try_current() {
+        let old = m.0.handlers().sysctl_str.remove(name);
+        drop(old);
+        m.st().sysctl.remove(name);
+    }
+}
+
+/// Atomically adds `delta` to `pmc_ss_count`; returns the new value.
+pub fn pmc_ss_count_add(delta: i32) -> i32 {
+    let m = current();
+    let mut st = m.st();
+    st.pmc_ss_count += delta;
+    st.pmc_ss_count
+}
+
+/// `pmc_ss_count`, read now.
+pub fn pmc_ss_count() -> i32 {
+    current().st().pmc_ss_count
 }
 
 /// `printf(9)` to the console.
@@ -586,19 +688,34 @@ pub fn kernel_objects() -> Vec<crate::machine::Mapping> {
     current().st().klds.clone()
 }
 
-/// Publishes a writable string sysctl with its handler and initial value.
-pub fn sysctl_str_register(name: &str, value: &str, handler: crate::machine::SysctlStrFn) {
+/// Attaches the handler that validates and applies sysctl(8)'s writes to
+/// the declared string oid `name`, whose value becomes `value`. ENOENT for
+/// an oid not declared as a string.
+pub fn sysctl_str_register(
+    name: &str,
+    value: &str,
+    handler: crate::machine::SysctlStrFn,
+) -> Result<(), i32> {
+    const ENOENT: i32 = 2;
     let m = current();
+    {
+        let mut st = m.st();
+        let o = st
+            .sysctl
+            .get_mut(name)
+            .filter(|o| o.kind == SysctlType::String)
+            .ok_or(ENOENT)?;
+        o.cell = SysctlCell::Str(value.into());
+    }
     m.0.handlers().sysctl_str.insert(name.into(), handler);
-    m.st().sysctl_str.insert(name.into(), value.into());
+    Ok(())
 }
 
-/// Removes a string sysctl.
+/// Detaches a string oid's handler.
 pub fn sysctl_str_remove(name: &str) {
     if let Some(m) = crate::machine::try_current() {
         let old = m.0.handlers().sysctl_str.remove(name);
         drop(old);
-        m.st().sysctl_str.remove(name);
     }
 }
 

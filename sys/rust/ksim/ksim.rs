@@ -34,8 +34,9 @@ pub mod machine_guard {
 
 pub use machine::{
     Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Location,
-    Machine, MachineConfig, Mapping, P_WEXIT, PAGE_SIZE, ProcInfo, SoftEvent, SyscallHandler,
-    SysctlStrFn, UserProt, Violation,
+    MAXCOMLEN, Machine, MachineConfig, Mapping, P_HWPMC, P_KPROC, P_SYSTEM, P_WEXIT, PAGE_SIZE,
+    ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn, SysctlType, SysctlValue,
+    UserProt, Violation, ctlflag,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

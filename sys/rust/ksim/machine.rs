@@ -13,6 +13,9 @@ mod knobs;
 mod procs;
 mod umem;
 
+pub(crate) use knobs::{Sysctl, SysctlCell, parse_tunable};
+pub use knobs::{SysctlInfo, SysctlType, SysctlValue, ctlflag};
+
 /// Whether a CPU id exists and runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CpuState {
@@ -82,6 +85,14 @@ pub const PAGE_SIZE: u64 = 4096;
 
 /// `P_WEXIT` of `p_flag`: the process is working on exiting.
 pub const P_WEXIT: u32 = 0x0000_2000;
+/// `P_KPROC` of `p_flag`: a kernel process.
+pub const P_KPROC: u32 = 0x0000_0004;
+/// `P_SYSTEM` of `p_flag`: a system process (no signals, no statistics).
+pub const P_SYSTEM: u32 = 0x0000_0200;
+/// `P_HWPMC` of `p_flag`: the process uses PMCs (`PMC_PROC_IS_USING_PMCS`).
+pub const P_HWPMC: u32 = 0x0080_0000;
+/// `MAXCOMLEN`: the longest command or thread name.
+pub const MAXCOMLEN: usize = 19;
 
 /// Process credentials, as far as the debug and privilege checks use them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,6 +194,35 @@ pub enum HookCall {
     ThrExit {
         /// The exiting thread.
         tid: u32,
+    },
+    /// PMC_FN_THR_CREATE_LOG: a thread of a process that does not use
+    /// PMCs was created, or a thread was renamed, while system-wide
+    /// sampling is active (the hook runs in the creating thread).
+    ThrCreateLog {
+        /// The thread.
+        tid: u32,
+        /// Its process.
+        pid: u32,
+        /// The process's `p_flag`.
+        flags: u32,
+        /// The thread's name (`td_name`).
+        name: String,
+    },
+    /// PMC_FN_THR_EXIT_LOG: a thread of a process that does not use PMCs
+    /// exits while system-wide sampling is active.
+    ThrExitLog {
+        /// The exiting thread.
+        tid: u32,
+    },
+    /// PMC_FN_PROC_CREATE_LOG: a kernel process was created while
+    /// system-wide sampling is active.
+    ProcCreateLog {
+        /// The new process.
+        pid: u32,
+        /// Its `p_flag`.
+        flags: u32,
+        /// Its command name (`p_comm`).
+        comm: String,
     },
     /// PMC_FN_USER_CALLCHAIN / PMC_FN_USER_CALLCHAIN_SOFT: the current
     /// thread returns to user mode with an AST the PMC code requested.
@@ -368,6 +408,8 @@ struct Proc {
 #[derive(Debug)]
 struct Thread {
     pid: u32,
+    /// `td_name`.
+    name: String,
     cpu: Option<u32>,
     location: Location,
     activity: Option<Box<dyn Activity>>,
@@ -415,23 +457,31 @@ pub(crate) struct State {
     pub(crate) console: Vec<String>,
     pub(crate) signals: Vec<(u32, i32)>,
     pub(crate) kenv: BTreeMap<String, String>,
-    pub(crate) sysctl: BTreeMap<String, i64>,
+    /// The sysctl tree: every oid by its full name.
+    pub(crate) sysctl: BTreeMap<String, knobs::Sysctl>,
+    /// `pmc_ss_count` (kern_pmc.c): owners of running system-wide
+    /// sampling PMCs, kept by hwpmc; the kernel calls the *_LOG hooks
+    /// only while it is non-zero.
+    pub(crate) pmc_ss_count: i32,
     pub(crate) soft_events: Vec<SoftEvent>,
     pub(crate) time_ns: u64,
     pub(crate) files: BTreeMap<u64, File>,
     next_file: u64,
     pub(crate) kprocs: BTreeMap<u64, Kproc>,
     pub(crate) next_kproc: u64,
+    /// Kernel processes that called kproc_exit(), as (pid, tid), whose
+    /// exit1() has not run yet.
+    pub(crate) exiting_kprocs: Vec<(u32, u32)>,
     /// Per CPU: samples are waiting (DPCPU pmc_sampled).
     pub(crate) sampled: Vec<bool>,
     /// The kernel and its loaded modules.
     pub(crate) klds: Vec<Mapping>,
     /// Files by path (executables, libraries, the kernel), for tools.
     pub(crate) vfs: BTreeMap<String, Vec<u8>>,
-    /// String sysctls with their current values.
-    pub(crate) sysctl_str: BTreeMap<String, String>,
     /// ktr(4) trace entries.
     pub(crate) ktr: Vec<String>,
+    /// The hook calls, when tests keep them.
+    pub(crate) hook_trace: Option<Vec<HookCall>>,
 }
 
 /// The handler of a writable string sysctl (`SYSCTL_PROC`): validates
@@ -540,9 +590,7 @@ impl Machine {
                 running: None,
             })
             .collect();
-        let mut sysctl = BTreeMap::new();
-        sysctl.insert("security.bsd.unprivileged_syspmcs".into(), 0);
-        sysctl.insert("security.bsd.unprivileged_proc_debug".into(), 1);
+        let sysctl = knobs::kernel_sysctls(cfg.hwpmc_hooks);
         let soft_events = KERNEL_SOFT_EVENTS
             .iter()
             .enumerate()
@@ -569,12 +617,14 @@ impl Machine {
             signals: Vec::new(),
             kenv: BTreeMap::new(),
             sysctl,
+            pmc_ss_count: 0,
             soft_events,
             time_ns: 1_790_000_000_000_000_000,
             files: BTreeMap::new(),
             next_file: 1,
             kprocs: BTreeMap::new(),
             next_kproc: 1,
+            exiting_kprocs: Vec::new(),
             sampled: vec![false; cpu_count],
             klds: vec![Mapping {
                 start: crate::elf::KERNEL_BASE,
@@ -582,8 +632,8 @@ impl Machine {
                 path: "/boot/kernel/kernel".into(),
             }],
             vfs: BTreeMap::new(),
-            sysctl_str: BTreeMap::new(),
             ktr: Vec::new(),
+            hook_trace: None,
         };
         let m = Machine(Arc::new(Inner {
             st: Mutex::new(st),
@@ -615,7 +665,7 @@ impl Machine {
         st.time_ns += ns;
     }
 
-    /// Puts `tid` on `cpu` (PMC_FN_CSW_IN).
+    /// Puts `tid` on `cpu` (PMC_FN_CSW_IN when its process uses PMCs).
     pub fn switch_in(&self, cpu: u32, tid: u32) {
         self.advance_ns(1000);
         {
@@ -636,13 +686,32 @@ impl Machine {
                 .expect("switch_in of unknown thread")
                 .cpu = Some(cpu);
         }
-        self.with_ctx_on(cpu, tid, || self.sched_hook(&HookCall::CswIn));
+        if self.thread_uses_pmcs(tid) {
+            self.with_ctx_on(cpu, tid, || self.critical_hook(&HookCall::CswIn));
+        }
     }
 
-    /// A scheduler hook: FreeBSD's sched_switch calls PMC_SWITCH_CONTEXT
-    /// with the thread lock, a spin mutex, held, so the hook runs in a
-    /// critical section.
-    fn sched_hook(&self, call: &HookCall) {
+    /// `PMC_PROC_IS_USING_PMCS(td->td_proc)`: the scheduler's condition for
+    /// the context-switch hooks.
+    pub(crate) fn thread_uses_pmcs(&self, tid: u32) -> bool {
+        let st = self.0.st();
+        st.threads
+            .get(&tid)
+            .and_then(|t| st.procs.get(&t.pid))
+            .is_some_and(|p| p.info.flags & P_HWPMC != 0)
+    }
+
+    /// `PMC_SYSTEM_SAMPLING_ACTIVE()`: `pmc_ss_count > 0`, the kernel's own
+    /// count, which the driver keeps.
+    pub(crate) fn system_sampling_active(&self) -> bool {
+        self.0.st().pmc_ss_count > 0
+    }
+
+    /// A hook the kernel calls with a spin mutex held, so in a critical
+    /// section: sched_switch calls PMC_SWITCH_CONTEXT with the thread
+    /// lock held, thread_exit() the thread hooks with the process's spin
+    /// lock held.
+    fn critical_hook(&self, call: &HookCall) {
         self.st().critnest += 1;
         self.hook(call);
         self.st().critnest -= 1;
@@ -659,13 +728,16 @@ impl Machine {
         })
     }
 
-    /// Takes the running thread off `cpu` (PMC_FN_CSW_OUT).
+    /// Takes the running thread off `cpu` (PMC_FN_CSW_OUT when its process
+    /// uses PMCs).
     pub fn switch_out(&self, cpu: u32) {
         let Some(tid) = self.st().cpus[cpu as usize].running else {
             return;
         };
         self.advance_ns(1000);
-        self.with_ctx_on(cpu, tid, || self.sched_hook(&HookCall::CswOut));
+        if self.thread_uses_pmcs(tid) {
+            self.with_ctx_on(cpu, tid, || self.critical_hook(&HookCall::CswOut));
+        }
         let mut st = self.st();
         st.cpus[cpu as usize].running = None;
         if let Some(t) = st.threads.get_mut(&tid) {
@@ -896,7 +968,13 @@ impl Machine {
                     (id, k.tid)
                 })
             };
-            let Some((id, tid)) = next else { break };
+            let Some((id, tid)) = next else {
+                if self.0.st().exiting_kprocs.is_empty() {
+                    break;
+                }
+                self.reap_kprocs();
+                continue;
+            };
             let body = self.0.handlers().kprocs.get(&id).cloned();
             if let Some(body) = body {
                 self.with_ctx(tid, || body());
@@ -915,6 +993,26 @@ impl Machine {
             st.alloc_pid()
         };
         let tid = self.insert_proc(pid, 0, Cred::root(), name, "", true);
+        if let Some(p) = self.st().procs.get_mut(&pid) {
+            p.info.flags |= P_SYSTEM | P_KPROC;
+        }
+        // kproc_create1() tells the system samplers of the new process and
+        // its thread, in the creator's context.
+        if self.system_sampling_active() {
+            let comm = name.chars().take(MAXCOMLEN).collect::<String>();
+            let flags = self.0.st().procs[&pid].info.flags;
+            self.hook(&HookCall::ProcCreateLog {
+                pid,
+                flags,
+                comm: comm.clone(),
+            });
+            self.hook(&HookCall::ThrCreateLog {
+                tid,
+                pid,
+                flags,
+                name: comm,
+            });
+        }
         let mut st = self.st();
         let id = st.next_kproc;
         st.next_kproc += 1;
@@ -950,9 +1048,29 @@ impl Machine {
             self.with_ctx(tid, || body());
             let mut st = self.st();
             if let Some(k) = st.kprocs.remove(&id) {
-                st.threads.remove(&k.tid);
-                st.procs.remove(&k.pid);
+                // kproc_exit() goes through exit1() once its waiter is
+                // woken: the exit runs later, at the next scheduling point.
+                st.exiting_kprocs.push((k.pid, k.tid));
             }
+        }
+    }
+
+    /// exit1() of kernel processes that called kproc_exit(): the
+    /// process_exit handlers, then thread_exit()'s hooks; then they are
+    /// reaped.
+    fn reap_kprocs(&self) {
+        loop {
+            let next = self.st().exiting_kprocs.pop();
+            let Some((pid, tid)) = next else { break };
+            if let Some(p) = self.st().procs.get_mut(&pid) {
+                p.info.flags |= P_WEXIT;
+            }
+            self.with_ctx(tid, || self.event(&Event::ProcessExit { pid }));
+            self.st().witness.check_return();
+            self.thread_exit_hooks(tid);
+            let mut st = self.st();
+            st.threads.remove(&tid);
+            st.procs.remove(&pid);
         }
     }
 
@@ -1006,8 +1124,27 @@ impl Machine {
     fn hook(&self, call: &HookCall) {
         let hook = self.0.handlers().hook.clone();
         if let Some(h) = hook {
+            if let Some(trace) = self.st().hook_trace.as_mut() {
+                trace.push(call.clone());
+            }
             h(call);
         }
+    }
+
+    /// Starts keeping the hook calls made from now on (for tests of when
+    /// the kernel calls them).
+    pub fn trace_hooks(&self) {
+        self.st().hook_trace = Some(Vec::new());
+    }
+
+    /// The hook calls made since [`Machine::trace_hooks`] or the last
+    /// call of this, in order.
+    pub fn traced_hooks(&self) -> Vec<HookCall> {
+        self.st()
+            .hook_trace
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn event(&self, ev: &Event) {
@@ -1103,14 +1240,15 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// A new thread of `pid`, not yet on a CPU; its id.
-    fn new_thread(&mut self, pid: u32) -> u32 {
+    /// A new thread of `pid` named `name`, not yet on a CPU; its id.
+    fn new_thread(&mut self, pid: u32, name: &str) -> u32 {
         let tid = self.next_tid;
         self.next_tid += 1;
         self.threads.insert(
             tid,
             Thread {
                 pid,
+                name: name.into(),
                 cpu: None,
                 location: Location::default(),
                 activity: None,

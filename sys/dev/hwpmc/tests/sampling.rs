@@ -188,14 +188,8 @@ fn user_call_chains_are_completed_at_the_return_to_user_mode() {
         assert!(ch.user);
         assert_eq!(ch.pcs, UPC, "the whole user stack");
     }
-    assert!(
-        s.module()
-            .driver()
-            .sample_stats()
-            .merges
-            .load(Ordering::Relaxed)
-            >= 2
-    );
+    assert!(s.module().driver().stats().merges.fetch() >= 2);
+    assert!(s.m.sysctl_get("kern.hwpmc.stats.merges") >= Some(2));
     s.finish();
 }
 

@@ -134,6 +134,8 @@ fn context_switch_hooks_run_in_a_critical_section() {
     let _e = m.enter();
     let (_, tid) = m.spawn(Cred::root(), "t");
     m.in_thread(tid, || {
+        // The scheduler calls them for processes that use PMCs.
+        kpi::proc::set_flags(kpi::proc::curproc(), kpi::proc::P_HWPMC, 0);
         let hook = kpi::kbox_dyn!(
             |h: &Hook| {
                 if *h == Hook::CswOut {

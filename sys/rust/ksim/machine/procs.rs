@@ -15,7 +15,7 @@ impl Machine {
         system: bool,
     ) -> u32 {
         let mut st = self.st();
-        let tid = st.new_thread(pid);
+        let tid = st.new_thread(pid, comm);
         st.procs.insert(
             pid,
             Proc {
@@ -73,7 +73,9 @@ impl Machine {
         (pid, tid)
     }
 
-    /// execve(2) of `path`; `setid` gives the credentials of a set-id image.
+    /// execve(2) of `path`; `setid` gives the credentials of a set-id
+    /// image. PMC_FN_PROCESS_EXEC runs, as in kern_exec.c, only while
+    /// system-wide sampling is active or the process uses PMCs.
     pub fn exec(&self, pid: u32, path: &str, setid: Option<Cred>) {
         self.advance_ns(1000);
         let tid = {
@@ -85,7 +87,7 @@ impl Machine {
                 .next()
                 .unwrap_or(path)
                 .chars()
-                .take(19)
+                .take(MAXCOMLEN)
                 .collect();
             if let Some(c) = setid {
                 if c != p.info.cred {
@@ -93,7 +95,11 @@ impl Machine {
                 }
                 p.info.cred = c;
             }
-            p.info.threads[0]
+            let (tid, comm) = (p.info.threads[0], p.info.comm.clone());
+            if let Some(t) = st.threads.get_mut(&tid) {
+                t.name = comm;
+            }
+            tid
         };
         {
             let mut st = self.st();
@@ -109,6 +115,9 @@ impl Machine {
                 path: path.into(),
             }];
         }
+        if !self.system_sampling_active() && !self.thread_uses_pmcs(tid) {
+            return;
+        }
         let changed = setid.is_some();
         self.with_ctx(tid, || {
             self.hook(&HookCall::ProcessExec {
@@ -119,11 +128,15 @@ impl Machine {
         });
     }
 
-    /// A new thread in `pid` (PMC_FN_THR_CREATE).
+    /// thr_new(2): a new thread in `pid`, named after the process. As in
+    /// kern_thr.c, the creator calls PMC_FN_THR_CREATE when the process
+    /// uses PMCs, else PMC_FN_THR_CREATE_LOG while system-wide sampling is
+    /// active, else nothing.
     pub fn thread_create(&self, pid: u32) -> u32 {
         let (tid, creator) = {
             let mut st = self.st();
-            let tid = st.new_thread(pid);
+            let comm = st.procs[&pid].info.comm.clone();
+            let tid = st.new_thread(pid, &comm);
             let threads = &mut st.procs.get_mut(&pid).unwrap().info.threads;
             // As on FreeBSD, the creator (here the process's first thread)
             // runs the hook about the new one.
@@ -131,22 +144,78 @@ impl Machine {
             threads.push(tid);
             (tid, creator)
         };
-        self.with_ctx(creator, || self.hook(&HookCall::ThrCreate { tid }));
+        if self.thread_uses_pmcs(tid) {
+            self.with_ctx(creator, || self.hook(&HookCall::ThrCreate { tid }));
+        } else if self.system_sampling_active() {
+            let call = self.thr_create_log(tid);
+            self.with_ctx(creator, || self.hook(&call));
+        }
         tid
     }
 
-    /// A thread exits (PMC_FN_THR_EXIT, after being switched out).
-    pub fn thread_exit(&self, tid: u32) {
-        // The borrow of the state ends before the switch-out borrows it.
-        let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
-        if let Some(cpu) = on_cpu {
-            self.switch_out(cpu);
+    /// The PMC_FN_THR_CREATE_LOG call about `tid`, with what the hook
+    /// reads of the thread and its process.
+    pub(super) fn thr_create_log(&self, tid: u32) -> HookCall {
+        let st = self.0.st();
+        let t = &st.threads[&tid];
+        HookCall::ThrCreateLog {
+            tid,
+            pid: t.pid,
+            flags: st.procs[&t.pid].info.flags,
+            name: t.name.clone(),
         }
-        self.with_ctx(tid, || self.hook(&HookCall::ThrExit { tid }));
+    }
+
+    /// thr_set_name(2) by the thread itself: the name changes and, as in
+    /// kern_thr.c, PMC_FN_THR_CREATE_LOG tells the system samplers (and
+    /// the driver, when the process uses PMCs) its new name.
+    pub fn thread_set_name(&self, tid: u32, name: &str) {
+        let name: String = name.chars().take(MAXCOMLEN).collect();
+        self.st()
+            .threads
+            .get_mut(&tid)
+            .expect("thread_set_name of unknown thread")
+            .name = name;
+        if self.thread_uses_pmcs(tid) || self.system_sampling_active() {
+            let call = self.thr_create_log(tid);
+            self.with_ctx(tid, || self.hook(&call));
+        }
+    }
+
+    /// A thread's name (`td_name`).
+    pub fn thread_name(&self, tid: u32) -> Option<String> {
+        self.0.st().threads.get(&tid).map(|t| t.name.clone())
+    }
+
+    /// A thread exits (thr_exit(2)) and is gone.
+    pub fn thread_exit(&self, tid: u32) {
+        self.thread_exit_hooks(tid);
         let mut st = self.st();
         if let Some(t) = st.threads.remove(&tid) {
             if let Some(p) = st.procs.get_mut(&t.pid) {
                 p.info.threads.retain(|&x| x != tid);
+            }
+        }
+    }
+
+    /// The hooks of thread_exit() (kern_thread.c), which runs with the
+    /// process's spin lock held: a thread of a process using PMCs is
+    /// switched out (PMC_FN_CSW_OUT) and PMC_FN_THR_EXIT follows;
+    /// otherwise PMC_FN_THR_EXIT_LOG while system-wide sampling is active.
+    pub(super) fn thread_exit_hooks(&self, tid: u32) {
+        let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+        if self.thread_uses_pmcs(tid) {
+            // The borrow of the state ends before the switch-out borrows it.
+            if let Some(cpu) = on_cpu {
+                self.switch_out(cpu);
+            }
+            self.with_ctx(tid, || self.critical_hook(&HookCall::ThrExit { tid }));
+        } else {
+            if let Some(cpu) = on_cpu {
+                self.switch_out(cpu);
+            }
+            if self.system_sampling_active() {
+                self.with_ctx(tid, || self.critical_hook(&HookCall::ThrExitLog { tid }));
             }
         }
     }
@@ -158,10 +227,11 @@ impl Machine {
     }
 
     /// The first half of exit1(): the process is marked exiting
-    /// (`P_WEXIT`), its threads are switched out, and the process_exit
-    /// handlers run in its context. It is still there, threads and all,
-    /// until [`Machine::exit_finish`]: other processes' system calls may
-    /// find it in the middle of exiting.
+    /// (`P_WEXIT`), its other threads exit (thread_single, each through
+    /// thread_exit()'s hooks), its last thread is switched out, and the
+    /// process_exit handlers run in its context. It is still there until
+    /// [`Machine::exit_finish`]: other processes' system calls may find it
+    /// in the middle of exiting.
     pub fn exit_begin(&self, pid: u32) {
         let threads = {
             let mut st = self.st();
@@ -170,19 +240,25 @@ impl Machine {
             p.info.flags |= P_WEXIT;
             p.info.threads.clone()
         };
-        for &tid in &threads {
-            let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
-            if let Some(cpu) = on_cpu {
-                self.switch_out(cpu);
-            }
+        for &tid in &threads[1..] {
+            self.thread_exit(tid);
         }
-        self.with_ctx(threads[0], || self.event(&Event::ProcessExit { pid }));
+        let last = threads[0];
+        let on_cpu = self.st().threads.get(&last).and_then(|t| t.cpu);
+        if let Some(cpu) = on_cpu {
+            self.switch_out(cpu);
+        }
+        self.with_ctx(last, || self.event(&Event::ProcessExit { pid }));
     }
 
-    /// The rest of exit1(): the threads go and the process becomes a
-    /// zombie; its descriptors close and its children go to init.
+    /// The rest of exit1(): the last thread goes through thread_exit()'s
+    /// hooks and the process becomes a zombie; its descriptors close and
+    /// its children go to init.
     pub fn exit_finish(&self, pid: u32) {
         let threads = self.st().procs[&pid].info.threads.clone();
+        for &tid in &threads {
+            self.thread_exit_hooks(tid);
+        }
         let mut st = self.st();
         for tid in &threads {
             st.threads.remove(tid);
