@@ -7,6 +7,8 @@
 //!   one `Pmc` for the process and report failures through `errno`, as
 //!   FreeBSD's library does; declared in `pmc.h`;
 //! - [`pmclog`]: pmclog(3), the log reader, declared in `pmclog.h`;
+//! - [`libpmc_json`]: the JSON form of its events, for `event_to_json()`
+//!   (`pmcformat.h`, C++, in `libpmc_json.cc`);
 //! - [`libpmc_sim`] (feature `sim`): the simulator transport.
 
 use core::ffi::{c_char, c_int, c_uint};
@@ -15,6 +17,7 @@ use std::sync::{Mutex, OnceLock};
 
 use uapi::pmc::*;
 
+pub mod libpmc_json;
 pub mod libpmc_pmu_util;
 pub mod pmc;
 #[cfg(test)]

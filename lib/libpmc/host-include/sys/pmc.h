@@ -15,6 +15,11 @@
 typedef int32_t	lwpid_t;
 typedef uintptr_t	uintfptr_t;
 
+/* The layout checks below, in C++ too, as FreeBSD's <sys/cdefs.h> does. */
+#if defined(__cplusplus) && !defined(_Static_assert)
+#define	_Static_assert(x, y)	static_assert(x, y)
+#endif
+
 /*
  * FreeBSD's PATH_MAX and MAXCOMLEN, which size the arrays of pmclog
  * records and events; a host's own PATH_MAX may differ (4096 on
