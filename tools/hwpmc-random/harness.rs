@@ -93,6 +93,8 @@ pub enum Op {
     ThreadCreate { proc: u16 },
     /// A thread exits.
     ThreadExit { proc: u16, thread: u16 },
+    /// A thread is renamed (thr_set_name(2)).
+    ThreadName { proc: u16, thread: u16 },
     /// mmap(2) of a library.
     Mmap { proc: u16, slot: u8 },
     /// munmap(2) of it.
@@ -215,7 +217,11 @@ impl Op {
                 setid: r.chance(30),
             },
             7..=8 => Op::Exit { proc },
-            9..=10 => Op::ThreadCreate { proc },
+            9 => Op::ThreadCreate { proc },
+            10 => Op::ThreadName {
+                proc,
+                thread: r.idx(),
+            },
             11 => Op::ThreadExit {
                 proc,
                 thread: r.idx(),
@@ -253,7 +259,7 @@ impl Op {
                 online: r.chance(50),
             },
             50 => Op::Sysctl {
-                which: r.below(3) as u8,
+                which: r.below(4) as u8,
                 value: r.below(3) as i64,
             },
             51..=61 => Op::Allocate {
@@ -666,6 +672,13 @@ impl Run {
                     }
                 }
             }
+            Op::ThreadName { proc, thread } => {
+                if let Some(p) = self.live(proc) {
+                    let n = self.procs[p].threads.len();
+                    let tid = self.procs[p].threads[thread as usize % n];
+                    self.m.thread_set_name(tid, "renamed");
+                }
+            }
             Op::Mmap { proc, slot } | Op::Munmap { proc, slot } => {
                 if let Some(p) = self.live(proc) {
                     let map = matches!(op, Op::Mmap { .. });
@@ -735,7 +748,8 @@ impl Run {
                 1 => self
                     .m
                     .sysctl_set("security.bsd.unprivileged_proc_debug", value & 1),
-                _ => self.m.sysctl_set("kern.hwpmc.mincount", 1 + value * 4),
+                2 => self.m.sysctl_set("kern.hwpmc.mincount", 1 + value * 4),
+                _ => self.m.sysctl_set("kern.hwpmc.threadfreelist_max", value),
             },
             Op::Allocate {
                 proc,

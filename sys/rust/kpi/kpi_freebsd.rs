@@ -1010,7 +1010,7 @@ pub fn sysctl_str_register(
     let raw = leak(handler)?;
     // SAFETY: names and values by length; the handler box lives until
     // sysctl_str_remove.
-    unsafe {
+    let error = unsafe {
         sys::kpi_sysctl_str_register(
             name.as_ptr().cast(),
             name.len(),
@@ -1020,6 +1020,11 @@ pub fn sysctl_str_register(
             raw.cast(),
         )
     };
+    if let Err(e) = errno_result(error) {
+        // SAFETY: leaked above; the glue refused it and kept no pointer.
+        unsafe { unleak(raw) };
+        return Err(e);
+    }
     if !STR_HANDLERS.insert(name_key(name), raw as usize) {
         printf("kpi: sysctl handler table full");
     }
@@ -1029,7 +1034,8 @@ pub fn sysctl_str_remove(name: &str) {
     // SAFETY: a name by length.
     unsafe { sys::kpi_sysctl_str_remove(name.as_ptr().cast(), name.len()) };
     if let Some(raw) = STR_HANDLERS.take(name_key(name)) {
-        // SAFETY: leaked by sysctl_str_register; the oid is gone.
+        // SAFETY: leaked by sysctl_str_register; the glue no longer
+        // calls it (removal waited for a write in progress).
         unsafe { unleak(raw as *mut crate::sysctl::StrHandler) };
     }
 }
