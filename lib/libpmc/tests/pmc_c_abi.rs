@@ -49,7 +49,12 @@ fn the_c_api_on_the_simulator() {
         );
         assert_eq!(pmc_attach(id, 0), 0);
         assert_eq!(pmc_start(id), 0);
-        library_handle().unwrap().transport().advance(12);
+        library_handle()
+            .unwrap()
+            .transport()
+            .simulator()
+            .unwrap()
+            .advance(12);
         assert_eq!(pmc_read(id, &mut value), 0);
         assert_eq!(value, 12);
         let mut caps = 0;
