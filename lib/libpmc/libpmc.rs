@@ -7,6 +7,8 @@
 //!   one `Pmc` for the process and report failures through `errno`, as
 //!   FreeBSD's library does; declared in `pmc.h`;
 //! - [`pmclog`]: pmclog(3), the log reader, declared in `pmclog.h`;
+//! - [`uexterr`]: the extended error of a failed request, as libc's
+//!   uexterr_gettext(3) gives it;
 //! - [`libpmc_sim`] (feature `sim`): the simulator transport.
 
 use core::ffi::{c_char, c_int, c_uint};
@@ -20,6 +22,7 @@ pub mod pmc;
 pub mod pmclog;
 pub mod regcomp;
 pub mod transport;
+pub mod uexterr;
 
 #[cfg(feature = "sim")]
 pub mod libpmc_sim;

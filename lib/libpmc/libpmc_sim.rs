@@ -12,10 +12,13 @@ use core::ffi::c_int;
 use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
 
+use core::mem::size_of;
 use ksim::elf::{ImageBuilder, ImageKind};
 use ksim::workload::Program;
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
+use uapi::exterr::{EXTERRCTL_ENABLE, UEXTERROR_VER, Uexterror};
 use uapi::pmc::{PmcOp, PmcOpConfigurelog};
+use uapi::{AsBytes, Plain};
 
 use crate::transport::{Transport, host_errno};
 
@@ -326,6 +329,10 @@ fn refuse(name: &str, value: &str, wanted: &str) -> c_int {
     libc::EINVAL
 }
 
+/// A request's argument block as the driver left it, its result, and
+/// after a failure the `struct uexterror` the kernel copied out.
+type CallReply = (Vec<u8>, Result<(), c_int>, Option<Uexterror>);
+
 /// Work for the machine's thread, run with the machine at hand.
 type WorldFn = Box<dyn FnOnce(&mut SimWorld<'_>) + Send>;
 
@@ -333,7 +340,7 @@ enum Request {
     Call {
         op: u32,
         arg: Vec<u8>,
-        reply: Sender<(Vec<u8>, Result<(), c_int>)>,
+        reply: Sender<CallReply>,
     },
     Advance {
         ticks: u32,
@@ -498,6 +505,19 @@ impl SimTransport {
                 };
                 let sysnum = module.syscall_number();
                 let (pid, tid) = m.spawn(Cred::root(), &cfg.comm);
+                // As FreeBSD's libc does for each thread: a struct
+                // uexterror, registered with exterrctl(2), that the kernel
+                // fills when a system call fails.
+                let uexterror = m.user_alloc(pid, size_of::<Uexterror>());
+                let registration = Uexterror {
+                    ver: UEXTERROR_VER,
+                    ..Uexterror::default()
+                };
+                m.user_write(pid, uexterror, registration.as_bytes());
+                if let Err(e) = m.exterrctl(tid, EXTERRCTL_ENABLE, 0, uexterror) {
+                    let _ = ready_tx.send(Err(host_errno(e)));
+                    return;
+                }
                 let mut log: Option<LogBridge> = None;
                 let mut sched = Scheduler {
                     jobs: Vec::new(),
@@ -600,7 +620,11 @@ impl SimTransport {
                             if log_ended {
                                 log = None;
                             }
-                            let _ = reply.send((arg, r.map(|_| ())));
+                            let exterr = r.is_err().then(|| {
+                                let bytes = m.user_read(pid, uexterror, size_of::<Uexterror>());
+                                Uexterror::read_from(&bytes).expect("whole struct")
+                            });
+                            let _ = reply.send((arg, r.map(|_| ()), exterr));
                         }
                         Request::Advance { ticks, reply } => {
                             pass(&m, &mut sched, ticks);
@@ -683,8 +707,11 @@ impl Transport for SimTransport {
             arg: arg.to_vec(),
             reply,
         })?;
-        let (bytes, result) = answer.recv().map_err(|_| libc::ENXIO)?;
+        let (bytes, result, exterr) = answer.recv().map_err(|_| libc::ENXIO)?;
         arg.copy_from_slice(&bytes);
+        if let Some(ue) = exterr {
+            crate::uexterr::record(ue);
+        }
         // The driver's errno values are FreeBSD's.
         result.map_err(host_errno)
     }

@@ -612,3 +612,37 @@ fn freebsd_errno_values_become_the_hosts() {
     assert_eq!(pmc::pmc::EPROGMISMATCH, libc::EPROTO);
     assert_eq!(host_errno(0x7fff), libc::EIO);
 }
+
+/// A request the driver refuses with an extended error: the library
+/// gives its text, as libc's uexterr_gettext(3) does on FreeBSD, until
+/// another request fails; a failure without one leaves none.
+#[test]
+fn the_driver_says_why_a_request_failed() {
+    let pmc = machine(2);
+    let system = pmc
+        .allocate("SOFT-CLOCK.HARD", PmcMode::Sc.raw(), 0, 0, 0)
+        .unwrap();
+    assert_eq!(pmc.attach(system, 0).unwrap_err(), libc::EINVAL);
+    assert_eq!(pmc::uexterr::gettext(), "Cannot attach a system-mode PMC");
+    // Success leaves it.
+    pmc.start(system).unwrap();
+    assert_eq!(pmc::uexterr::gettext(), "Cannot attach a system-mode PMC");
+    let process = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    pmc.start(process).unwrap();
+    assert_eq!(pmc.write(process, 5).unwrap_err(), libc::EBUSY);
+    assert_eq!(
+        pmc::uexterr::gettext(),
+        "Cannot write a PMC while it is running"
+    );
+    // A failure without an extended error: the text is gone.
+    assert_eq!(pmc.release(0x00ff_0000).unwrap_err(), libc::EINVAL);
+    assert_eq!(pmc::uexterr::gettext(), "");
+}
