@@ -6,13 +6,16 @@
 //! `Send` and any thread of the program may call pmc(3). The calling
 //! program is a root process of the simulated machine; its system calls
 //! carry their argument block through the machine's user memory, as on
-//! FreeBSD.
+//! FreeBSD, and its thread has a `struct uexterror` registered, as libc
+//! registers one, so that failed requests bring their extended error.
+//! Other work on the machine (libpmcstat's processes) goes through
+//! [`SimTransport::with_world`].
 
 use core::ffi::c_int;
+use core::mem::size_of;
 use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
 
-use core::mem::size_of;
 use ksim::elf::{ImageBuilder, ImageKind};
 use ksim::workload::Program;
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
