@@ -9,6 +9,8 @@
 //! - [`pmclog`]: pmclog(3), the log reader, declared in `pmclog.h`;
 //! - [`libpmc_json`]: the JSON form of its events, for `event_to_json()`
 //!   (`pmcformat.h`, C++, in `libpmc_json.cc`);
+//! - [`uexterr`]: the extended error of a failed request, as libc's
+//!   uexterr_gettext(3) gives it;
 //! - [`libpmc_sim`] (feature `sim`): the simulator transport.
 
 use core::ffi::{c_char, c_int, c_uint};
@@ -25,6 +27,7 @@ mod pmc_version;
 pub mod pmclog;
 pub mod regcomp;
 pub mod transport;
+pub mod uexterr;
 
 #[cfg(feature = "sim")]
 pub mod libpmc_sim;

@@ -6,16 +6,22 @@
 //! `Send` and any thread of the program may call pmc(3). The calling
 //! program is a root process of the simulated machine; its system calls
 //! carry their argument block through the machine's user memory, as on
-//! FreeBSD.
+//! FreeBSD, and its thread has a `struct uexterror` registered, as libc
+//! registers one, so that failed requests bring their extended error.
+//! Other work on the machine (libpmcstat's processes) goes through
+//! [`SimTransport::with_world`].
 
 use core::ffi::c_int;
+use core::mem::size_of;
 use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
 
 use ksim::elf::{ImageBuilder, ImageKind};
 use ksim::workload::Program;
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
+use uapi::exterr::{EXTERRCTL_ENABLE, UEXTERROR_VER, Uexterror};
 use uapi::pmc::{PmcOp, PmcOpConfigurelog};
+use uapi::{AsBytes, Plain};
 
 use crate::transport::{Transport, host_errno};
 
@@ -123,48 +129,19 @@ fn run_work(m: &Machine, pid: u32, threads: u32) -> Vec<u32> {
     tids
 }
 
-/// A command started through the transport: `work [SECONDS [THREADS]]`
-/// runs the work program with THREADS threads (default 1) for SECONDS
-/// seconds of simulated time (default 1), then exits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Command {
-    ticks: u64,
-    threads: u32,
-}
-
-impl Command {
-    fn parse(argv: &[String], hz: u64) -> Option<Command> {
-        let name = argv.first()?;
-        if name.rsplit('/').next()? != "work" || argv.len() > 3 {
-            return None;
-        }
-        let seconds: f64 = argv.get(1).map_or(Some(1.0), |s| {
-            s.parse().ok().filter(|v: &f64| *v > 0.0 && v.is_finite())
-        })?;
-        let threads: u32 = argv
-            .get(2)
-            .map_or(Some(1), |s| s.parse().ok().filter(|n| (1..=64).contains(n)))?;
-        Some(Command {
-            ticks: ((seconds * hz as f64) as u64).max(1),
-            threads,
-        })
-    }
-}
-
-/// A process the scheduler runs: the workload (forever) or a command.
+/// A process the scheduler runs: the workload (forever), or a process
+/// that exits after a number of ticks (pmcstat's command).
 struct Job {
     pid: u32,
     threads: Vec<u32>,
-    /// The tick at which a command exits.
+    /// The tick at which the process exits.
     ends_at: Option<u64>,
-    /// Held until released (a command before its exec).
-    held: Option<Command>,
     exited: bool,
 }
 
 /// Round-robin time sharing of the running jobs' threads over the online
-/// CPUs, in slices of [`SLICE_TICKS`] clock ticks; commands exit when
-/// their time is up.
+/// CPUs, in slices of [`SLICE_TICKS`] clock ticks; jobs with an end exit
+/// when their time is up.
 struct Scheduler {
     jobs: Vec<Job>,
     cpus: u32,
@@ -179,7 +156,7 @@ impl Scheduler {
     fn runnable(&self) -> Vec<u32> {
         self.jobs
             .iter()
-            .filter(|j| !j.exited && j.held.is_none())
+            .filter(|j| !j.exited)
             .flat_map(|j| j.threads.iter().copied())
             .collect()
     }
@@ -203,7 +180,7 @@ impl Scheduler {
             let until_exit = self
                 .jobs
                 .iter()
-                .filter(|j| !j.exited && j.held.is_none())
+                .filter(|j| !j.exited)
                 .filter_map(|j| j.ends_at)
                 .map(|t| t.saturating_sub(self.now))
                 .min();
@@ -355,35 +332,104 @@ fn refuse(name: &str, value: &str, wanted: &str) -> c_int {
     libc::EINVAL
 }
 
+/// A request's argument block as the driver left it, its result, and
+/// after a failure the `struct uexterror` the kernel copied out.
+type CallReply = (Vec<u8>, Result<(), c_int>, Option<Uexterror>);
+
+/// Work for the machine's thread, run with the machine at hand.
+type WorldFn = Box<dyn FnOnce(&mut SimWorld<'_>) + Send>;
+
 enum Request {
     Call {
         op: u32,
         arg: Vec<u8>,
-        reply: Sender<(Vec<u8>, Result<(), c_int>)>,
+        reply: Sender<CallReply>,
     },
     Advance {
         ticks: u32,
         reply: Sender<()>,
     },
-    Spawn {
-        argv: Vec<String>,
-        reply: Sender<Result<i32, c_int>>,
-    },
-    Release {
-        pid: i32,
-        reply: Sender<Result<(), c_int>>,
-    },
-    Exited {
-        pid: i32,
-        reply: Sender<bool>,
-    },
     Sysctl {
         name: String,
         reply: Sender<Option<String>>,
     },
-    Processes {
-        reply: Sender<Vec<(i32, String)>>,
-    },
+    World(WorldFn),
+}
+
+/// The simulated machine as its own thread holds it, for work sent with
+/// [`SimTransport::with_world`]: what pmcstat's process control
+/// (libpmcstat) does on the simulator, it does here.
+pub struct SimWorld<'a> {
+    machine: &'a Machine,
+    program: u32,
+    sched: &'a mut Scheduler,
+}
+
+impl core::fmt::Debug for SimWorld<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SimWorld")
+            .field("program", &self.program)
+            .field("now", &self.sched.now)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimWorld<'_> {
+    /// The simulated machine.
+    pub fn machine(&self) -> &Machine {
+        self.machine
+    }
+
+    /// The pid of this program's own process on the machine.
+    pub fn program_pid(&self) -> u32 {
+        self.program
+    }
+
+    /// Clock ticks the machine has run since it booted.
+    pub fn now(&self) -> u64 {
+        self.sched.now
+    }
+
+    /// Makes process `pid` exec `/usr/bin/work` with `threads` threads,
+    /// each running the work program (see [`Workload::Work`]), and has
+    /// the scheduler run it until it exits after `ticks` clock ticks.
+    pub fn run_work(&mut self, pid: u32, threads: u32, ticks: u64) {
+        let tids = run_work(self.machine, pid, threads);
+        self.sched.jobs.push(Job {
+            pid,
+            threads: tids,
+            ends_at: Some(self.sched.now + ticks),
+            exited: false,
+        });
+    }
+
+    /// Ends process `pid` now: a job of the scheduler, or a process that
+    /// is not one yet (`unscheduled`, e.g. a command held before its
+    /// exec). ESRCH for any other process, or one that has exited.
+    pub fn kill(&mut self, pid: u32, unscheduled: bool) -> Result<(), c_int> {
+        match self.sched.jobs.iter_mut().find(|j| j.pid == pid) {
+            Some(j) if !j.exited => {
+                j.exited = true;
+                self.machine.exit(pid);
+                Ok(())
+            }
+            None if unscheduled => {
+                self.machine.exit(pid);
+                Ok(())
+            }
+            _ => Err(libc::ESRCH),
+        }
+    }
+
+    /// Whether the scheduler has run process `pid` to its exit; `None`
+    /// when the scheduler never ran it.
+    pub fn job_exited(&self, pid: u32) -> Option<bool> {
+        self.sched
+            .jobs
+            .iter()
+            .find(|j| j.pid == pid)
+            .map(|j| j.exited)
+    }
 }
 
 /// A simulated machine with hwpmc loaded, and this program as one of its
@@ -462,6 +508,19 @@ impl SimTransport {
                 };
                 let sysnum = module.syscall_number();
                 let (pid, tid) = m.spawn(Cred::root(), &cfg.comm);
+                // As FreeBSD's libc does for each thread: a struct
+                // uexterror, registered with exterrctl(2), that the kernel
+                // fills when a system call fails.
+                let uexterror = m.user_alloc(pid, size_of::<Uexterror>());
+                let registration = Uexterror {
+                    ver: UEXTERROR_VER,
+                    ..Uexterror::default()
+                };
+                m.user_write(pid, uexterror, registration.as_bytes());
+                if let Err(e) = m.exterrctl(tid, EXTERRCTL_ENABLE, 0, uexterror) {
+                    let _ = ready_tx.send(Err(host_errno(e)));
+                    return;
+                }
                 let mut log: Option<LogBridge> = None;
                 let mut sched = Scheduler {
                     jobs: Vec::new(),
@@ -475,7 +534,6 @@ impl SimTransport {
                         pid: wpid,
                         threads,
                         ends_at: None,
-                        held: None,
                         exited: false,
                     });
                 }
@@ -565,7 +623,11 @@ impl SimTransport {
                             if log_ended {
                                 log = None;
                             }
-                            let _ = reply.send((arg, r.map(|_| ())));
+                            let exterr = r.is_err().then(|| {
+                                let bytes = m.user_read(pid, uexterror, size_of::<Uexterror>());
+                                Uexterror::read_from(&bytes).expect("whole struct")
+                            });
+                            let _ = reply.send((arg, r.map(|_| ()), exterr));
                         }
                         Request::Advance { ticks, reply } => {
                             pass(&m, &mut sched, ticks);
@@ -574,59 +636,18 @@ impl SimTransport {
                             }
                             let _ = reply.send(());
                         }
-                        Request::Spawn { argv, reply } => {
-                            // A command is a child of the program, held
-                            // before its exec.
-                            let r = match Command::parse(&argv, MachineConfig::default().hz) {
-                                Some(cmd) => {
-                                    let (child, first) = m.fork(pid);
-                                    sched.jobs.push(Job {
-                                        pid: child,
-                                        threads: vec![first],
-                                        ends_at: None,
-                                        held: Some(cmd),
-                                        exited: false,
-                                    });
-                                    Ok(child as i32)
-                                }
-                                None => Err(libc::ENOENT),
-                            };
-                            let _ = reply.send(r);
-                        }
-                        Request::Release { pid: child, reply } => {
-                            let now = sched.now;
-                            let r = match sched
-                                .jobs
-                                .iter_mut()
-                                .find(|j| j.pid as i32 == child && j.held.is_some())
-                            {
-                                Some(job) => {
-                                    let cmd = job.held.take().expect("held");
-                                    job.threads = run_work(&m, job.pid, cmd.threads);
-                                    job.ends_at = Some(now + cmd.ticks);
-                                    Ok(())
-                                }
-                                None => Err(libc::ESRCH),
-                            };
+                        Request::World(work) => {
+                            work(&mut SimWorld {
+                                machine: &m,
+                                program: pid,
+                                sched: &mut sched,
+                            });
                             if let Some(bridge) = log.as_mut() {
                                 bridge.copy_out(&m);
                             }
-                            let _ = reply.send(r);
-                        }
-                        Request::Exited { pid: child, reply } => {
-                            let done = sched
-                                .jobs
-                                .iter()
-                                .find(|j| j.pid as i32 == child)
-                                .is_none_or(|j| j.exited);
-                            let _ = reply.send(done);
                         }
                         Request::Sysctl { name, reply } => {
                             let _ = reply.send(m.sysctl_str(&name));
-                        }
-                        Request::Processes { reply } => {
-                            let list = m.processes().into_iter();
-                            let _ = reply.send(list.map(|(p, c)| (p as i32, c)).collect());
                         }
                     }
                 }
@@ -646,6 +667,41 @@ impl SimTransport {
     }
 }
 
+impl SimTransport {
+    /// Runs `work` on the machine's thread with the machine at hand, and
+    /// returns what it returns; ENXIO when the machine is gone.
+    pub fn with_world<R: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut SimWorld<'_>) -> R + Send + 'static,
+    ) -> Result<R, c_int> {
+        let (reply, answer) = channel();
+        self.send(Request::World(Box::new(move |w| {
+            let _ = reply.send(work(w));
+        })))?;
+        answer.recv().map_err(|_| libc::ENXIO)
+    }
+
+    /// Lets `ticks` clock ticks pass: the jobs run if any can, else this
+    /// program itself (on CPU 0).
+    pub fn advance(&self, ticks: u32) {
+        let (reply, answer) = channel();
+        if self.send(Request::Advance { ticks, reply }).is_ok() {
+            let _ = answer.recv();
+        }
+    }
+
+    /// Lets `duration` of simulated time pass (at least one tick).
+    pub fn sleep(&self, duration: std::time::Duration) {
+        let ticks = (duration.as_nanos() * u128::from(Self::hz()) / 1_000_000_000).max(1);
+        self.advance(u32::try_from(ticks).unwrap_or(u32::MAX));
+    }
+
+    /// Clock ticks per second of the simulated machine.
+    pub fn hz() -> u64 {
+        MachineConfig::default().hz
+    }
+}
+
 impl Transport for SimTransport {
     fn call(&self, op: u32, arg: &mut [u8]) -> Result<(), c_int> {
         let (reply, answer) = channel();
@@ -654,33 +710,13 @@ impl Transport for SimTransport {
             arg: arg.to_vec(),
             reply,
         })?;
-        let (bytes, result) = answer.recv().map_err(|_| libc::ENXIO)?;
+        let (bytes, result, exterr) = answer.recv().map_err(|_| libc::ENXIO)?;
         arg.copy_from_slice(&bytes);
+        if let Some(ue) = exterr {
+            crate::uexterr::record(ue);
+        }
         // The driver's errno values are FreeBSD's.
         result.map_err(host_errno)
-    }
-
-    fn spawn(&self, argv: &[String]) -> Result<i32, c_int> {
-        let (reply, answer) = channel();
-        self.send(Request::Spawn {
-            argv: argv.to_vec(),
-            reply,
-        })?;
-        answer.recv().map_err(|_| libc::ENXIO)?
-    }
-
-    fn release(&self, pid: i32) -> Result<(), c_int> {
-        let (reply, answer) = channel();
-        self.send(Request::Release { pid, reply })?;
-        answer.recv().map_err(|_| libc::ENXIO)?
-    }
-
-    fn exited(&self, pid: i32) -> bool {
-        let (reply, answer) = channel();
-        if self.send(Request::Exited { pid, reply }).is_err() {
-            return true;
-        }
-        answer.recv().unwrap_or(true)
     }
 
     fn sysctl_string(&self, name: &str) -> Result<String, c_int> {
@@ -692,22 +728,7 @@ impl Transport for SimTransport {
         answer.recv().map_err(|_| libc::ENXIO)?.ok_or(libc::ENOENT)
     }
 
-    fn processes(&self) -> Result<Vec<(i32, String)>, c_int> {
-        let (reply, answer) = channel();
-        self.send(Request::Processes { reply })?;
-        answer.recv().map_err(|_| libc::ENXIO)
-    }
-
-    fn sleep(&self, duration: std::time::Duration) {
-        let hz = MachineConfig::default().hz as u128;
-        let ticks = (duration.as_nanos() * hz / 1_000_000_000).max(1);
-        self.advance(u32::try_from(ticks).unwrap_or(u32::MAX));
-    }
-
-    fn advance(&self, ticks: u32) {
-        let (reply, answer) = channel();
-        if self.send(Request::Advance { ticks, reply }).is_ok() {
-            let _ = answer.recv();
-        }
+    fn simulator(&self) -> Option<&SimTransport> {
+        Some(self)
     }
 }

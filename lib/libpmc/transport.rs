@@ -10,43 +10,12 @@
 
 use core::ffi::c_int;
 
-/// A way to issue hwpmc operations.
+/// A way to issue hwpmc operations: what pmc(3) needs of the machine.
+/// (pmcstat's process control is libpmcstat's.)
 pub trait Transport: Send + Sync {
     /// Issues `op` with `arg` as its argument block (an empty block is a
     /// NULL argument) and returns the errno of a failure.
     fn call(&self, op: u32, arg: &mut [u8]) -> Result<(), c_int>;
-
-    /// Lets time pass on a simulated machine: the calling program runs for
-    /// `ticks` clock ticks. On a real machine time passes by itself.
-    fn advance(&self, _ticks: u32) {}
-
-    /// Waits for `duration`: the real clock on a real machine, simulated
-    /// clock ticks (the program running) on a simulated one.
-    fn sleep(&self, duration: std::time::Duration) {
-        std::thread::sleep(duration);
-    }
-
-    /// Creates a process for the command `argv`, held before it runs (so
-    /// that PMCs can be attached to it first), and returns its pid: a
-    /// child of this program on FreeBSD, a program of the simulated
-    /// machine's catalogue on the simulator.
-    fn spawn(&self, argv: &[String]) -> Result<i32, c_int> {
-        let _ = argv;
-        Err(libc::ENOSYS)
-    }
-
-    /// Lets a process made by [`Transport::spawn`] run its command.
-    fn release(&self, pid: i32) -> Result<(), c_int> {
-        let _ = pid;
-        Err(libc::ENOSYS)
-    }
-
-    /// Whether a process made by [`Transport::spawn`] has exited (it is
-    /// reaped then).
-    fn exited(&self, pid: i32) -> bool {
-        let _ = pid;
-        true
-    }
 
     /// Reads a string sysctl (sysctlbyname(3)), such as the CPU key
     /// `kern.hwpmc.cpuid`; ENOENT when the machine has no such node.
@@ -55,10 +24,12 @@ pub trait Transport: Send + Sync {
         Err(libc::ENOENT)
     }
 
-    /// The machine's processes as (pid, command name), from the
-    /// `kern.proc.proc` sysctl on FreeBSD; pmcstat's `-t` matches names.
-    fn processes(&self) -> Result<Vec<(i32, String)>, c_int> {
-        Err(libc::ENOSYS)
+    /// The simulated machine behind this transport, if it is one: what
+    /// lets time pass and processes run there (libpmcstat's simulator
+    /// process control, the tests).
+    #[cfg(feature = "sim")]
+    fn simulator(&self) -> Option<&crate::libpmc_sim::SimTransport> {
+        None
     }
 }
 
@@ -251,102 +222,7 @@ impl Syscall {
     }
 }
 
-/// A child forked for a command, waiting on a socket before exec.
-#[derive(Debug)]
-struct Child {
-    pid: i32,
-    /// The parent's end of the socket pair; writing to it lets the child
-    /// exec.
-    gate: c_int,
-}
-
-static CHILDREN: std::sync::Mutex<Vec<Child>> = std::sync::Mutex::new(Vec::new());
-
-fn errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-impl Syscall {
-    fn fork_command(argv: &[String]) -> Result<i32, c_int> {
-        if argv.is_empty() {
-            return Err(libc::EINVAL);
-        }
-        // Everything the child needs is prepared before fork(2): after it
-        // the child only makes async-signal-safe calls.
-        let args: Vec<std::ffi::CString> = argv
-            .iter()
-            .map(|a| std::ffi::CString::new(a.as_str()).map_err(|_| libc::EINVAL))
-            .collect::<Result<_, _>>()?;
-        let mut ptrs: Vec<*const core::ffi::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-        ptrs.push(core::ptr::null());
-        let mut pair = [0 as c_int; 2];
-        // SAFETY: `pair` has room for the two descriptors.
-        if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, pair.as_mut_ptr()) } < 0 {
-            return Err(errno());
-        }
-        // SAFETY: the child runs only async-signal-safe calls (read,
-        // close, execvp, _exit) on memory prepared before the fork.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            let e = errno();
-            // SAFETY: our descriptors, closed once.
-            unsafe {
-                libc::close(pair[0]);
-                libc::close(pair[1]);
-            }
-            return Err(e);
-        }
-        if pid == 0 {
-            // SAFETY: see above; the child never returns.
-            unsafe {
-                libc::close(pair[0]);
-                let mut token = 0u8;
-                if libc::read(pair[1], (&mut token as *mut u8).cast(), 1) == 1 {
-                    libc::close(pair[1]);
-                    libc::execvp(ptrs[0], ptrs.as_ptr());
-                }
-                libc::_exit(127);
-            }
-        }
-        // SAFETY: the child's end, not ours.
-        unsafe { libc::close(pair[1]) };
-        CHILDREN
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Child { pid, gate: pair[0] });
-        Ok(pid)
-    }
-}
-
 impl Transport for Syscall {
-    fn spawn(&self, argv: &[String]) -> Result<i32, c_int> {
-        Syscall::fork_command(argv)
-    }
-
-    fn release(&self, pid: i32) -> Result<(), c_int> {
-        let mut children = CHILDREN.lock().unwrap_or_else(|e| e.into_inner());
-        let child = children
-            .iter_mut()
-            .find(|c| c.pid == pid)
-            .ok_or(libc::ESRCH)?;
-        let token = b"!";
-        // SAFETY: the gate is our open descriptor; one byte is written.
-        let r = unsafe { libc::write(child.gate, token.as_ptr().cast(), 1) };
-        // SAFETY: the gate is closed once, here.
-        unsafe { libc::close(child.gate) };
-        child.gate = -1;
-        if r == 1 { Ok(()) } else { Err(errno()) }
-    }
-
-    fn exited(&self, pid: i32) -> bool {
-        let mut status = 0;
-        // SAFETY: waitpid with WNOHANG on our child only writes `status`.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        r == pid || r < 0
-    }
-
     #[cfg(target_os = "freebsd")]
     fn call(&self, op: u32, arg: &mut [u8]) -> Result<(), c_int> {
         let ptr = if arg.is_empty() {
@@ -389,70 +265,12 @@ impl Transport for Syscall {
             )
         };
         if r < 0 {
-            return Err(errno());
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
         }
         buf.truncate(len);
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         String::from_utf8(buf[..end].to_vec()).map_err(|_| libc::EINVAL)
-    }
-
-    #[cfg(target_os = "freebsd")]
-    fn processes(&self) -> Result<Vec<(i32, String)>, c_int> {
-        let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_PROC];
-        let entry = core::mem::size_of::<libc::kinfo_proc>();
-        // The table may grow between sizing and reading it: retry.
-        for _ in 0..8 {
-            let mut len = 0usize;
-            // SAFETY: a NULL buffer asks only for the size.
-            let r = unsafe {
-                libc::sysctl(
-                    mib.as_ptr(),
-                    3,
-                    core::ptr::null_mut(),
-                    &mut len,
-                    core::ptr::null(),
-                    0,
-                )
-            };
-            if r < 0 {
-                return Err(errno());
-            }
-            len += len / 8 + entry;
-            let mut table: Vec<libc::kinfo_proc> = Vec::with_capacity(len / entry);
-            let mut bytes = table.capacity() * entry;
-            // SAFETY: the buffer has `bytes` writable bytes of kinfo_proc
-            // storage; the kernel writes whole entries.
-            let r = unsafe {
-                libc::sysctl(
-                    mib.as_ptr(),
-                    3,
-                    table.as_mut_ptr().cast(),
-                    &mut bytes,
-                    core::ptr::null(),
-                    0,
-                )
-            };
-            if r < 0 {
-                if errno() == libc::ENOMEM {
-                    continue;
-                }
-                return Err(errno());
-            }
-            // SAFETY: the kernel initialised `bytes / entry` entries.
-            unsafe { table.set_len(bytes / entry) };
-            return Ok(table
-                .iter()
-                .map(|p| {
-                    let comm: Vec<u8> = p
-                        .ki_comm
-                        .iter()
-                        .take_while(|&&c| c != 0)
-                        .map(|&c| c as u8)
-                        .collect();
-                    (p.ki_pid, String::from_utf8_lossy(&comm).into_owned())
-                })
-                .collect());
-        }
-        Err(libc::ENOMEM)
     }
 }

@@ -1,7 +1,8 @@
 //! What pmcstat(8) and pmccontrol(8) share, which FreeBSD's C tools take
 //! from the C library: getopt(3) over the program's arguments as they
-//! come (`OsString`, any bytes), err(3)/errx(3)/warnx(3) messages and
-//! strerror(3) text, and the exit codes of sysexits(3).
+//! come (`OsString`, any bytes), err(3)/errx(3)/warnx(3) messages (with
+//! the extended error of a failed hwpmc request, as libc's err(3) adds
+//! it) and strerror(3) text, and the exit codes of sysexits(3).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -57,10 +58,12 @@ impl Program {
         }
     }
 
-    /// err(3): `name: msg: ` and the description of `errno`.
+    /// err(3): `name: msg: ` and the description of `errno`, then, as
+    /// FreeBSD's libc adds it, the extended error of the last failed
+    /// hwpmc request if it has one (libpmc's [`pmc::uexterr::gettext`]).
     pub fn err(self, code: u8, msg: impl AsRef<str>, errno: i32) -> Exit {
         Exit {
-            message: format!("{}: {}: {}", self.0, msg.as_ref(), strerror(errno)),
+            message: err_text(self.0, msg.as_ref(), errno, &pmc::uexterr::gettext()),
             code,
         }
     }
@@ -69,6 +72,16 @@ impl Program {
     pub fn warnx(self, msg: impl AsRef<str>) {
         eprintln!("{}: {}", self.0, msg.as_ref());
     }
+}
+
+/// err(3)'s line: `name: msg: strerror` and ` (extended error TEXT)`
+/// when there is extended error text.
+pub fn err_text(name: &str, msg: &str, errno: i32, exterr: &str) -> String {
+    let mut line = format!("{name}: {msg}: {}", strerror(errno));
+    if !exterr.is_empty() {
+        line.push_str(&format!(" (extended error {exterr})"));
+    }
+    line
 }
 
 /// strerror(3): the C library's description of `errno`.
@@ -330,5 +343,11 @@ mod tests {
         let e = P.err(sysexits::EX_OSERR, "open", 2);
         assert_eq!(e.message, "test: open: No such file or directory");
         assert_eq!(strerror(22), "Invalid argument");
+        // FreeBSD's err(3) with an extended error.
+        assert_eq!(
+            err_text("pmcstat", "ERROR: x", 22, "Invalid PMC mode"),
+            "pmcstat: ERROR: x: Invalid argument (extended error Invalid PMC mode)"
+        );
+        assert_eq!(err_text("p", "m", 22, ""), "p: m: Invalid argument");
     }
 }

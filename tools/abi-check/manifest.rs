@@ -89,6 +89,12 @@ pub const ADD_RETIRED: Addition = Addition {
     source: "sys/sys/pmc.h @ 5369f8e7 (2026)",
 };
 
+/// hwpmc's extended-error categories.
+pub const ADD_EXTERR_CATS: Addition = Addition {
+    what: "EXTERR_CAT_HWPMC_IBS (18), EXTERR_CAT_HWPMC_AMD (20), EXTERR_CAT_HWPMC_MOD (21)",
+    source: "sys/sys/exterr_cat.h @ 20977828 (2026)",
+};
+
 /// Every deliberate difference from FreeBSD 15.0's headers, in one place.
 pub const ADDITIONS_2026: &[Addition] = &[
     ADD_VERSION,
@@ -100,6 +106,7 @@ pub const ADDITIONS_2026: &[Addition] = &[
     ADD_MULTIPART,
     ADD_ARM64_FLAGS,
     ADD_RETIRED,
+    ADD_EXTERR_CATS,
 ];
 
 /// The C side of an entry.
@@ -115,6 +122,11 @@ pub enum CExpr {
     Alignof(&'static str),
     /// `offsetof(type, member)`.
     Offsetof(&'static str, &'static str),
+    /// `sizeof(((type *)0)->member)`: the member's own size.
+    MemberSize(&'static str, &'static str),
+    /// `PMC_EV_<class>__BLOCK_START`, the enumerator `__PMC_EV_BLOCK`
+    /// makes before a class's events.
+    BlockStart(&'static str),
 }
 
 /// Which C translation unit can evaluate an entry.
@@ -242,6 +254,14 @@ macro_rules! layout {
     };
 }
 
+/// The size of each named member of a struct or union, as the Rust type
+/// of that member gives it.
+macro_rules! member_sizes {
+    ($m:ident; $cty:literal, $($f:literal => $rty:ty),+ $(,)?) => {
+        $( $m.push(CExpr::MemberSize($cty, $f), size_of::<$rty>() as u64, 8); )+
+    };
+}
+
 /// The origin of each cputype that FreeBSD 15.0 lacks.
 const fn cputype_addition(c: PmcCputype) -> Option<&'static Addition> {
     match c as u32 {
@@ -274,6 +294,27 @@ const PMCRW_VALUE_OFFSET: usize = {
     }
     offset_of!(WrongPmcrw, pm_value)
 };
+
+/// `offsetof(struct pmclog_pmcdetach, pl_header)`; the selftest build has
+/// a stray word in front of it.
+#[cfg(not(feature = "selftest-wrong-offset"))]
+const PMCDETACH_HEADER_OFFSET: usize = offset_of!(PmclogPmcdetach, pl_header);
+#[cfg(feature = "selftest-wrong-offset")]
+const PMCDETACH_HEADER_OFFSET: usize = 4;
+
+/// Size of `union pmclog_entry`'s `pl_u`; the selftest build gives it the
+/// size of another record.
+#[cfg(not(feature = "selftest-wrong-offset"))]
+const ENTRY_USERDATA_SIZE: usize = size_of::<PmclogUserdata>();
+#[cfg(feature = "selftest-wrong-offset")]
+const ENTRY_USERDATA_SIZE: usize = size_of::<PmclogProcexit>();
+
+/// `offsetof(struct hwt_alloc, backend_name)`; the selftest build lays
+/// the struct out on i386 as if its pointers were 64-bit.
+#[cfg(not(all(feature = "selftest-wrong-offset", target_arch = "x86")))]
+const HWT_ALLOC_BACKEND_OFFSET: usize = offset_of!(HwtAlloc, backend_name);
+#[cfg(all(feature = "selftest-wrong-offset", target_arch = "x86"))]
+const HWT_ALLOC_BACKEND_OFFSET: usize = 32;
 
 const fn pmc_h(m: &mut Manifest) {
     constant!(m; PMC_NAME_MAX, PMC_CLASS_MAX, PMC_CPUID_LEN, PMC_VERSION_MAJOR, PMC_VERSION_PATCH,
@@ -387,6 +428,12 @@ const fn pmc_h(m: &mut Manifest) {
     constant!(m; PMC_CC_F_MULTIPART);
     m.addition = None;
 
+    m.push(CExpr::Sizeof("pmc_id_t"), size_of::<PmcId>() as u64, 8);
+    m.push(
+        CExpr::Sizeof("pmc_value_t"),
+        size_of::<PmcValue>() as u64,
+        8,
+    );
     layout!(m; "struct pmc_op_pmcallocate", PmcOpPmcallocate {
         pm_caps, pm_cpu, pm_class, pm_ev, pm_flags, pm_mode, pm_pmcid, pm_count, pm_md
     });
@@ -443,6 +490,8 @@ const fn pmc_mdep_h(m: &mut Manifest) {
     );
     m.targets = AMD64;
     constant!(m; PMC_MDEP_CLASS_INDEX_P4);
+    m.targets = I386;
+    constant!(m; PMC_MDEP_CLASS_INDEX_K7);
     m.targets = X86;
     layout!(m; "struct pmc_md_amd_op_pmcallocate", PmcMdAmdOpPmcallocate { pm_amd_config, pm_amd_sub_class });
     layout!(m; "struct pmc_md_iap_op_pmcallocate", PmcMdIapOpPmcallocate { pm_iap_config, pm_iap_rsp });
@@ -485,13 +534,32 @@ const fn pmc_events_h(m: &mut Manifest) {
         PMC_EV_TSC_FIRST, PMC_EV_TSC_LAST, PMC_EV_K8_FIRST, PMC_EV_K8_LAST, PMC_EV_IAF_FIRST,
         PMC_EV_IAF_LAST, PMC_EV_ARMV7_FIRST, PMC_EV_ARMV7_LAST, PMC_EV_ARMV8_FIRST, PMC_EV_ARMV8_LAST,
         PMC_EV_PPC7450_FIRST, PMC_EV_PPC7450_LAST, PMC_EV_PPC970_FIRST, PMC_EV_PPC970_LAST,
-        PMC_EV_E500_FIRST, PMC_EV_E500_LAST);
+        PMC_EV_E500_FIRST, PMC_EV_E500_LAST, PMC_EV_DMC620_PMU_CD2_FIRST,
+        PMC_EV_DMC620_PMU_CD2_LAST, PMC_EV_DMC620_PMU_C_FIRST, PMC_EV_DMC620_PMU_C_LAST,
+        PMC_EV_CMN600_PMU_FIRST, PMC_EV_CMN600_PMU_LAST);
     let mut i = 0;
     while i < PMC_EVENT_CODES.len() {
         let (name, code) = PMC_EVENT_CODES[i];
         m.push(CExpr::Name("", name), code as u64, 4);
         i += 1;
     }
+    // `__PMC_EV_BLOCK(C, V)` is the enumerator PMC_EV_C__BLOCK_START = V - 1.
+    i = 0;
+    while i < PMC_EVENT_BLOCKS.len() {
+        let b = PMC_EVENT_BLOCKS[i];
+        m.push(CExpr::BlockStart(b.class), BLOCK_FIRST(b) as u64 - 1, 4);
+        i += 1;
+    }
+}
+
+/// The first code of an event block (a selftest moves one).
+#[allow(non_snake_case)]
+const fn BLOCK_FIRST(b: PmcEventBlock) -> u32 {
+    #[cfg(feature = "selftest-wrong-offset")]
+    if b.first == 0x14600 {
+        return 0x14610;
+    }
+    b.first
 }
 
 const fn pmclog_h(m: &mut Manifest) {
@@ -512,6 +580,8 @@ const fn pmclog_h(m: &mut Manifest) {
         i += 1;
     }
     layout!(m; "struct timespec", Timespec { tv_sec, tv_nsec });
+    // Every record starts with PMCLOG_ENTRY_HEADER (pl_header, pl_spare,
+    // pl_tsc).
     layout!(m; "struct pmclog_header", PmclogHeader { pl_header, pl_spare, pl_tsc });
     layout!(m; "struct pmclog_callchain", PmclogCallchain {
         pl_header, pl_spare, pl_tsc, pl_pid, pl_tid, pl_pmcid, pl_cpuflags, pl_pc
@@ -519,23 +589,68 @@ const fn pmclog_h(m: &mut Manifest) {
     layout!(m; "struct pmclog_closelog", PmclogCloselog { pl_header, pl_spare, pl_tsc });
     layout!(m; "struct pmclog_dropnotify", PmclogDropnotify { pl_header, pl_spare, pl_tsc });
     layout!(m; "struct pmclog_initialize", PmclogInitialize {
-        pl_header, pl_tsc, pl_version, pl_cpu, pl_tsc_freq, pl_ts, pl_cpuid
+        pl_header, pl_spare, pl_tsc, pl_version, pl_cpu, pl_tsc_freq, pl_ts, pl_cpuid
     });
-    layout!(m; "struct pmclog_map_in", PmclogMapIn { pl_tsc, pl_pid, pl_pad, pl_start, pl_pathname });
-    layout!(m; "struct pmclog_map_out", PmclogMapOut { pl_tsc, pl_pid, pl_pad, pl_start, pl_end });
-    layout!(m; "struct pmclog_pmcallocate", PmclogPmcallocate { pl_pmcid, pl_event, pl_flags, pl_pad, pl_rate });
-    layout!(m; "struct pmclog_pmcattach", PmclogPmcattach { pl_pmcid, pl_pid, pl_pathname });
-    layout!(m; "struct pmclog_pmcdetach", PmclogPmcdetach { pl_pmcid, pl_pid });
-    layout!(m; "struct pmclog_proccsw", PmclogProccsw { pl_value, pl_pmcid, pl_pid, pl_tid, pl_pad });
-    layout!(m; "struct pmclog_proccreate", PmclogProccreate { pl_pid, pl_flags, pl_pcomm });
-    layout!(m; "struct pmclog_procexec", PmclogProcexec { pl_pid, pl_pmcid, pl_base, pl_dyn, pl_pathname });
-    layout!(m; "struct pmclog_procexit", PmclogProcexit { pl_pmcid, pl_pid, pl_value });
-    layout!(m; "struct pmclog_procfork", PmclogProcfork { pl_oldpid, pl_newpid });
-    layout!(m; "struct pmclog_sysexit", PmclogSysexit { pl_pid, pl_pad });
-    layout!(m; "struct pmclog_threadcreate", PmclogThreadcreate { pl_tid, pl_pid, pl_flags, pl_pad, pl_tdname });
-    layout!(m; "struct pmclog_threadexit", PmclogThreadexit { pl_tid, pl_pad });
-    layout!(m; "struct pmclog_userdata", PmclogUserdata { pl_userdata, pl_pad });
-    layout!(m; "struct pmclog_pmcallocatedyn", PmclogPmcallocatedyn { pl_pmcid, pl_event, pl_flags, pl_pad, pl_evname });
+    layout!(m; "struct pmclog_map_in", PmclogMapIn {
+        pl_header, pl_spare, pl_tsc, pl_pid, pl_pad, pl_start, pl_pathname
+    });
+    layout!(m; "struct pmclog_map_out", PmclogMapOut {
+        pl_header, pl_spare, pl_tsc, pl_pid, pl_pad, pl_start, pl_end
+    });
+    layout!(m; "struct pmclog_pmcallocate", PmclogPmcallocate {
+        pl_header, pl_spare, pl_tsc, pl_pmcid, pl_event, pl_flags, pl_pad, pl_rate
+    });
+    layout!(m; "struct pmclog_pmcattach", PmclogPmcattach {
+        pl_header, pl_spare, pl_tsc, pl_pmcid, pl_pid, pl_pathname
+    });
+    layout!(m; "struct pmclog_pmcdetach", PmclogPmcdetach { pl_spare, pl_tsc, pl_pmcid, pl_pid } {
+        "pl_header" => PMCDETACH_HEADER_OFFSET,
+    });
+    layout!(m; "struct pmclog_proccsw", PmclogProccsw {
+        pl_header, pl_spare, pl_tsc, pl_value, pl_pmcid, pl_pid, pl_tid, pl_pad
+    });
+    layout!(m; "struct pmclog_proccreate", PmclogProccreate {
+        pl_header, pl_spare, pl_tsc, pl_pid, pl_flags, pl_pcomm
+    });
+    layout!(m; "struct pmclog_procexec", PmclogProcexec {
+        pl_header, pl_spare, pl_tsc, pl_pid, pl_pmcid, pl_base, pl_dyn, pl_pathname
+    });
+    layout!(m; "struct pmclog_procexit", PmclogProcexit {
+        pl_header, pl_spare, pl_tsc, pl_pmcid, pl_pid, pl_value
+    });
+    layout!(m; "struct pmclog_procfork", PmclogProcfork {
+        pl_header, pl_spare, pl_tsc, pl_oldpid, pl_newpid
+    });
+    layout!(m; "struct pmclog_sysexit", PmclogSysexit { pl_header, pl_spare, pl_tsc, pl_pid, pl_pad });
+    layout!(m; "struct pmclog_threadcreate", PmclogThreadcreate {
+        pl_header, pl_spare, pl_tsc, pl_tid, pl_pid, pl_flags, pl_pad, pl_tdname
+    });
+    layout!(m; "struct pmclog_threadexit", PmclogThreadexit { pl_header, pl_spare, pl_tsc, pl_tid, pl_pad });
+    layout!(m; "struct pmclog_userdata", PmclogUserdata {
+        pl_header, pl_spare, pl_tsc, pl_userdata, pl_pad
+    });
+    layout!(m; "struct pmclog_pmcallocatedyn", PmclogPmcallocatedyn {
+        pl_header, pl_spare, pl_tsc, pl_pmcid, pl_event, pl_flags, pl_pad, pl_evname
+    });
+    // The union of every record: its size, alignment, members, and each
+    // member's size (which names the member's type).
+    layout!(m; "union pmclog_entry", PmclogEntry {
+        pl_cc, pl_cl, pl_dn, pl_i, pl_mi, pl_mo, pl_a, pl_ad, pl_t, pl_d, pl_c, pl_pc, pl_x,
+        pl_e, pl_f, pl_se, pl_tc, pl_te, pl_u
+    });
+    member_sizes!(m; "union pmclog_entry",
+        "pl_cc" => PmclogCallchain, "pl_cl" => PmclogCloselog, "pl_dn" => PmclogDropnotify,
+        "pl_i" => PmclogInitialize, "pl_mi" => PmclogMapIn, "pl_mo" => PmclogMapOut,
+        "pl_a" => PmclogPmcallocate, "pl_ad" => PmclogPmcallocatedyn, "pl_t" => PmclogPmcattach,
+        "pl_d" => PmclogPmcdetach, "pl_c" => PmclogProccsw, "pl_pc" => PmclogProccreate,
+        "pl_x" => PmclogProcexec, "pl_e" => PmclogProcexit, "pl_f" => PmclogProcfork,
+        "pl_se" => PmclogSysexit, "pl_tc" => PmclogThreadcreate, "pl_te" => PmclogThreadexit,
+    );
+    m.push(
+        CExpr::MemberSize("union pmclog_entry", "pl_u"),
+        ENTRY_USERDATA_SIZE as u64,
+        8,
+    );
     expr!(m; "sizeof(union pmclog_entry)" => PMCLOG_MAX_RECORD);
 }
 
@@ -550,6 +665,11 @@ const fn pmckern_h(m: &mut Manifest) {
         "PMC_UR" => RingType::Ur as u32,
         "PMC_NUM_SR" => PMC_NUM_SR as u32,
     );
+    m.push(
+        CExpr::Sizeof("ring_type_t"),
+        size_of::<RingType>() as u64,
+        8,
+    );
     layout!(m; "struct pmckern_procexec", PmckernProcexec { pm_credentialschanged, pm_baseaddr, pm_dynaddr });
     layout!(m; "struct pmckern_map_in", PmckernMapIn { pm_file, pm_address });
     layout!(m; "struct pmckern_map_out", PmckernMapOut { pm_address, pm_size });
@@ -563,13 +683,15 @@ const fn hwt_h(m: &mut Manifest) {
         m.push(CExpr::Name("HWT_RECORD_", t.name()), t.raw() as u64, 4);
         i += 1;
     }
-    // hwt(4) exists on amd64 and arm64 only.
-    m.targets = LP64;
+    // hwt(4)'s driver is built on amd64 and arm64, but its header is the
+    // same everywhere: compared on i386 too, where pointers are 32-bit.
     constant!(m; HWT_MAGIC, HWT_BACKEND_MAXNAMELEN, HWT_MODE_THREAD, HWT_MODE_CPU,
         HWT_IOC_ALLOC, HWT_IOC_START, HWT_IOC_STOP, HWT_IOC_RECORD_GET, HWT_IOC_BUFPTR_GET,
         HWT_IOC_SET_CONFIG, HWT_IOC_WAKEUP, HWT_IOC_SVC_BUF);
     layout!(m; "struct hwt_alloc", HwtAlloc {
-        bufsize, mode, pid, cpu_map, cpusetsize, backend_name, ident, kqueue_fd
+        bufsize, mode, pid, cpu_map, cpusetsize, ident, kqueue_fd
+    } {
+        "backend_name" => HWT_ALLOC_BACKEND_OFFSET,
     });
     layout!(m; "struct hwt_start", HwtStart { reserved });
     layout!(m; "struct hwt_stop", HwtStop { reserved });
@@ -590,6 +712,18 @@ const fn hwt_h(m: &mut Manifest) {
     m.targets = ALL;
 }
 
+const fn exterr_h(m: &mut Manifest) {
+    use uapi::exterr::*;
+    constant!(m; UEXTERROR_MAXLEN, UEXTERROR_VER, EXTERRCTL_ENABLE, EXTERRCTL_DISABLE, EXTERRCTL_UD,
+        EXTERRCTLF_FORCE);
+    layout!(m; "struct uexterror", Uexterror {
+        ver, error, cat, src_line, flags, rsrv0, p1, p2, rsrv1, msg
+    });
+    m.addition = Some(&ADD_EXTERR_CATS);
+    constant!(m; EXTERR_CAT_HWPMC_IBS, EXTERR_CAT_HWPMC_AMD, EXTERR_CAT_HWPMC_MOD);
+    m.addition = None;
+}
+
 const fn build() -> Manifest {
     let mut m = Manifest::new();
     pmc_h(&mut m);
@@ -598,6 +732,7 @@ const fn build() -> Manifest {
     pmclog_h(&mut m);
     pmckern_h(&mut m);
     hwt_h(&mut m);
+    exterr_h(&mut m);
     m
 }
 

@@ -906,28 +906,23 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     set_widths(pmc, &mut a.events);
     let height = display_height(&printfile);
     let stats_before = pmc.driver_stats().ok();
+    let procs = libpmcstat::process_control(pmc);
     // The command's process, created before the attach and held until
     // its PMCs run.
     let command = if a.command.is_empty() {
         None
     } else {
-        let pid = pmc.transport().spawn(&a.command).map_err(|e| {
-            err(
-                EX_OSERR,
-                format!("ERROR: execvp \"{}\" failed", a.command[0]),
-                e,
-            )
-        })?;
+        let pid = procs
+            .create_process(&a.command)
+            .map_err(|e| err(EX_OSERR, e.message(&a.command[0]), e.errno()))?;
         a.targets.insert(0, pid);
         Some(pid)
     };
     if !a.target_patterns.is_empty() {
-        let procs = pmc
-            .transport()
-            .processes()
+        let found = libpmcstat::find_targets(&*procs, &a.target_patterns)
             .map_err(|e| err(EX_OSERR, "ERROR: Cannot list the processes", e))?;
-        for (pid, comm) in procs {
-            if a.target_patterns.iter().any(|re| re.is_match(&comm)) && !a.targets.contains(&pid) {
+        for pid in found {
+            if !a.targets.contains(&pid) {
                 a.targets.push(pid);
             }
         }
@@ -936,25 +931,15 @@ fn measure(mut a: Args) -> Result<(), Exit> {
         }
     }
     if a.has_target || command.is_some() {
-        let mut attached = 0;
-        for &pid in &a.targets {
-            for e in a.events.iter().filter(|e| e.mode.is_virtual()) {
-                match pmc.attach(e.id, pid) {
-                    Ok(()) => attached += 1,
-                    Err(libc::ESRCH) => {}
-                    Err(er) => {
-                        return Err(err(
-                            EX_OSERR,
-                            format!("ERROR: cannot attach pmc \"{}\" to process {pid}", e.name),
-                            er,
-                        ));
-                    }
-                }
-            }
-        }
-        if attached == 0 {
-            return Err(errx(EX_DATAERR, "ERROR: No processes were attached to."));
-        }
+        let process_pmcs = a
+            .events
+            .iter()
+            .filter(|e| e.mode.is_virtual())
+            .map(|e| (e.id, e.name.as_str()));
+        libpmcstat::attach_pmcs(pmc, process_pmcs, &a.targets).map_err(|e| match e {
+            libpmcstat::AttachError::Failed { errno, .. } => err(EX_OSERR, e.to_string(), errno),
+            libpmcstat::AttachError::NoneAttached => errx(EX_DATAERR, e.to_string()),
+        })?;
     }
     for e in &a.events {
         if let Err(er) = pmc.start(e.id) {
@@ -973,9 +958,9 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     // SAFETY: the handler only stores to an atomic.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     if let Some(pid) = command {
-        pmc.transport()
-            .release(pid)
-            .map_err(|e| err(EX_OSERR, "ERROR (parent): write of token failed", e))?;
+        procs
+            .start_process(pid)
+            .map_err(|e| err(EX_OSERR, e.message(&a.command[0]), e.errno()))?;
     }
 
     let print_counts = a.has_counting && a.required & REQ_OUTPUT_LOGFILE == 0;
@@ -992,9 +977,9 @@ fn measure(mut a: Args) -> Result<(), Exit> {
         let mut command_done = false;
         while waited < step - 1e-9 && !INTERRUPTED.load(Ordering::SeqCst) {
             let slice = (step - waited).min(0.1);
-            pmc.transport().sleep(Duration::from_secs_f64(slice));
+            procs.wait(Duration::from_secs_f64(slice));
             waited += slice;
-            if command.is_some_and(|pid| pmc.transport().exited(pid)) {
+            if command.is_some_and(|pid| procs.exited(pid)) {
                 command_done = true;
                 break;
             }
@@ -1008,8 +993,14 @@ fn measure(mut a: Args) -> Result<(), Exit> {
             }
             break;
         }
-        // FreeBSD prints nothing more after an interrupt.
+        // FreeBSD prints nothing more after an interrupt, and interrupts
+        // the command it started.
         if INTERRUPTED.load(Ordering::SeqCst) {
+            if let Some(pid) = command {
+                procs
+                    .kill_process(pid)
+                    .map_err(|e| err(EX_OSERR, "ERROR: cannot signal child process", e))?;
+            }
             break;
         }
         if print_counts {

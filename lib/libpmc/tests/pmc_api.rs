@@ -163,13 +163,13 @@ fn a_soft_pmc_counts_the_programs_ticks() {
     // Attaching to pid 0 means the caller itself.
     pmc.attach(id, 0).unwrap();
     pmc.start(id).unwrap();
-    pmc.transport().advance(25);
+    pmc.transport().simulator().unwrap().advance(25);
     let first = pmc.read(id).unwrap();
     assert_eq!(first, 25, "one CLOCK.HARD per tick the program ran");
-    pmc.transport().advance(5);
+    pmc.transport().simulator().unwrap().advance(5);
     assert_eq!(pmc.read(id).unwrap(), 30);
     pmc.stop(id).unwrap();
-    pmc.transport().advance(5);
+    pmc.transport().simulator().unwrap().advance(5);
     assert_eq!(pmc.read(id).unwrap(), 30, "a stopped PMC does not count");
     // A write or a read-and-write of a stopped PMC.
     pmc.write(id, 1000).unwrap();
@@ -194,7 +194,7 @@ fn a_tsc_pmc_reads_the_timestamp_counter() {
     let id = pmc.allocate("TSC", PmcMode::Sc.raw(), 0, 1, 0).unwrap();
     pmc.start(id).unwrap();
     let before = pmc.read(id).unwrap();
-    pmc.transport().advance(10);
+    pmc.transport().simulator().unwrap().advance(10);
     let after = pmc.read(id).unwrap();
     let cfg = ksim::MachineConfig::default();
     // Ten ticks, plus the microsecond the simulator charges for each
@@ -288,7 +288,7 @@ fn the_log_goes_to_the_programs_descriptor() {
         .unwrap();
     pmc.attach(id, 0).unwrap();
     pmc.start(id).unwrap();
-    pmc.transport().advance(2500);
+    pmc.transport().simulator().unwrap().advance(2500);
     pmc.writelog(42).unwrap();
     pmc.flush_logfile().unwrap();
     // Flushed records are in the file before the log is closed.
@@ -355,7 +355,7 @@ fn a_system_sampling_pmc_samples_the_running_program() {
             .unwrap();
         pmc.set(id, 1000).unwrap();
         pmc.start(id).unwrap();
-        pmc.transport().advance(3500);
+        pmc.transport().simulator().unwrap().advance(3500);
         pmc.stop(id).unwrap();
     });
     assert_eq!(samples, 3);
@@ -392,7 +392,7 @@ fn process_sampling_of_the_workload() {
             // The workload's process comes right after the program's.
             pmc.attach(id, 102).unwrap();
             pmc.start(id).unwrap();
-            pmc.transport().advance(3500);
+            pmc.transport().simulator().unwrap().advance(3500);
             pmc.stop(id).unwrap();
         });
         assert_eq!(samples, 3, "set {with_set} flags {flags:#x}");
@@ -611,4 +611,38 @@ fn freebsd_errno_values_become_the_hosts() {
     // EPROGMISMATCH, the library's own version error, is the host's too.
     assert_eq!(pmc::pmc::EPROGMISMATCH, libc::EPROTO);
     assert_eq!(host_errno(0x7fff), libc::EIO);
+}
+
+/// A request the driver refuses with an extended error: the library
+/// gives its text, as libc's uexterr_gettext(3) does on FreeBSD, until
+/// another request fails; a failure without one leaves none.
+#[test]
+fn the_driver_says_why_a_request_failed() {
+    let pmc = machine(2);
+    let system = pmc
+        .allocate("SOFT-CLOCK.HARD", PmcMode::Sc.raw(), 0, 0, 0)
+        .unwrap();
+    assert_eq!(pmc.attach(system, 0).unwrap_err(), libc::EINVAL);
+    assert_eq!(pmc::uexterr::gettext(), "Cannot attach a system-mode PMC");
+    // Success leaves it.
+    pmc.start(system).unwrap();
+    assert_eq!(pmc::uexterr::gettext(), "Cannot attach a system-mode PMC");
+    let process = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Tc.raw(),
+            0,
+            PMC_CPU_ANY as i32,
+            0,
+        )
+        .unwrap();
+    pmc.start(process).unwrap();
+    assert_eq!(pmc.write(process, 5).unwrap_err(), libc::EBUSY);
+    assert_eq!(
+        pmc::uexterr::gettext(),
+        "Cannot write a PMC while it is running"
+    );
+    // A failure without an extended error: the text is gone.
+    assert_eq!(pmc.release(0x00ff_0000).unwrap_err(), libc::EINVAL);
+    assert_eq!(pmc::uexterr::gettext(), "");
 }

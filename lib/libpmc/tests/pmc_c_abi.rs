@@ -49,7 +49,12 @@ fn the_c_api_on_the_simulator() {
         );
         assert_eq!(pmc_attach(id, 0), 0);
         assert_eq!(pmc_start(id), 0);
-        library_handle().unwrap().transport().advance(12);
+        library_handle()
+            .unwrap()
+            .transport()
+            .simulator()
+            .unwrap()
+            .advance(12);
         assert_eq!(pmc_read(id, &mut value), 0);
         assert_eq!(value, 12);
         let mut caps = 0;
@@ -112,6 +117,28 @@ fn the_c_api_on_the_simulator() {
             -1
         );
         assert_eq!(errno(), libc::EINVAL, "no CPU 99");
+        // The driver said why, as uexterr_gettext(3) gives it on FreeBSD.
+        let mut text = [0 as c_char; 256];
+        assert_eq!(uexterr::uexterr_gettext(text.as_mut_ptr(), text.len()), 0);
+        assert_eq!(CStr::from_ptr(text.as_ptr()), c"Invalid PMC CPU");
+        // Cut as strlcpy(3) cuts, NUL included; NULL is refused.
+        assert_eq!(uexterr::uexterr_gettext(text.as_mut_ptr(), 8), 0);
+        assert_eq!(CStr::from_ptr(text.as_ptr()), c"Invalid");
+        assert_eq!(uexterr::uexterr_gettext(core::ptr::null_mut(), 8), -1);
+        assert_eq!(errno(), libc::EFAULT);
+        // A failure before any request (a bad mode, refused by the
+        // library) leaves it as it was.
+        assert_eq!(pmc_allocate(c"TSC".as_ptr(), 42, 0, 0, &mut other, 0), -1);
+        assert_eq!(uexterr::uexterr_gettext(text.as_mut_ptr(), text.len()), 0);
+        assert_eq!(CStr::from_ptr(text.as_ptr()), c"Invalid PMC CPU");
+        // Another thread has its own: none.
+        std::thread::spawn(|| {
+            let mut text = [1 as c_char; 16];
+            assert_eq!(uexterr::uexterr_gettext(text.as_mut_ptr(), text.len()), 0);
+            assert_eq!(CStr::from_ptr(text.as_ptr()), c"");
+        })
+        .join()
+        .unwrap();
 
         // The row table, malloc(3)ed for the caller.
         let mut info: *mut PmcOpGetpmcinfo = core::ptr::null_mut();

@@ -25,6 +25,23 @@ extern crate alloc;
 #[macro_use]
 extern crate kpi;
 
+/// `EXTERROR(error, msg)` of hwpmc_mod.c (category
+/// `EXTERR_CAT_HWPMC_MOD`): the failing system call's extended error,
+/// with hwpmc_mod.c's messages (those of FreeBSD's 2026 tests,
+/// tests/sys/pmc/pmc_exterr_test.c); gives `error` back.
+macro_rules! exterror {
+    ($error:expr, $msg:expr) => {
+        kpi::exterr::set(
+            $error,
+            uapi::exterr::EXTERR_CAT_HWPMC_MOD,
+            $msg,
+            0,
+            0,
+            line!(),
+        )
+    };
+}
+
 #[macro_use]
 mod debug;
 pub mod hwpmc_class;

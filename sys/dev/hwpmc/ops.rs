@@ -330,10 +330,11 @@ impl Hwpmc {
 
     fn op_pmcallocate(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
         let pa = copyin::<PmcOpPmcallocate>(arg)?;
-        let mode = PmcMode::from_raw(pa.pm_mode).ok_or(EINVAL)?;
+        let mode =
+            PmcMode::from_raw(pa.pm_mode).ok_or_else(|| exterror!(EINVAL, c"Invalid PMC mode"))?;
         let cpu = pa.pm_cpu;
         if cpu != PMC_CPU_ANY && cpu >= self.ncpu {
-            return Err(EINVAL);
+            return Err(exterror!(EINVAL, c"Invalid PMC CPU"));
         }
         if (mode.is_virtual() && cpu != PMC_CPU_ANY) || (mode.is_system() && cpu == PMC_CPU_ANY) {
             return Err(EINVAL);
@@ -351,7 +352,7 @@ impl Hwpmc {
         }
         let flags = PmcFlags::from_bits(pa.pm_flags)
             .filter(|f| ALLOCATE_FLAGS.contains(*f))
-            .ok_or(EINVAL)?;
+            .ok_or_else(|| exterror!(EINVAL, c"Invalid PMC flags"))?;
         if flags.contains(PmcFlags::USERCALLCHAIN) && !flags.contains(PmcFlags::CALLCHAIN) {
             return Err(EINVAL);
         }
@@ -404,7 +405,7 @@ impl Hwpmc {
                 break;
             }
         }
-        let (ri, dep, adjri) = chosen.ok_or(EINVAL)?;
+        let (ri, dep, adjri) = chosen.ok_or_else(|| exterror!(EINVAL, c"No PMC row accepted"))?;
 
         let mut pflags = flags;
         if mode == PmcMode::Ss || flags.intersects(PmcFlags::LOG_PROCCSW | PmcFlags::LOG_PROCEXIT) {
@@ -550,10 +551,12 @@ impl Hwpmc {
         };
         let pm = Self::pmc_at(core, at).pmc.clone();
         if pm.mode.is_system() {
-            return Err(EINVAL);
+            return Err(exterror!(EINVAL, c"Cannot attach a system-mode PMC"));
         }
         match pm.state() {
-            PmcState::Running => return Err(EBUSY),
+            PmcState::Running => {
+                return Err(exterror!(EBUSY, c"PMC must be stopped before attach"));
+            }
             PmcState::Allocated | PmcState::Stopped => {}
             _ => return Err(EINVAL),
         }
@@ -905,7 +908,7 @@ impl Hwpmc {
         let prw = copyin::<PmcOpPmcrw>(arg)?;
         let flags = PmcFlags::from_bits_retain(prw.pm_flags);
         if !flags.intersects(PmcFlags::OLDVALUE | PmcFlags::NEWVALUE) {
-            return Err(EINVAL);
+            return Err(exterror!(EINVAL, c"PMCRW requires PMC_F_OLDVALUE"));
         }
         let at = self.find_pmc(core, prw.pm_pmcid)?;
         let pm = Self::pmc_at(core, at).pmc.clone();
@@ -917,7 +920,7 @@ impl Hwpmc {
             return Err(EINVAL);
         }
         if state == PmcState::Running && flags.contains(PmcFlags::NEWVALUE) {
-            return Err(EBUSY);
+            return Err(exterror!(EBUSY, c"Cannot write a PMC while it is running"));
         }
         let (dep, adjri) = self.classdep(pm.ri)?;
         let mut old = 0;

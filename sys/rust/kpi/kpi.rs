@@ -56,6 +56,7 @@ pub fn kernel_panic(msg: &str) -> ! {
 pub mod atomic;
 pub mod cpu;
 pub mod errno;
+pub mod exterr;
 pub mod file;
 pub mod hooks;
 pub mod kproc;

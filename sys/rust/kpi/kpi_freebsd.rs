@@ -793,6 +793,28 @@ pub fn pmc_ss_count_reset() {
     // SAFETY: no arguments.
     unsafe { sys::kpi_pmc_ss_count_reset() }
 }
+pub fn exterr_set(
+    error: Errno,
+    category: u32,
+    msg: &'static core::ffi::CStr,
+    p1: u64,
+    p2: u64,
+    line: u32,
+) -> Errno {
+    // SAFETY: a static NUL-terminated message, which the kernel may keep
+    // by pointer until the system call returns; plain numbers otherwise.
+    let r = unsafe {
+        sys::kpi_exterr_set(
+            error.get(),
+            category,
+            msg.as_ptr(),
+            p1,
+            p2,
+            line as core::ffi::c_int,
+        )
+    };
+    Errno::new(r).unwrap_or(error)
+}
 pub fn pmc_module_version() -> u32 {
     // SAFETY: no arguments.
     unsafe { sys::kpi_pmc_module_version() }

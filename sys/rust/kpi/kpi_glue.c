@@ -36,6 +36,19 @@
 #include <sys/epoch.h>
 #include <sys/pmc.h>
 #include <sys/pmckern.h>
+/*
+ * exterror(9) came with FreeBSD 15.0, hwpmc's categories after it: the
+ * glue records extended errors only in a tree that has them.
+ */
+#if __has_include(<sys/exterr_cat.h>)
+#include <sys/exterr_cat.h>
+#endif
+#ifdef EXTERR_CAT_HWPMC_MOD
+#define	EXTERR_CATEGORY	EXTERR_CAT_HWPMC_MOD
+#include <sys/exterrvar.h>
+/* uapi's value (the 2026 tree's), which the Rust driver passes. */
+_Static_assert(EXTERR_CAT_HWPMC_MOD == 21, "EXTERR_CAT_HWPMC_MOD moved");
+#endif
 
 #include <vm/vm.h>
 #include <vm/pmap.h>
@@ -1361,6 +1374,24 @@ uint32_t
 kpi_pmc_module_version(void)
 {
 	return (PMC_VERSION);
+}
+
+int
+kpi_exterr_set(int error, u_int category, const char *msg, uint64_t p1,
+    uint64_t p2, int line)
+{
+#ifdef EXTERR_CAT_HWPMC_MOD
+	/* As EXTERROR(): the message only in kernels with EXTERR_STRINGS. */
+	return (exterr_set(error, category, SET_ERROR_MSG(msg), (uintptr_t)p1,
+	    (uintptr_t)p2, line));
+#else
+	(void)category;
+	(void)msg;
+	(void)p1;
+	(void)p2;
+	(void)line;
+	return (error);
+#endif
 }
 
 /* The MD part of hwpmc's initialisation that names the CPU. */

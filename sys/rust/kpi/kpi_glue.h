@@ -211,6 +211,12 @@ int	kpi_pmc_ss_count(void);
 void	kpi_pmc_ss_count_reset(void);
 /* PMC_VERSION of the tree the module is built in. */
 uint32_t kpi_pmc_module_version(void);
+/*
+ * exterr_set(9) where the tree has hwpmc's exterror categories, else
+ * nothing; returns error.  msg must be static.
+ */
+int	kpi_exterr_set(int error, unsigned int category, const char *msg,
+	    uint64_t p1, uint64_t p2, int line);
 size_t	kpi_pmc_cpuid(char *buf, size_t len);
 /* Soft events: the count, even beyond the buffers. */
 struct kpi_soft_event {

@@ -445,6 +445,17 @@ pub fn eventhandler_deregister(tag: u64) {
 pub fn pmc_kernel_version() -> u32 {
     kern::pmc_kernel_version()
 }
+pub fn exterr_set(
+    error: Errno,
+    category: u32,
+    msg: &'static core::ffi::CStr,
+    p1: u64,
+    p2: u64,
+    line: u32,
+) -> Errno {
+    kern::exterr_set(error.get(), category, msg, p1, p2, line);
+    error
+}
 pub fn pmc_module_version() -> u32 {
     if kern::has_machine() {
         kern::pmc_module_version()

@@ -274,6 +274,29 @@ pub fn copyout(data: &[u8], uaddr: u64) -> Result<(), i32> {
     st.umem_write(pid, uaddr, data).ok_or(EFAULT)
 }
 
+/// `exterr_set`: records an extended error of the current system call
+/// for the current thread, if it registered a `struct uexterror`; returns
+/// `error`. The message is dropped on a machine without `options
+/// EXTERR_STRINGS` ([`crate::MachineConfig::exterr_strings`]).
+pub fn exterr_set(
+    error: i32,
+    category: u32,
+    msg: &'static core::ffi::CStr,
+    p1: u64,
+    p2: u64,
+    line: u32,
+) -> i32 {
+    current().st().exterr_set(crate::machine::exterr::Kexterr {
+        error,
+        category,
+        msg: Some(msg),
+        p1,
+        p2,
+        line,
+    });
+    error
+}
+
 /// `getenv_int` / TUNABLE_INT_FETCH: the kernel environment value, if set
 /// and numeric.
 pub fn kenv_int(name: &str) -> Option<i64> {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 pub use crate::witness::Violation;
 use crate::witness::Witness;
 
+pub(crate) mod exterr;
 mod files;
 mod knobs;
 mod procs;
@@ -51,6 +52,9 @@ pub struct MachineConfig {
     /// The largest pid (`pid_max`); past it pids wrap around and the
     /// lowest free one from 100 on is reused, as on FreeBSD.
     pub pid_max: u32,
+    /// Whether the kernel has `options EXTERR_STRINGS` (GENERIC has):
+    /// without it, extended errors carry no message.
+    pub exterr_strings: bool,
 }
 
 impl Default for MachineConfig {
@@ -65,6 +69,7 @@ impl Default for MachineConfig {
             cpuid: "GenuineIntel-6-55-4".into(),
             witness: true,
             pid_max: 99_999,
+            exterr_strings: true,
         }
     }
 }
@@ -416,6 +421,12 @@ struct Thread {
     /// An AST is pending: the hook runs when the thread returns to user
     /// mode (TDP_CALLCHAIN).
     ast: bool,
+    /// The `struct uexterror` the thread registered with exterrctl(2)
+    /// (`TDP2_UEXTERR` and `td_exterr_ptr`).
+    exterr_ptr: Option<u64>,
+    /// The extended error of the current system call (`TDP2_EXTERR` and
+    /// `td_kexterr`).
+    kexterr: Option<exterr::Kexterr>,
 }
 
 impl std::fmt::Debug for dyn Activity {
@@ -907,7 +918,14 @@ impl Machine {
         let Some(handler) = handler else {
             return Err(78); // ENOSYS
         };
-        self.kernel_call(tid, "system call", || handler(args))
+        // syscallenter: a new call has no extended error yet.
+        self.exterr_clear(tid);
+        let r = self.kernel_call(tid, "system call", || handler(args));
+        // syscallret: a failure tells the registered uexterror.
+        if r.is_err() {
+            self.exterr_copyout(tid);
+        }
+        r
     }
 
     /// Runs `f` as kernel code on behalf of thread `tid` (a system call
@@ -1253,6 +1271,8 @@ impl State {
                 location: Location::default(),
                 activity: None,
                 ast: false,
+                exterr_ptr: None,
+                kexterr: None,
             },
         );
         tid

@@ -14,6 +14,8 @@ pub mod x86 {
 
     /// `PMC_MDEP_CLASS_INDEX_TSC`.
     pub const PMC_MDEP_CLASS_INDEX_TSC: u32 = 1;
+    /// `PMC_MDEP_CLASS_INDEX_K7` (i386 only).
+    pub const PMC_MDEP_CLASS_INDEX_K7: u32 = 2;
     /// `PMC_MDEP_CLASS_INDEX_K8`.
     pub const PMC_MDEP_CLASS_INDEX_K8: u32 = 2;
     /// `PMC_MDEP_CLASS_INDEX_P4`.

@@ -336,8 +336,60 @@ pmclog_struct!(
     }
 );
 
+/// `union pmclog_entry`: every record, to size scratch areas.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union PmclogEntry {
+    /// CALLCHAIN.
+    pub pl_cc: PmclogCallchain,
+    /// CLOSELOG.
+    pub pl_cl: PmclogCloselog,
+    /// DROPNOTIFY.
+    pub pl_dn: PmclogDropnotify,
+    /// INITIALIZE.
+    pub pl_i: PmclogInitialize,
+    /// MAP_IN.
+    pub pl_mi: PmclogMapIn,
+    /// MAP_OUT.
+    pub pl_mo: PmclogMapOut,
+    /// PMCALLOCATE.
+    pub pl_a: PmclogPmcallocate,
+    /// PMCALLOCATEDYN.
+    pub pl_ad: PmclogPmcallocatedyn,
+    /// PMCATTACH.
+    pub pl_t: PmclogPmcattach,
+    /// PMCDETACH.
+    pub pl_d: PmclogPmcdetach,
+    /// PROCCSW.
+    pub pl_c: PmclogProccsw,
+    /// PROC_CREATE.
+    pub pl_pc: PmclogProccreate,
+    /// PROCEXEC.
+    pub pl_x: PmclogProcexec,
+    /// PROCEXIT.
+    pub pl_e: PmclogProcexit,
+    /// PROCFORK.
+    pub pl_f: PmclogProcfork,
+    /// SYSEXIT.
+    pub pl_se: PmclogSysexit,
+    /// THR_CREATE.
+    pub pl_tc: PmclogThreadcreate,
+    /// THR_EXIT.
+    pub pl_te: PmclogThreadexit,
+    /// USERDATA.
+    pub pl_u: PmclogUserdata,
+}
+
+impl core::fmt::Debug for PmclogEntry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // Which member is meant depends on the header; show none.
+        f.debug_struct("PmclogEntry").finish_non_exhaustive()
+    }
+}
+
 impl_plain!(
     Timespec,
+    PmclogEntry,
     PmclogHeader,
     PmclogCallchain,
     PmclogCloselog,
@@ -367,8 +419,9 @@ const MAP_IN_PATH: usize = offset_of!(PmclogMapIn, pl_pathname);
 const PMCATTACH_PATH: usize = offset_of!(PmclogPmcattach, pl_pathname);
 const PROCEXEC_PATH: usize = offset_of!(PmclogProcexec, pl_pathname);
 const CALLCHAIN_PCS: usize = offset_of!(PmclogCallchain, pl_pc);
-/// Longest record a reader must accept (a full call chain).
-pub const PMCLOG_MAX_RECORD: usize = size_of::<PmclogCallchain>();
+/// Longest record a reader must accept (a full call chain):
+/// `sizeof(union pmclog_entry)`.
+pub const PMCLOG_MAX_RECORD: usize = size_of::<PmclogEntry>();
 
 /// The program counters of a CALLCHAIN record, innermost first.
 #[derive(Clone, Copy)]

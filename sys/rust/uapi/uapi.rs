@@ -12,6 +12,7 @@
 //! | [`pmc_mdep`]  | `machine/pmc_mdep.h` and the `dev/hwpmc` MD headers   |
 //! | [`pmclog`]    | `sys/sys/pmclog.h`                                    |
 //! | [`pmckern`]   | `sys/sys/pmckern.h` (the parts that are ABI)          |
+//! | [`exterr`]    | `sys/sys/_uexterror.h`, `exterrvar.h`, `exterr_cat.h` |
 //! | [`hwt`]       | `sys/sys/hwt.h`                                       |
 //! | [`hwt_record`]| `sys/sys/hwt_record.h`                                |
 //! | [`pt`]        | `sys/amd64/pt/pt.h` (Intel PT configuration)          |
@@ -28,6 +29,7 @@ mod macros;
 
 pub mod arm_spe;
 pub mod coresight;
+pub mod exterr;
 pub mod hwt;
 pub mod hwt_record;
 pub mod ioccom;

@@ -58,7 +58,28 @@ fn uapi_matches_freebsd_headers_on_amd64_arm64_and_i386() {
             text.contains(&format!("{t}: ")) && text.contains(" 0 mismatches"),
             "{text}"
         );
+        // Every definition of the headers is compared or excluded.
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{t}: the headers define "))
+                    && l.ends_with(" 0 unaccounted")),
+            "{text}"
+        );
     }
+    assert!(!text.contains("STALE EXCLUSION"), "{text}");
+    // The items this work added are compared: a block start, a record's
+    // header, the union of records, hwt on i386.
+    let i386 = report("i386", "values.tsv");
+    assert_eq!(value(&i386, "PMC_EV_TSC__BLOCK_START"), (0xFFF, 0xFFF));
+    assert_eq!(
+        value(&i386, "offsetof(struct pmclog_map_out, pl_header)"),
+        (0, 0)
+    );
+    assert_eq!(
+        value(&i386, "sizeof(((union pmclog_entry *)0)->pl_cc)"),
+        (2080, 2080)
+    );
+    assert_eq!(value(&i386, "sizeof(struct hwt_alloc)"), (32, 32));
     // The facts the issue names, read from what was compared.
     let amd64 = report("amd64", "values.tsv");
     assert_eq!(value(&amd64, "sizeof(struct pmc_op_pmcallocate)"), (72, 72));
@@ -88,18 +109,46 @@ fn uapi_matches_freebsd_headers_on_amd64_arm64_and_i386() {
 }
 
 #[test]
-fn a_deliberately_wrong_offset_is_caught() {
-    // The selftest build moves pmc_op_pmcrw.pm_value from 8 to 16.
-    let (ok, text) = abi_check(&["--target", "amd64", "--selftest"]);
-    assert!(!ok, "abi-check passed with a wrong offset:\n{text}");
+fn deliberate_changes_are_caught() {
+    // The selftest build moves pmc_op_pmcrw.pm_value from 8 to 16, the
+    // CMN-600 event block by 0x10, pmclog_pmcdetach's pl_header to 4, the
+    // size of pmclog_entry's pl_u to another record's, and on i386 lays
+    // out hwt_alloc as with 64-bit pointers; its coverage check goes
+    // without the manifest's PMC_EV_CMN600_PMU_LAST.
+    let (ok, text) = abi_check(&["--target", "amd64", "--target", "i386", "--selftest"]);
+    assert!(!ok, "abi-check passed with deliberate changes:\n{text}");
+    for t in ["amd64", "i386"] {
+        for want in [
+            "offsetof(struct pmc_op_pmcrw, pm_value): Rust 16 (0x10), C 8 (0x8)",
+            "PMC_EV_CMN600_PMU__BLOCK_START: Rust 83471 (0x1460f), C 83455 (0x145ff)",
+            "offsetof(struct pmclog_pmcdetach, pl_header): Rust 4 (0x4), C 0 (0x0)",
+            "sizeof(((union pmclog_entry *)0)->pl_u): Rust 32 (0x20), C 24 (0x18)",
+        ] {
+            assert!(
+                text.contains(&format!("MISMATCH {t}: {want}")),
+                "{t}: no mismatch {want}:\n{text}"
+            );
+        }
+        assert!(
+            text.contains(&format!(
+                "NOT COMPARED {t}: macro PMC_EV_CMN600_PMU_LAST (dev/hwpmc/pmc_events.h), and not excluded"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(" 1 unaccounted"), "{text}");
+    }
     assert!(
         text.contains(
-            "MISMATCH amd64: offsetof(struct pmc_op_pmcrw, pm_value): Rust 16 (0x10), C 8 (0x8)"
+            "MISMATCH i386: offsetof(struct hwt_alloc, backend_name): Rust 32 (0x20), C 20 (0x14)"
         ),
-        "the mismatch is not named with both values:\n{text}"
+        "{text}"
     );
     assert!(
-        text.contains("amd64: ") && text.contains(" 1 mismatches"),
+        text.contains("amd64: ") && text.contains(" 4 mismatches"),
+        "{text}"
+    );
+    assert!(
+        text.contains("i386: ") && text.contains(" 5 mismatches"),
         "{text}"
     );
 }

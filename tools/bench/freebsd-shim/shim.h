@@ -1,6 +1,6 @@
 /* Host shim forced into FreeBSD's pmclog.c (gcc -include) on Linux: the
- * few BSD names glibc lacks. Written for the benchmark; see
- * tools/bench/freebsd-pmclog. */
+ * few BSD names glibc lacks. Written for the benchmark (see
+ * tools/bench/freebsd-pmclog); tools/pmclog-compat/check uses it too. */
 #ifndef BENCH_SHIM_H
 #define BENCH_SHIM_H
 #include <stddef.h>

@@ -787,6 +787,21 @@ fn a_driver_error_is_told_in_the_hosts_words() {
     );
 }
 
+/// The driver's extended error follows the errno's text, as FreeBSD's
+/// err(3) adds it: a second TSC PMC on the one CPU finds no free row.
+#[test]
+fn the_drivers_extended_error_ends_the_message() {
+    let o = sim_pmcstat(&["-s", "TSC", "-s", "TSC", "-c", "0", "-l", "1"])
+        .output()
+        .expect("run pmcstat");
+    assert_eq!(o.status.code(), Some(71), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        "pmcstat: ERROR: Cannot allocate system-mode pmc with specification \"TSC\": \
+         Invalid argument (extended error No PMC row accepted)\n"
+    );
+}
+
 /// A target pid that the simulated machine does not have: nothing to
 /// attach to, and pmcstat says so at once.
 #[test]

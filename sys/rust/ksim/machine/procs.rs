@@ -66,6 +66,7 @@ impl Machine {
             let child = st.procs.get_mut(&pid).unwrap();
             child.info.sugid = info.sugid;
             child.maps = maps;
+            st.exterr_inherit(ptid, tid, true);
         }
         self.with_ctx(ptid, || {
             self.event(&Event::ProcessFork { parent, child: pid })
@@ -114,6 +115,9 @@ impl Machine {
                 end,
                 path: path.into(),
             }];
+            for t in p.info.threads.clone() {
+                st.exterr_inherit(t, t, false);
+            }
         }
         if !self.system_sampling_active() && !self.thread_uses_pmcs(tid) {
             return;

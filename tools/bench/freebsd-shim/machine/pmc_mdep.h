@@ -1,6 +1,7 @@
 /* Host shim for building FreeBSD's pmclog.c on an LP64 Linux host: only
  * what that file takes from <machine/pmc_mdep.h>. Written for the
- * benchmark; see tools/bench/freebsd-pmclog. */
+ * benchmark (see tools/bench/freebsd-pmclog); tools/pmclog-compat/check
+ * uses it too. */
 #ifndef BENCH_SHIM_PMC_MDEP_H
 #define BENCH_SHIM_PMC_MDEP_H
 #if !defined(__LP64__)

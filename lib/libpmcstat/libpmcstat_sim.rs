@@ -1,0 +1,130 @@
+//! Process control on the simulated machine of libpmc's simulator
+//! transport (feature `sim`).
+//!
+//! The machine has one program that commands can name: `work [SECONDS
+//! [THREADS]]` runs the work program with THREADS threads (default 1, at
+//! most 64) for SECONDS seconds of simulated time (default 1), then
+//! exits. A command is a child of this program's simulated process,
+//! forked at once and held before its exec until it is started, as
+//! pmcstat's command is on FreeBSD.
+
+use core::ffi::c_int;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pmc::libpmc_sim::SimTransport;
+
+use crate::libpmcstat_process::{CreateError, StartError};
+use crate::{Pid, ProcessControl};
+
+/// A command of the simulated machine, as parsed from its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Command {
+    /// Clock ticks it runs before it exits.
+    pub ticks: u64,
+    /// Threads of its process.
+    pub threads: u32,
+}
+
+impl Command {
+    /// Parses `work [SECONDS [THREADS]]` (`work` may have a directory in
+    /// front); None for anything else, at `hz` clock ticks a second.
+    pub fn parse(argv: &[String], hz: u64) -> Option<Command> {
+        let name = argv.first()?;
+        if name.rsplit('/').next()? != "work" || argv.len() > 3 {
+            return None;
+        }
+        let seconds: f64 = argv.get(1).map_or(Some(1.0), |s| {
+            s.parse().ok().filter(|v: &f64| *v > 0.0 && v.is_finite())
+        })?;
+        let threads: u32 = argv
+            .get(2)
+            .map_or(Some(1), |s| s.parse().ok().filter(|n| (1..=64).contains(n)))?;
+        Some(Command {
+            ticks: ((seconds * hz as f64) as u64).max(1),
+            threads,
+        })
+    }
+}
+
+/// Process control on the simulated machine behind `sim`.
+#[derive(Debug)]
+pub struct SimProcesses<'a> {
+    sim: &'a SimTransport,
+    /// Commands created and not started yet, by pid.
+    held: Mutex<BTreeMap<Pid, Command>>,
+}
+
+impl<'a> SimProcesses<'a> {
+    /// Process control on the machine of `sim`.
+    pub fn new(sim: &'a SimTransport) -> SimProcesses<'a> {
+        SimProcesses {
+            sim,
+            held: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<Pid, Command>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ProcessControl for SimProcesses<'_> {
+    fn create_process(&self, argv: &[String]) -> Result<Pid, CreateError> {
+        let cmd =
+            Command::parse(argv, SimTransport::hz()).ok_or(CreateError::Exec(libc::ENOENT))?;
+        // The child of the program, held before its exec: not runnable.
+        let pid = self
+            .sim
+            .with_world(|w| {
+                let (child, _) = w.machine().fork(w.program_pid());
+                child as Pid
+            })
+            .map_err(CreateError::Fork)?;
+        self.held().insert(pid, cmd);
+        Ok(pid)
+    }
+
+    fn start_process(&self, pid: Pid) -> Result<(), StartError> {
+        let cmd = self
+            .held()
+            .remove(&pid)
+            .ok_or(StartError::Token(libc::ESRCH))?;
+        self.sim
+            .with_world(move |w| w.run_work(pid as u32, cmd.threads, cmd.ticks))
+            .map_err(StartError::Token)
+    }
+
+    fn exited(&self, pid: Pid) -> bool {
+        if self.held().contains_key(&pid) {
+            return false;
+        }
+        // A process the scheduler never ran is not one of ours: gone.
+        self.sim
+            .with_world(move |w| w.job_exited(pid as u32).unwrap_or(true))
+            .unwrap_or(true)
+    }
+
+    fn kill_process(&self, pid: Pid) -> Result<(), c_int> {
+        // The work program does not catch SIGINT: it exits at once.
+        let held = self.held().remove(&pid).is_some();
+        self.sim
+            .with_world(move |w| w.kill(pid as u32, held))
+            .map_err(|_| libc::ESRCH)?
+    }
+
+    fn wait(&self, duration: Duration) {
+        self.sim.sleep(duration);
+    }
+
+    fn processes(&self) -> Result<Vec<(Pid, String)>, c_int> {
+        self.sim.with_world(|w| {
+            w.machine()
+                .processes()
+                .into_iter()
+                .map(|(p, c)| (p as Pid, c))
+                .collect()
+        })
+    }
+}
