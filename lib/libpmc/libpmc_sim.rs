@@ -42,6 +42,11 @@ pub const TICKS_PER_CALL_ENV: &str = "LIBPMC_SIM_TICKS_PER_CALL";
 /// `kern.hwpmc.cpuid` (e.g. `GenuineIntel-6-3C-3` for Haswell).
 pub const CPUID_ENV: &str = "LIBPMC_SIM_CPUID";
 
+/// Environment variable giving the simulated machine's kernel
+/// environment (loader tunables such as `kern.hwpmc.logbuffersize`):
+/// `NAME=VALUE` pairs separated by commas, set before hwpmc loads.
+pub const KENV_ENV: &str = "LIBPMC_SIM_KENV";
+
 /// What the simulated machine looks like.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -58,6 +63,8 @@ pub struct SimConfig {
     /// The CPU key `kern.hwpmc.cpuid` reports, which picks libpmc's
     /// PMU event table.
     pub cpuid: String,
+    /// Kernel environment variables set before hwpmc loads.
+    pub kenv: Vec<(String, String)>,
 }
 
 /// The workloads the simulated machine can run.
@@ -217,6 +224,7 @@ impl Default for SimConfig {
             workload: None,
             verbose: false,
             cpuid: DEFAULT_CPUID.into(),
+            kenv: Vec::new(),
         }
     }
 }
@@ -465,6 +473,18 @@ impl SimTransport {
         if let Some(v) = env_value(CPUID_ENV)? {
             cfg.cpuid = v;
         }
+        if let Some(v) = env_value(KENV_ENV)? {
+            for pair in v.split(',') {
+                match pair.split_once('=') {
+                    Some((name, value)) if !name.is_empty() => {
+                        cfg.kenv.push((name.into(), value.into()));
+                    }
+                    _ => {
+                        return Err(refuse(KENV_ENV, &v, "NAME=VALUE pairs separated by commas"));
+                    }
+                }
+            }
+        }
         cfg.verbose = env_value(VERBOSE_ENV)?.is_some_and(|v| !v.is_empty());
         if let Some(v) = env_value(WORKLOAD_ENV)? {
             cfg.workload = Some(Workload::parse(&v).ok_or_else(|| {
@@ -497,6 +517,9 @@ impl SimTransport {
                     ..MachineConfig::default()
                 };
                 let m = Machine::new(machine_cfg);
+                for (name, value) in &cfg.kenv {
+                    m.kenv_set(name, value);
+                }
                 let _entered = m.enter();
                 let (_, kld) = m.spawn(Cred::root(), "kldload");
                 let module = match m.in_thread(kld, hwpmc::Module::load) {

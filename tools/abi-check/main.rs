@@ -562,7 +562,11 @@ fn config() -> Result<(Config, bool), String> {
     let mut args = std::env::args().skip(1);
     let mut targets = Vec::new();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut out = root.join("target/abi-check");
+    // Under CARGO_TARGET_DIR when it is set (relative to the top of the
+    // tree, as the tools' scripts take it), as cargo's own builds.
+    let mut out = root
+        .join(std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into()))
+        .join("abi-check");
     let mut rustc =
         PathBuf::from(std::env::var_os("KERNEL_RUSTC").unwrap_or_else(|| "/usr/bin/rustc".into()));
     let mut cargo =

@@ -1,5 +1,5 @@
 //! pmclog_read throughput: writes a log of mixed records (mostly call
-//! chains) and reads it back through libpmc's reader from a descriptor, or
+//! chains, and every other record type now and then) and reads it back through libpmc's reader from a descriptor, or
 //! reads the same file with plain read(2) calls as the bound.
 //!
 //!   pmclog-bench gen FILE MIB     write a log of at least MIB MiB
@@ -35,6 +35,77 @@ fn encode(out: &mut impl Write, rec: &PmclogRecord<'_>) -> usize {
     n
 }
 
+/// The `n`th (modulo their number) of the record types the main mix
+/// lacks, so that a generated log holds every type.
+fn rare(n: usize, i: u64) -> B<'static> {
+    let pid = (i % 500) as u32;
+    let all = [
+        B::Pmcallocate {
+            pmcid: 0x0001_0100,
+            event: 0x1000, // TSC
+            flags: 0x20,
+            rate: 0,
+        },
+        B::Pmcallocate {
+            pmcid: 0x0002_0200,
+            event: 0x2080, // K8_FP_DISPATCHED_FPU_OPS
+            flags: 0x20,
+            rate: 65536,
+        },
+        B::Pmcallocatedyn {
+            pmcid: 0x0003_0f00,
+            event: 0x20001,
+            flags: 0x80,
+            evname: b"CLOCK.HARD",
+        },
+        B::Pmcattach {
+            pmcid: 0x100,
+            pid,
+            pathname: b"/usr/bin/make",
+        },
+        B::Pmcdetach { pmcid: 0x100, pid },
+        B::Procexit {
+            pmcid: 0x100,
+            pid,
+            value: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        },
+        B::Procfork {
+            oldpid: pid,
+            newpid: pid + 1,
+        },
+        B::Sysexit { pid },
+        B::MapOut {
+            pid,
+            start: 0x80_0000,
+            end: 0x90_0000,
+        },
+        B::ThrCreate {
+            tid: 100_000 + (i % 900) as u32,
+            pid,
+            flags: 0x80_0000,
+            tdname: b"worker",
+        },
+        B::ThrExit {
+            tid: 100_000 + (i % 900) as u32,
+        },
+        B::ProcCreate {
+            pid,
+            flags: 0x10,
+            pcomm: b"cc",
+        },
+        B::Dropnotify,
+        // A static executable: no dynamic base (a null %p).
+        B::Procexec {
+            pid,
+            pmcid: 0x100,
+            base: 0x20_0000,
+            dyn_base: 0,
+            pathname: b"/rescue/sh",
+        },
+    ];
+    all[n % all.len()]
+}
+
 fn generate(path: &str, mib: u64) {
     let file = std::fs::File::create(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut out = BufWriter::with_capacity(1 << 20, file);
@@ -44,7 +115,8 @@ fn generate(path: &str, mib: u64) {
             tsc: 0,
             body: B::Initialize {
                 version: PMC_VERSION,
-                cpu: 0x10,
+                // PMC_CPU_INTEL_SKYLAKE_XEON, which the CPU id names.
+                cpu: 0x99,
                 tsc_freq: 2_400_000_000,
                 ts: Timespec::default(),
                 cpuid: b"GenuineIntel-6-55-4",
@@ -61,6 +133,8 @@ fn generate(path: &str, mib: u64) {
         i += 1;
         let depth = 4 + (i * 7919 % 61) as usize;
         let body = match i % 8 {
+            // Once in 2048 records, one of the rarer types, in turn.
+            5 if i % 2048 == 5 => rare((i / 2048) as usize, i),
             0 => B::Proccsw {
                 value: i * 31,
                 pmcid: 0x100,

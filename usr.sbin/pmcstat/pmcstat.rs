@@ -110,10 +110,13 @@ impl PrintFile {
         }
     }
     fn write_str(&mut self, s: &str) {
+        self.write_bytes(s.as_bytes());
+    }
+    fn write_bytes(&mut self, b: &[u8]) {
         let _ = match self {
-            PrintFile::Stderr => std::io::stderr().write_all(s.as_bytes()),
-            PrintFile::Stdout => std::io::stdout().write_all(s.as_bytes()),
-            PrintFile::File(f) => f.write_all(s.as_bytes()),
+            PrintFile::Stderr => std::io::stderr().write_all(b),
+            PrintFile::Stdout => std::io::stdout().write_all(b),
+            PrintFile::File(f) => f.write_all(b),
         };
     }
     /// Another handle on the same output, for the log reader thread.
@@ -651,7 +654,7 @@ const PRINT_CHUNK: usize = 64 * 1024;
 
 /// Writes out what was printed so far (and the warnings, to stderr).
 fn print_out(text: &mut Vec<u8>, warn: &mut Vec<u8>, out: &mut PrintFile) {
-    out.write_str(&String::from_utf8_lossy(text));
+    out.write_bytes(text);
     let _ = std::io::stderr().write_all(warn);
     text.clear();
     warn.clear();
@@ -674,18 +677,14 @@ fn dump(parser: &mut Parser, ev: &mut PmclogEv, out: &mut PrintFile) -> Result<b
         };
         match state {
             PmclogState::Ok => {
-                let _ = pmcstat_log::print_event(&mut text, &mut warn, ev);
+                pmcstat_log::print_event(&mut text, &mut warn, ev);
                 if text.len() >= PRINT_CHUNK {
                     print_out(&mut text, &mut warn, out);
                 }
             }
-            PmclogState::Eof => {
-                // CLOSELOG ends the log; it is printed like any record.
-                if ev.pl_type == uapi::pmclog::PmclogType::Closelog.raw() {
-                    let _ = pmcstat_log::print_event(&mut text, &mut warn, ev);
-                }
-                break true;
-            }
+            // The log's end, its CLOSELOG record included, prints
+            // nothing, as in FreeBSD, whose reader returns EOF for it.
+            PmclogState::Eof => break true,
             PmclogState::RequireData => break false,
             PmclogState::Error => {
                 print_out(&mut text, &mut warn, out);

@@ -1,38 +1,120 @@
 //! The text dump of a log (`pmcstat -R file` without an analysis option,
 //! and the live dump of a sampling run without -O): one line per record,
-//! in FreeBSD's formats.
+//! in the formats of FreeBSD's print loop (`pmcstat_print_log`), byte for
+//! byte: strings are printed as the bytes they are, as C's `%s` prints
+//! them. The text is formatted by hand into the caller's buffer; printf's
+//! interpretation of a format string per field is most of the C loop's
+//! time.
 
 use core::ffi::{CStr, c_char};
-use std::io::Write;
 
 use pmc::pmclog::PmclogEv;
 use uapi::pmc::{PMC_VERSION, PMC_VERSION_MAJOR, PmcCputype};
 use uapi::pmclog::{PmclogType, pmc_callchain_cpuflags_to_cpu, pmc_callchain_cpuflags_to_usermode};
 
-fn text(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+/// The bytes of a C string held in a fixed array, up to its NUL.
+fn text(chars: &[c_char]) -> &[u8] {
+    // SAFETY: c_char and u8 have the same size and alignment and every
+    // bit pattern is valid for both.
+    let bytes = unsafe { core::slice::from_raw_parts(chars.as_ptr().cast::<u8>(), chars.len()) };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    &bytes[..end]
 }
 
-/// `%p` of FreeBSD's printf: 0x and lowercase hex, unpadded.
-fn ptr(v: usize) -> String {
-    format!("{v:#x}")
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// A line of the dump being built: FreeBSD's `"%-9s"` tag, a space, then
+/// fields appended by the methods.
+struct Line<'a>(&'a mut Vec<u8>);
+
+impl<'a> Line<'a> {
+    #[inline]
+    fn new(out: &'a mut Vec<u8>, tag: &str) -> Self {
+        out.extend_from_slice(tag.as_bytes());
+        // "%-9s" pads to nine columns; the space follows in any case.
+        out.extend_from_slice(&b"          "[..10usize.saturating_sub(tag.len()).max(1)]);
+        Line(out)
+    }
+
+    #[inline]
+    fn space(self) -> Self {
+        self.0.push(b' ');
+        self
+    }
+
+    /// `%x`: lowercase hexadecimal, no prefix.
+    #[inline]
+    fn hex(self, v: u64) -> Self {
+        let digits = (64 - (v | 1).leading_zeros()).div_ceil(4) as usize;
+        let mut buf = [0u8; 16];
+        for (i, slot) in buf[..digits].iter_mut().rev().enumerate() {
+            *slot = HEX_DIGITS[((v >> (4 * i)) & 0xf) as usize];
+        }
+        self.0.extend_from_slice(&buf[..digits]);
+        self
+    }
+
+    /// `0x%x`, and FreeBSD's `%p` (which prints a null pointer as 0x0).
+    #[inline]
+    fn hex0x(self, v: u64) -> Self {
+        self.0.extend_from_slice(b"0x");
+        self.hex(v)
+    }
+
+    /// `%d` and `%jd`.
+    #[inline]
+    fn dec(self, v: i64) -> Self {
+        if v < 0 {
+            self.0.push(b'-');
+        }
+        let mut n = v.unsigned_abs();
+        let mut buf = [0u8; 20];
+        let mut at = buf.len();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.0.extend_from_slice(&buf[at..]);
+        self
+    }
+
+    /// `"%s"`.
+    #[inline]
+    fn quoted(self, s: &[u8]) -> Self {
+        self.0.push(b'"');
+        self.0.extend_from_slice(s);
+        self.0.push(b'"');
+        self
+    }
+
+    #[inline]
+    fn char(self, c: u8) -> Self {
+        self.0.push(c);
+        self
+    }
+
+    #[inline]
+    fn end(self) {
+        self.0.push(b'\n');
+    }
 }
 
-fn line(out: &mut impl Write, tag: &str, rest: &str) -> std::io::Result<()> {
-    writeln!(out, "{tag:<9} {rest}")
+/// The `...` line of one program counter of a call chain.
+#[inline]
+fn pc_line(out: &mut Vec<u8>, pc: usize) {
+    out.extend_from_slice(b"...       ");
+    Line(out).hex0x(pc as u64).end();
 }
 
-/// Prints one event; a version warning goes to `warn`.
-pub fn print_event(
-    out: &mut impl Write,
-    warn: &mut impl Write,
-    ev: &PmclogEv,
-) -> std::io::Result<()> {
+/// Prints one event as FreeBSD's print loop does; a version warning goes
+/// to `warn`. The CLOSELOG record that ends a log is not an event
+/// (`pmclog_read` returns EOF for it), so it is never printed; FreeBSD's
+/// loop has a `closelog` line that it cannot reach.
+pub fn print_event(out: &mut Vec<u8>, warn: &mut Vec<u8>, ev: &PmclogEv) {
     // SAFETY: each arm reads the union member that pl_type selects, which
     // the reader filled.
     unsafe {
@@ -41,176 +123,191 @@ pub fn print_event(
             Some(PmclogType::Callchain) => {
                 let c = &u.pl_cc;
                 let mode = if pmc_callchain_cpuflags_to_usermode(c.pl_cpuflags) != 0 {
-                    'u'
+                    b'u'
                 } else {
-                    's'
+                    b's'
                 };
-                let cpu = pmc_callchain_cpuflags_to_cpu(c.pl_cpuflags);
-                line(
-                    out,
-                    "callchain",
-                    &format!(
-                        "{} {:#x} {} {} {mode}",
-                        c.pl_pid as i32, c.pl_pmcid, cpu, c.pl_npc
-                    ),
-                )?;
-                for pc in &c.pl_pc[..(c.pl_npc as usize).min(c.pl_pc.len())] {
-                    line(out, "...", &ptr(*pc))?;
+                Line::new(out, "callchain")
+                    .dec(i64::from(c.pl_pid as i32))
+                    .space()
+                    .hex0x(u64::from(c.pl_pmcid))
+                    .space()
+                    .dec(i64::from(pmc_callchain_cpuflags_to_cpu(c.pl_cpuflags)))
+                    .space()
+                    .dec(i64::from(c.pl_npc as i32))
+                    .space()
+                    .char(mode)
+                    .end();
+                let n = (c.pl_npc as usize).min(c.pl_pc.len());
+                // The chain's lines take at most 29 bytes each.
+                out.reserve(n * 29);
+                for &pc in &c.pl_pc[..n] {
+                    pc_line(out, pc);
                 }
             }
-            Some(PmclogType::Closelog) => line(out, "closelog", "")?,
-            Some(PmclogType::Dropnotify) => line(out, "drop", "")?,
+            Some(PmclogType::Closelog) => Line::new(out, "closelog").end(),
+            Some(PmclogType::Dropnotify) => Line::new(out, "drop").end(),
             Some(PmclogType::Initialize) => {
                 let i = &u.pl_i;
                 let cputype = PmcCputype::from_raw(i.pl_arch).map_or("(null)", PmcCputype::name);
-                line(
-                    out,
-                    "initlog",
-                    &format!("{:#x} \"{cputype}\"", i.pl_version),
-                )?;
+                Line::new(out, "initlog")
+                    .hex0x(u64::from(i.pl_version))
+                    .space()
+                    .quoted(cputype.as_bytes())
+                    .end();
                 if i.pl_version & 0xFF00_0000 != PMC_VERSION_MAJOR << 24 {
-                    writeln!(
-                        warn,
-                        "pmcstat: WARNING: Log version {:#x} != expected version {:#x}.",
-                        i.pl_version, PMC_VERSION
-                    )?;
+                    warn.extend_from_slice(
+                        format!(
+                            "pmcstat: WARNING: Log version {:#x} != expected version {:#x}.\n",
+                            i.pl_version, PMC_VERSION
+                        )
+                        .as_bytes(),
+                    );
                 }
             }
             Some(PmclogType::MapIn) => {
                 let m = &u.pl_mi;
-                line(
-                    out,
-                    "map-in",
-                    &format!(
-                        "{} {} \"{}\"",
-                        m.pl_pid,
-                        ptr(m.pl_start),
-                        text(&m.pl_pathname)
-                    ),
-                )?;
+                Line::new(out, "map-in")
+                    .dec(i64::from(m.pl_pid))
+                    .space()
+                    .hex0x(m.pl_start as u64)
+                    .space()
+                    .quoted(text(&m.pl_pathname))
+                    .end();
             }
             Some(PmclogType::MapOut) => {
                 let m = &u.pl_mo;
-                line(
-                    out,
-                    "map-out",
-                    &format!("{} {} {}", m.pl_pid, ptr(m.pl_start), ptr(m.pl_end)),
-                )?;
+                Line::new(out, "map-out")
+                    .dec(i64::from(m.pl_pid))
+                    .space()
+                    .hex0x(m.pl_start as u64)
+                    .space()
+                    .hex0x(m.pl_end as u64)
+                    .end();
             }
             Some(PmclogType::Pmcallocate) => {
                 let a = &u.pl_a;
+                // printf's "%s" of a null pointer.
                 let name = if a.pl_evname.is_null() {
-                    String::from("(null)")
+                    b"(null)".as_slice()
                 } else {
-                    CStr::from_ptr(a.pl_evname).to_string_lossy().into_owned()
+                    CStr::from_ptr(a.pl_evname).to_bytes()
                 };
-                line(
-                    out,
-                    "allocate",
-                    &format!("{:#x} \"{name}\" {:#x}", a.pl_pmcid, a.pl_flags),
-                )?;
+                Line::new(out, "allocate")
+                    .hex0x(u64::from(a.pl_pmcid))
+                    .space()
+                    .quoted(name)
+                    .space()
+                    .hex0x(u64::from(a.pl_flags))
+                    .end();
             }
             Some(PmclogType::Pmcallocatedyn) => {
                 let a = &u.pl_ad;
-                line(
-                    out,
-                    "allocatedyn",
-                    &format!(
-                        "{:#x} \"{}\" {:#x}",
-                        a.pl_pmcid,
-                        text(&a.pl_evname),
-                        a.pl_flags
-                    ),
-                )?;
+                Line::new(out, "allocatedyn")
+                    .hex0x(u64::from(a.pl_pmcid))
+                    .space()
+                    .quoted(text(&a.pl_evname))
+                    .space()
+                    .hex0x(u64::from(a.pl_flags))
+                    .end();
             }
             Some(PmclogType::Pmcattach) => {
                 let t = &u.pl_t;
-                line(
-                    out,
-                    "attach",
-                    &format!(
-                        "{:#x} {} \"{}\"",
-                        t.pl_pmcid,
-                        t.pl_pid,
-                        text(&t.pl_pathname)
-                    ),
-                )?;
+                Line::new(out, "attach")
+                    .hex0x(u64::from(t.pl_pmcid))
+                    .space()
+                    .dec(i64::from(t.pl_pid))
+                    .space()
+                    .quoted(text(&t.pl_pathname))
+                    .end();
             }
-            Some(PmclogType::Pmcdetach) => line(
-                out,
-                "detach",
-                &format!("{:#x} {}", u.pl_d.pl_pmcid, u.pl_d.pl_pid),
-            )?,
+            Some(PmclogType::Pmcdetach) => Line::new(out, "detach")
+                .hex0x(u64::from(u.pl_d.pl_pmcid))
+                .space()
+                .dec(i64::from(u.pl_d.pl_pid))
+                .end(),
             Some(PmclogType::Proccsw) => {
                 let c = u.pl_c;
-                line(
-                    out,
-                    "cswval",
-                    &format!("{:#x} {} {}", c.pl_pmcid, c.pl_pid, c.pl_value as i64),
-                )?;
+                Line::new(out, "cswval")
+                    .hex0x(u64::from(c.pl_pmcid))
+                    .space()
+                    .dec(i64::from(c.pl_pid))
+                    .space()
+                    .dec(c.pl_value as i64)
+                    .end();
             }
             Some(PmclogType::ProcCreate) => {
                 let p = &u.pl_pc;
-                line(
-                    out,
-                    "create",
-                    &format!("{} {:x} \"{}\"", p.pl_pid, p.pl_flags, text(&p.pl_pcomm)),
-                )?;
+                Line::new(out, "create")
+                    .dec(i64::from(p.pl_pid))
+                    .space()
+                    .hex(u64::from(p.pl_flags))
+                    .space()
+                    .quoted(text(&p.pl_pcomm))
+                    .end();
             }
             Some(PmclogType::Procexec) => {
                 let x = &u.pl_x;
-                line(
-                    out,
-                    "exec",
-                    &format!(
-                        "{:#x} {} {} {} \"{}\"",
-                        x.pl_pmcid,
-                        x.pl_pid,
-                        ptr(x.pl_baseaddr),
-                        ptr(x.pl_dynaddr),
-                        text(&x.pl_pathname)
-                    ),
-                )?;
+                Line::new(out, "exec")
+                    .hex0x(u64::from(x.pl_pmcid))
+                    .space()
+                    .dec(i64::from(x.pl_pid))
+                    .space()
+                    .hex0x(x.pl_baseaddr as u64)
+                    .space()
+                    .hex0x(x.pl_dynaddr as u64)
+                    .space()
+                    .quoted(text(&x.pl_pathname))
+                    .end();
             }
             Some(PmclogType::Procexit) => {
                 let e = u.pl_e;
-                line(
-                    out,
-                    "exitval",
-                    &format!(
-                        "{:#x} {} {}",
-                        e.pl_pmcid, e.pl_pid as i32, e.pl_value as i64
-                    ),
-                )?;
+                Line::new(out, "exitval")
+                    .hex0x(u64::from(e.pl_pmcid))
+                    .space()
+                    .dec(i64::from(e.pl_pid as i32))
+                    .space()
+                    .dec(e.pl_value as i64)
+                    .end();
             }
-            Some(PmclogType::Procfork) => line(
-                out,
-                "fork",
-                &format!("{} {}", u.pl_f.pl_oldpid, u.pl_f.pl_newpid),
-            )?,
-            Some(PmclogType::Userdata) => {
-                line(out, "userdata", &format!("{:#x}", u.pl_u.pl_userdata))?
+            Some(PmclogType::Procfork) => Line::new(out, "fork")
+                .dec(i64::from(u.pl_f.pl_oldpid))
+                .space()
+                .dec(i64::from(u.pl_f.pl_newpid))
+                .end(),
+            Some(PmclogType::Userdata) => Line::new(out, "userdata")
+                .hex0x(u64::from(u.pl_u.pl_userdata))
+                .end(),
+            Some(PmclogType::Sysexit) => {
+                Line::new(out, "exit").dec(i64::from(u.pl_se.pl_pid)).end()
             }
-            Some(PmclogType::Sysexit) => line(out, "exit", &format!("{}", u.pl_se.pl_pid))?,
             Some(PmclogType::ThrCreate) => {
                 let t = &u.pl_tc;
-                line(
-                    out,
-                    "thr-create",
-                    &format!(
-                        "{} {} {:x} \"{}\"",
-                        t.pl_tid,
-                        t.pl_pid,
-                        t.pl_flags,
-                        text(&t.pl_tdname)
-                    ),
-                )?;
+                Line::new(out, "thr-create")
+                    .dec(i64::from(t.pl_tid))
+                    .space()
+                    .dec(i64::from(t.pl_pid))
+                    .space()
+                    .hex(u64::from(t.pl_flags))
+                    .space()
+                    .quoted(text(&t.pl_tdname))
+                    .end();
             }
-            Some(PmclogType::ThrExit) => line(out, "thr-exit", &format!("{}", u.pl_te.pl_tid))?,
-            None => writeln!(out, "unknown event (type {}).", ev.pl_type as i32)?,
+            // FreeBSD prints the thread of pl_tc, whose first field is
+            // pl_te's.
+            Some(PmclogType::ThrExit) => Line::new(out, "thr-exit")
+                .dec(i64::from(u.pl_te.pl_tid))
+                .end(),
+            None => {
+                out.extend_from_slice(b"unknown event (type ");
+                Line(out)
+                    .dec(i64::from(ev.pl_type as i32))
+                    .char(b')')
+                    .char(b'.')
+                    .end();
+            }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -368,10 +465,73 @@ mod tests {
         let mut ev = PmclogEv::zeroed();
         let (mut out, mut warn) = (Vec::new(), Vec::new());
         while parser.read(&mut ev) == PmclogState::Ok {
-            print_event(&mut out, &mut warn, &ev).unwrap();
+            print_event(&mut out, &mut warn, &ev);
         }
         assert_eq!(String::from_utf8(out).unwrap(), want);
         assert!(warn.is_empty());
+    }
+
+    /// What printf's conversions do at the edges: null and widest
+    /// pointers, negative and extreme numbers, and bytes that are not
+    /// UTF-8, which `%s` prints as they are.
+    #[test]
+    fn numbers_at_their_limits_and_strings_as_bytes() {
+        let pcs = [0usize, usize::MAX, 0xa];
+        let cases: Vec<(B<'_>, &[u8])> = vec![
+            (
+                B::Callchain {
+                    pid: u32::MAX,
+                    tid: 0,
+                    pmcid: 0,
+                    cpuflags: 0xffff_0000,
+                    pcs: PcList::from_words(&pcs),
+                },
+                b"callchain -1 0x0 65535 3 s\n...       0x0\n...       0xffffffffffffffff\n...       0xa\n",
+            ),
+            (
+                B::Proccsw {
+                    value: 1 << 63,
+                    pmcid: u32::MAX,
+                    pid: 0x8000_0000,
+                    tid: 0,
+                },
+                b"cswval    0xffffffff -2147483648 -9223372036854775808\n",
+            ),
+            (
+                B::MapIn {
+                    pid: 7,
+                    start: 0,
+                    pathname: b"/lib/\xff\xfe\x80.so",
+                },
+                b"map-in    7 0x0 \"/lib/\xff\xfe\x80.so\"\n",
+            ),
+            (
+                B::ProcCreate {
+                    pid: 1,
+                    flags: 0,
+                    pcomm: b"",
+                },
+                b"create    1 0 \"\"\n",
+            ),
+        ];
+        for (body, want) in cases {
+            let rec = PmclogRecord { tsc: 1, body };
+            let mut b = vec![0u8; rec.encoded_len()];
+            rec.encode(&mut b).unwrap();
+            let mut parser = Parser::new(PMCLOG_FD_NONE);
+            parser.feed(&b);
+            let mut ev = PmclogEv::zeroed();
+            assert_eq!(parser.read(&mut ev), PmclogState::Ok);
+            let (mut out, mut warn) = (Vec::new(), Vec::new());
+            print_event(&mut out, &mut warn, &ev);
+            assert_eq!(
+                out,
+                want,
+                "{:?} against {:?}",
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(want)
+            );
+        }
     }
 
     #[test]
@@ -393,7 +553,7 @@ mod tests {
         let mut ev = PmclogEv::zeroed();
         assert_eq!(parser.read(&mut ev), PmclogState::Ok);
         let (mut out, mut warn) = (Vec::new(), Vec::new());
-        print_event(&mut out, &mut warn, &ev).unwrap();
+        print_event(&mut out, &mut warn, &ev);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "initlog   0x9030000 \"(null)\"\n"

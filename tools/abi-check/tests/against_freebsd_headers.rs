@@ -20,8 +20,11 @@ fn abi_check(args: &[&str]) -> (bool, String) {
 }
 
 fn report(target: &str, file: &str) -> Vec<(String, u64, u64, bool)> {
+    // Where abi-check writes: under CARGO_TARGET_DIR, relative to the top.
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/abi-check")
+        .join("../..")
+        .join(std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| "target".into()))
+        .join("abi-check")
         .join(target)
         .join(file);
     std::fs::read_to_string(&path)

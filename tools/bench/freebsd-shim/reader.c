@@ -20,24 +20,6 @@
 #include <pmc.h>
 #include <pmclog.h>
 
-/* What the reader calls from the rest of libpmc: this benchmark's logs
- * have no PMCALLOCATE record, so they are never reached. */
-const char *
-pmc_pmu_event_get_by_idx(const char *cpuid, int idx)
-{
-	(void)cpuid;
-	(void)idx;
-	return (NULL);
-}
-
-const char *
-_pmc_name_of_event(enum pmc_event ev, enum pmc_cputype cpu)
-{
-	(void)ev;
-	(void)cpu;
-	return ("");
-}
-
 static long
 peak_rss_kib(void)
 {
