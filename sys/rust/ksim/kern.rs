@@ -269,16 +269,6 @@ pub fn copyout(data: &[u8], uaddr: u64) -> Result<(), i32> {
     st.umem_write(pid, uaddr, data).ok_or(EFAULT)
 }
 
-/// `getenv_int` / TUNABLE_INT_FETCH: the kernel environment value, if set
-/// and numeric.
-pub fn kenv_int(name: &str) -> Option<i64> {
-    current()
-        .st()
-        .kenv
-        .get(name)
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// `getenv` of a string.
 pub fn kenv_str(name: &str) -> Option<String> {
     current().st().kenv.get(name).cloned()
