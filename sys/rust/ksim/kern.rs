@@ -297,16 +297,6 @@ pub fn exterr_set(
     error
 }
 
-/// `getenv_int` / TUNABLE_INT_FETCH: the kernel environment value, if set
-/// and numeric.
-pub fn kenv_int(name: &str) -> Option<i64> {
-    current()
-        .st()
-        .kenv
-        .get(name)
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// `getenv` of a string.
 pub fn kenv_str(name: &str) -> Option<String> {
     current().st().kenv.get(name).cloned()
