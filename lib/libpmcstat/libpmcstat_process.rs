@@ -275,11 +275,11 @@ impl ProcessControl for HostProcesses {
                     && libc::read(child_end, (&mut token as *mut u8).cast(), 1) == 1
                 {
                     libc::execvp(ptrs[0], ptrs.as_ptr());
-                    // The exec failed: its errno goes to the parent.
-                    #[cfg(target_os = "linux")]
-                    let e = *libc::__errno_location();
-                    #[cfg(target_os = "freebsd")]
-                    let e = *libc::__error();
+                    // The exec failed: its errno goes to the parent (read
+                    // from errno; nothing is allocated).
+                    let e = std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EIO);
                     let bytes = e.to_ne_bytes();
                     libc::write(child_end, bytes.as_ptr().cast(), bytes.len());
                 }
