@@ -77,6 +77,22 @@ pub trait PmcClassDep: Send + Sync {
     fn stop_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
     /// `pcd_release_pmc`.
     fn release_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+    /// A context switch-in loads `pm` on a row: `config_pmc`, `write_pmc`
+    /// of `value` and `start_pmc`, whose errors the switch ignores. One
+    /// call, so that a class can take its locks once. No sleeping.
+    fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
+        let _ = self.config_pmc(cpu, ri, Some(pm));
+        let _ = self.write_pmc(cpu, ri, value);
+        let _ = self.start_pmc(cpu, ri, pm);
+    }
+    /// A context switch-out takes `pm` off a row: `stop_pmc`, `read_pmc`
+    /// and `config_pmc(None)`; the value read, or its error. No sleeping.
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+        let _ = self.stop_pmc(cpu, ri, pm);
+        let value = self.read_pmc(cpu, ri);
+        let _ = self.config_pmc(cpu, ri, None);
+        value
+    }
     /// `pcd_get_caps`: capabilities of one row (GETCAPS).
     fn get_caps(&self, _ri: u32) -> PmcCaps {
         self.caps()

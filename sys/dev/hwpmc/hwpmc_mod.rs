@@ -97,6 +97,10 @@ pub struct Pmc {
     pub owner: Pid,
     /// Machine-dependent configuration from the allocation request.
     pub md: PmcMdOpPmcallocate,
+    /// The flags as allocated. The call-chain and logging requests among
+    /// them never change; the interrupt path reads them without the
+    /// lock of `vals`, whose flags the driver's own bits change.
+    pub alloc_flags: PmcFlags,
     vals: SpinMutexBox<PmcVals>,
     /// The owner's log, while it has one.
     log: SpinMutexBox<Option<KArc<OwnerLog>>>,
@@ -122,6 +126,45 @@ pub struct PmcVals {
 }
 
 impl Pmc {
+    /// A PMC of `event` in `mode`, running, for the unit tests of the
+    /// classes.
+    #[cfg(test)]
+    pub(crate) fn for_test(event: u32, mode: PmcMode, reloadcount: u64) -> KArc<Pmc> {
+        KArc::try_new(
+            Pmc {
+                id: 0,
+                event,
+                mode,
+                class: PmcClass::Soft,
+                caps: PmcCaps::READ,
+                ri: 0,
+                cpu: 0,
+                owner: 1,
+                // SAFETY: the machine-dependent part is plain integers.
+                md: unsafe { core::mem::zeroed() },
+                alloc_flags: PmcFlags::empty(),
+                vals: kpi::sync::SpinMutex::new(
+                    c"pmc-pool",
+                    PmcVals {
+                        state: PmcState::Running,
+                        flags: PmcFlags::empty(),
+                        savedvalue: 0,
+                        reloadcount,
+                        initial: 0,
+                        runcount: 0,
+                        dropped: 0,
+                    },
+                    Wait::WaitOk,
+                )
+                .expect("allocate"),
+                log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)
+                    .expect("allocate"),
+            },
+            Wait::WaitOk,
+        )
+        .expect("allocate")
+    }
+
     /// The current state.
     pub fn state(&self) -> PmcState {
         self.vals.lock().state
@@ -292,11 +335,14 @@ impl Tunables {
 struct ClassSlot {
     dep: KBox<dyn PmcClassDep>,
     first_ri: u32,
+    /// `dep.num()`, kept: the context-switch path maps rows to classes
+    /// without calling through the class for it.
+    num: u32,
 }
 
 /// What one row of one CPU holds (`struct pmc_hw`).
 #[derive(Debug, Default)]
-struct PhwRow {
+pub(crate) struct PhwRow {
     /// `PMC_PHW_FLAG_IS_ENABLED` (PMCADMIN).
     enabled: bool,
     /// The PMC configured on the row.
@@ -495,6 +541,7 @@ impl Module {
         let _ = classes.push_within_capacity(ClassSlot {
             dep: soft,
             first_ri: 0,
+            num: npmc,
         });
         let cputype = md.cputype;
         let mut md_classes = md.classes;
@@ -504,6 +551,7 @@ impl Module {
             let _ = classes.push_within_capacity(ClassSlot {
                 dep,
                 first_ri: npmc,
+                num,
             });
             npmc += num;
         }
@@ -739,7 +787,7 @@ impl Hwpmc {
     fn ri_to_class(&self, ri: u32) -> Option<(&dyn PmcClassDep, u32)> {
         self.classes
             .iter()
-            .find(|s| ri >= s.first_ri && ri < s.first_ri + s.dep.num())
+            .find(|s| ri >= s.first_ri && ri < s.first_ri + s.num)
             .map(|s| (&*s.dep, ri - s.first_ri))
     }
 

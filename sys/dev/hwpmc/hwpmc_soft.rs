@@ -6,6 +6,7 @@
 use kpi::KResult;
 use kpi::errno::EINVAL;
 
+use kpi::atomic::{AtomicBool, Ordering};
 use kpi::malloc::{KArc, KVec, Wait};
 use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcState, set_c_field_str};
@@ -27,35 +28,97 @@ pub const SOFT_CAPS: PmcCaps = PmcCaps::READ
 struct SoftRow {
     pmc: Option<KArc<Pmc>>,
     value: u64,
+}
+
+/// A row's state that start and stop change. It is kept out of the rows'
+/// lock, so that starting and stopping a PMC takes no lock of the
+/// driver's, only the kernel's soft-event lock once, as FreeBSD's
+/// `soft_start_pmc` and `soft_stop_pmc` do; every change is a swap, which
+/// keeps the two flags right against the interrupt path on the same CPU.
+#[derive(Debug, Default)]
+struct RowFlags {
     /// A sample was dropped on a full ring: events are ignored, and the
     /// event disarmed, until the rings are drained.
-    stalled: bool,
+    stalled: AtomicBool,
     /// The row holds one use of its PMC's event (`ps_running`): taken at
     /// start and unstall, given back at stop and stall, each at most once,
     /// so that a stalled row that is stopped does not give it back twice
     /// and starve another owner's PMC on the same event.
-    armed: bool,
+    armed: AtomicBool,
+}
+
+impl RowFlags {
+    /// Gives the row's use of `event` back, if it holds one.
+    fn disarm(&self, event: u32) {
+        if self.armed.swap(false, Ordering::AcqRel) {
+            kpi::kern_pmc::soft_event_running(event, -1);
+        }
+    }
+}
+
+/// One CPU's rows.
+#[derive(Debug, Default)]
+struct Rows {
+    rows: KVec<SoftRow>,
+    /// Bit `ri` is set while row `ri` has a PMC: the interrupt path
+    /// visits only those rows.
+    configured: u32,
+}
+
+/// One CPU's rows and their flags.
+#[derive(Debug)]
+struct SoftCpu {
+    /// The configured PMC and the count of each row.
+    rows: SpinMutexBox<Rows>,
+    flags: KVec<RowFlags>,
 }
 
 /// The SOFT class: per CPU, the configured PMC and the count of each row.
 #[derive(Debug)]
 pub struct SoftClass {
-    cpus: KVec<SpinMutexBox<KVec<SoftRow>>>,
+    cpus: KVec<SoftCpu>,
 }
 
 impl SoftClass {
     /// A SOFT class for `ncpu` CPU ids; rows are allocated by `pcpu_init`.
     pub fn new(ncpu: u32) -> KResult<SoftClass> {
         let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            SpinMutex::new(c"soft-pcpu", KVec::new(), Wait::WaitOk)
+            Ok(SoftCpu {
+                rows: SpinMutex::new(c"soft-pcpu", Rows::default(), Wait::WaitOk)?,
+                flags: KVec::from_fn(SOFT_NPMCS as usize, Wait::WaitOk, |_| RowFlags::default())?,
+            })
         })?;
         Ok(SoftClass { cpus })
     }
 
-    fn row<R>(&self, cpu: u32, ri: u32, f: impl FnOnce(&mut SoftRow) -> R) -> KResult<R> {
-        let cpu = self.cpus.get(cpu as usize).ok_or(EINVAL)?;
-        let mut rows = cpu.lock();
-        rows.get_mut(ri as usize).map(f).ok_or(EINVAL)
+    /// Runs `f` on a row under the rows' lock, and keeps the mask of
+    /// configured rows up to date with what it did.
+    fn row<R>(
+        &self,
+        cpu: u32,
+        ri: u32,
+        f: impl FnOnce(&mut SoftRow, &RowFlags) -> R,
+    ) -> KResult<R> {
+        let c = self.cpus.get(cpu as usize).ok_or(EINVAL)?;
+        let flags = c.flags.get(ri as usize).ok_or(EINVAL)?;
+        let mut guard = c.rows.lock();
+        let Rows { rows, configured } = &mut *guard;
+        let row = rows.get_mut(ri as usize).ok_or(EINVAL)?;
+        let r = f(row, flags);
+        // ri < SOFT_NPMCS (16): the row exists.
+        if row.pmc.is_some() {
+            *configured |= 1 << ri;
+        } else {
+            *configured &= !(1 << ri);
+        }
+        Ok(r)
+    }
+
+    fn flags(&self, cpu: u32, ri: u32) -> KResult<&RowFlags> {
+        self.cpus
+            .get(cpu as usize)
+            .and_then(|c| c.flags.get(ri as usize))
+            .ok_or(EINVAL)
     }
 
     fn registered(ev: u32) -> bool {
@@ -93,12 +156,15 @@ impl PmcClassDep for SoftClass {
     fn pcpu_init(&self, cpu: u32) -> KResult<()> {
         let rows = KVec::from_fn(SOFT_NPMCS as usize, Wait::WaitOk, |_| SoftRow::default())?;
         let slot = self.cpus.get(cpu as usize).ok_or(EINVAL)?;
-        *slot.lock() = rows;
+        *slot.rows.lock() = Rows {
+            rows,
+            configured: 0,
+        };
         Ok(())
     }
     fn pcpu_fini(&self, cpu: u32) {
         if let Some(slot) = self.cpus.get(cpu as usize) {
-            let rows = core::mem::take(&mut *slot.lock());
+            let rows = core::mem::take(&mut *slot.rows.lock());
             drop(rows);
         }
     }
@@ -113,79 +179,117 @@ impl PmcClassDep for SoftClass {
         Ok(())
     }
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
-        self.row(cpu, ri, |row| {
+        let old = self.row(cpu, ri, |row, flags| {
             // A row is stopped before it is unconfigured; should it still
             // hold its event, it gives it back now.
-            if let (true, Some(old)) = (row.armed, &row.pmc) {
-                kpi::kern_pmc::soft_event_running(old.event, -1);
+            if let Some(old) = &row.pmc {
+                flags.disarm(old.event);
             }
-            row.armed = false;
-            row.stalled = false;
-            row.pmc = pm.cloned();
-        })
+            flags.armed.store(false, Ordering::Release);
+            flags.stalled.store(false, Ordering::Release);
+            core::mem::replace(&mut row.pmc, pm.cloned())
+        })?;
+        // A last reference is dropped after the spin lock.
+        drop(old);
+        Ok(())
     }
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
-        self.row(cpu, ri, |row| row.value)
+        self.row(cpu, ri, |row, _| row.value)
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
-        self.row(cpu, ri, |row| row.value = value)
+        self.row(cpu, ri, |row, _| row.value = value)
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        if !Self::registered(pm.event) {
+        let flags = self.flags(cpu, ri)?;
+        if flags.armed.swap(true, Ordering::AcqRel) {
+            // It holds its event already: only the event is checked.
+            if !Self::registered(pm.event) {
+                return Err(EINVAL);
+            }
+        } else if !kpi::kern_pmc::soft_event_running(pm.event, 1) {
+            flags.armed.store(false, Ordering::Release);
             return Err(EINVAL);
         }
-        self.row(cpu, ri, |row| {
-            row.stalled = false;
-            if !row.armed {
-                row.armed = true;
-                kpi::kern_pmc::soft_event_running(pm.event, 1);
-            }
-        })
+        flags.stalled.store(false, Ordering::Release);
+        Ok(())
     }
     fn stop_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        self.row(cpu, ri, |row| {
-            // A stalled row gave its event back when it stalled.
-            row.stalled = false;
-            if row.armed {
-                row.armed = false;
-                kpi::kern_pmc::soft_event_running(pm.event, -1);
+        let flags = self.flags(cpu, ri)?;
+        // A stalled row gave its event back when it stalled.
+        flags.stalled.store(false, Ordering::Release);
+        flags.disarm(pm.event);
+        Ok(())
+    }
+    fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
+        // config_pmc and write_pmc under one acquisition of the rows'
+        // lock, then start_pmc, which takes none.
+        let configured = self.row(cpu, ri, |row, flags| {
+            // The row is empty at a switch-in; should it hold an armed
+            // PMC, that gives its event back, as config_pmc does.
+            if let Some(old) = &row.pmc {
+                flags.disarm(old.event);
             }
-        })
+            row.value = value;
+            row.pmc.replace(pm.clone())
+        });
+        if let Ok(old) = configured {
+            drop(old);
+            let _ = self.start_pmc(cpu, ri, pm);
+        }
+    }
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+        // stop_pmc leaves the row neither armed nor stalled; then
+        // read_pmc and config_pmc(None) under one acquisition.
+        self.stop_pmc(cpu, ri, pm)?;
+        let (value, old) = self.row(cpu, ri, |row, _| (row.value, row.pmc.take()))?;
+        drop(old);
+        Ok(value)
     }
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())
     }
     fn soft_event(&self, cpu: u32, ev: u32, sink: &dyn IntrSink) -> bool {
-        let Some(slot) = self.cpus.get(cpu as usize) else {
+        let Some(c) = self.cpus.get(cpu as usize) else {
             return false;
         };
-        let mut rows = slot.lock();
+        let mut guard = c.rows.lock();
+        let Rows { rows, configured } = &mut *guard;
         let mut used = false;
-        for row in rows.iter_mut() {
-            let Some(pm) = row.pmc.clone() else { continue };
-            if pm.event != ev || row.stalled || pm.state() != PmcState::Running {
+        let mut left = *configured;
+        while left != 0 {
+            let ri = left.trailing_zeros() as usize;
+            left &= left - 1;
+            let (Some(SoftRow { pmc, value }), Some(flags)) = (rows.get_mut(ri), c.flags.get(ri))
+            else {
+                continue;
+            };
+            let Some(pm) = pmc.as_ref() else { continue };
+            if pm.event != ev || flags.stalled.load(Ordering::Acquire) {
+                continue;
+            }
+            // The state and the reload count under one acquisition of
+            // the PMC's lock.
+            let vals = pm.vals();
+            if vals.state != PmcState::Running {
                 continue;
             }
             used = true;
             if pm.mode.is_counting() {
-                row.value = row.value.wrapping_add(1);
+                *value = value.wrapping_add(1);
                 continue;
             }
             // Sampling rows count down; the event that finds zero reloads
             // the count (less this event) and takes the sample: after a
             // start at R, the first sample comes at event R + 1, then one
             // every R events.
-            if row.value > 0 {
-                row.value -= 1;
+            if *value > 0 {
+                *value -= 1;
                 continue;
             }
-            row.value = pm.vals().reloadcount.saturating_sub(1);
-            if !sink.sample(&pm, cpu) {
-                row.stalled = true;
-                if row.armed {
-                    row.armed = false;
-                    kpi::kern_pmc::soft_event_running(pm.event, -1);
-                }
+            *value = vals.reloadcount.saturating_sub(1);
+            if !sink.sample(pm, cpu) {
+                flags.stalled.store(true, Ordering::Release);
+                flags.disarm(pm.event);
             }
         }
         if used {
@@ -198,11 +302,11 @@ impl PmcClassDep for SoftClass {
 
     fn rows_on_event(&self, event: u32) -> (u32, u32) {
         let (mut armed, mut stalled) = (0, 0);
-        for cpu in self.cpus.iter() {
-            for row in cpu.lock().iter() {
+        for c in self.cpus.iter() {
+            for (row, flags) in c.rows.lock().rows.iter().zip(c.flags.iter()) {
                 if row.pmc.as_ref().is_some_and(|pm| pm.event == event) {
-                    armed += row.armed as u32;
-                    stalled += row.stalled as u32;
+                    armed += flags.armed.load(Ordering::Acquire) as u32;
+                    stalled += flags.stalled.load(Ordering::Acquire) as u32;
                 }
             }
         }
@@ -210,11 +314,15 @@ impl PmcClassDep for SoftClass {
     }
 
     fn unstall(&self, cpu: u32) {
-        let Some(slot) = self.cpus.get(cpu as usize) else {
+        let Some(c) = self.cpus.get(cpu as usize) else {
             return;
         };
-        for row in slot.lock().iter_mut() {
-            if !row.stalled {
+        // Most sweeps find nothing stalled: no lock for them.
+        if !c.flags.iter().any(|f| f.stalled.load(Ordering::Acquire)) {
+            return;
+        }
+        for (row, flags) in c.rows.lock().rows.iter().zip(c.flags.iter()) {
+            if !flags.stalled.load(Ordering::Acquire) {
                 continue;
             }
             // Only a PMC that runs takes its event back. A stopped one
@@ -225,12 +333,105 @@ impl PmcClassDep for SoftClass {
                 .as_ref()
                 .filter(|pm| pm.state() == PmcState::Running)
             {
-                row.stalled = false;
-                if !row.armed {
-                    row.armed = true;
+                flags.stalled.store(false, Ordering::Release);
+                if !flags.armed.swap(true, Ordering::AcqRel) {
                     kpi::kern_pmc::soft_event_running(pm.event, 1);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_types, clippy::disallowed_methods)] // host test code
+mod tests {
+    use super::*;
+    use alloc::collections::BTreeMap;
+
+    use uapi::pmc::PmcMode;
+
+    /// Lock acquisitions per class between two snapshots.
+    fn taken(
+        before: &BTreeMap<&'static str, u64>,
+        m: &ksim::Machine,
+    ) -> BTreeMap<&'static str, u64> {
+        m.lock_acquisitions()
+            .into_iter()
+            .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0)))
+            .filter(|&(_, v)| v > 0)
+            .collect()
+    }
+
+    /// FreeBSD's soft_start_pmc and soft_stop_pmc take the kernel's
+    /// soft-event lock once (pmc_soft_ev_acquire) and allocate nothing;
+    /// so do ours, and a context switch's load and unload of a row take
+    /// the rows' lock once more each, for the row's PMC and count.
+    #[test]
+    fn start_and_stop_take_only_the_soft_event_lock_and_allocate_nothing() {
+        let m = ksim::Machine::new(ksim::MachineConfig::default());
+        let _e = m.enter();
+        let ev = m
+            .soft_events()
+            .iter()
+            .find(|e| e.name == "CLOCK.HARD")
+            .expect("CLOCK.HARD")
+            .code;
+        let soft = SoftClass::new(1).unwrap();
+        soft.pcpu_init(0).unwrap();
+        let pm = Pmc::for_test(ev, PmcMode::Tc, 0);
+        soft.config_pmc(0, 3, Some(&pm)).unwrap();
+
+        let softs = |n| BTreeMap::from([(ksim::kern::SOFTS_LOCK, n)]);
+        let (allocs, locks) = (m.kmem_calls(), m.lock_acquisitions());
+        soft.start_pmc(0, 3, &pm).unwrap();
+        assert_eq!(taken(&locks, &m), softs(1), "start");
+        assert_eq!(m.kmem_calls(), allocs, "start allocates");
+        let locks = m.lock_acquisitions();
+        soft.stop_pmc(0, 3, &pm).unwrap();
+        assert_eq!(taken(&locks, &m), softs(1), "stop");
+        assert_eq!(m.kmem_calls(), allocs, "stop allocates");
+        // Started twice, the row holds its event once; the second start
+        // only checks the event, under the same lock, once.
+        soft.start_pmc(0, 3, &pm).unwrap();
+        let locks = m.lock_acquisitions();
+        soft.start_pmc(0, 3, &pm).unwrap();
+        assert_eq!(taken(&locks, &m), softs(1), "second start");
+        soft.stop_pmc(0, 3, &pm).unwrap();
+        assert_eq!(
+            m.soft_events()
+                .iter()
+                .find(|e| e.code == ev)
+                .unwrap()
+                .running,
+            0
+        );
+
+        // A switch pair: config, write and start; stop, read and
+        // unconfigure.
+        soft.config_pmc(0, 3, None).unwrap();
+        let locks = m.lock_acquisitions();
+        soft.switch_in(0, 3, &pm, 7);
+        assert_eq!(
+            taken(&locks, &m),
+            BTreeMap::from([("soft-pcpu", 1), (ksim::kern::SOFTS_LOCK, 1)]),
+            "switch-in"
+        );
+        let locks = m.lock_acquisitions();
+        assert_eq!(soft.switch_out(0, 3, &pm), Ok(7));
+        assert_eq!(
+            taken(&locks, &m),
+            BTreeMap::from([("soft-pcpu", 1), (ksim::kern::SOFTS_LOCK, 1)]),
+            "switch-out"
+        );
+        assert_eq!(m.kmem_calls(), allocs, "allocations");
+        assert_eq!(
+            m.soft_events()
+                .iter()
+                .find(|e| e.code == ev)
+                .unwrap()
+                .running,
+            0
+        );
+        assert!(m.violations().is_empty(), "{:?}", m.violations());
     }
 }

@@ -439,6 +439,7 @@ impl Hwpmc {
                 cpu,
                 owner: me,
                 md: pa.pm_md,
+                alloc_flags: pflags,
                 vals: kpi::sync::SpinMutex::new(
                     c"pmc-pool",
                     PmcVals {

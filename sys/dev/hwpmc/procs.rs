@@ -13,7 +13,7 @@ use uapi::pmc::{PmcFlags, PmcMode, PmcState};
 use uapi::pmclog::{PmclogBody, PmclogRecord};
 
 use crate::ops::{ARMED_AT_ZERO, width_mask};
-use crate::{Core, Hwpmc, Pmc};
+use crate::{Core, Hwpmc, PhwRow, Pmc};
 
 /// One row of a target descriptor (`pp_pmcs[ri]`).
 #[derive(Debug, Default)]
@@ -235,129 +235,160 @@ impl Hwpmc {
         pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let Some(pp) = procs.get_mut(pid) else { return };
+        let PmcProcess { slots, threads, .. } = pp;
         let mut rows = self.pcpu[cpu as usize].lock();
-        for ri in 0..self.npmc as usize {
-            let Some(pm) = pp.slots[ri].pmc.clone() else {
-                continue;
-            };
-            let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
-                continue;
-            };
-            let v = pm.update(|v| {
-                if v.state == PmcState::Running {
-                    v.runcount += 1;
-                    kassert!(
-                        v.runcount <= self.ncpu,
-                        "PMC {:#x} running on {} CPUs",
-                        pm.id,
-                        v.runcount
-                    );
-                }
-                *v
-            });
-            if v.state != PmcState::Running {
-                continue;
+        // A tight loop over the rows, the work apart: most rows are empty.
+        for (ri, (slot, row)) in slots.iter_mut().zip(rows.iter_mut()).enumerate() {
+            if slot.pmc.is_some() {
+                self.load_row(cpu, ri, slot, row, threads);
             }
-            let value = if pm.mode == PmcMode::Ts {
-                // A thread resumes its own count; a thread the driver has
-                // no descriptor for uses the process's.
-                let tid = kpi::proc::curthread();
-                let left = match pp.thread_mut(tid) {
-                    Some(t) => core::mem::take(&mut t.vals[ri]),
-                    None => core::mem::replace(&mut pp.slots[ri].pmcval, v.reloadcount),
-                };
-                match left {
-                    ARMED_AT_ZERO => 0,
-                    0 => v.reloadcount,
-                    left => left,
-                }
-            } else {
-                v.savedvalue
-            };
-            let _ = dep.config_pmc(cpu, adjri, Some(&pm));
-            rows[ri].saved = value;
-            rows[ri].pmc = Some(pm.clone());
-            let _ = dep.write_pmc(cpu, adjri, value);
-            let _ = dep.start_pmc(cpu, adjri, &pm);
         }
+    }
+
+    /// Loads the PMC of a process's row on this CPU's row `ri`.
+    #[inline(never)]
+    fn load_row(
+        &self,
+        cpu: u32,
+        ri: usize,
+        slot: &mut PpSlot,
+        row: &mut PhwRow,
+        threads: &mut [PmcThread],
+    ) {
+        let PpSlot { pmc, pmcval } = slot;
+        let Some(pm) = pmc.as_ref() else {
+            return;
+        };
+        let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
+            return;
+        };
+        let (state, reloadcount, savedvalue) = pm.update(|v| {
+            if v.state == PmcState::Running {
+                v.runcount += 1;
+                kassert!(
+                    v.runcount <= self.ncpu,
+                    "PMC {:#x} running on {} CPUs",
+                    pm.id,
+                    v.runcount
+                );
+            }
+            (v.state, v.reloadcount, v.savedvalue)
+        });
+        if state != PmcState::Running {
+            return;
+        }
+        let value = if pm.mode == PmcMode::Ts {
+            // A thread resumes its own count; a thread the driver has no
+            // descriptor for uses the process's.
+            let tid = kpi::proc::curthread();
+            let left = match threads.iter_mut().find(|t| t.tid == tid) {
+                Some(t) => core::mem::take(&mut t.vals[ri]),
+                None => core::mem::replace(pmcval, reloadcount),
+            };
+            match left {
+                ARMED_AT_ZERO => 0,
+                0 => reloadcount,
+                left => left,
+            }
+        } else {
+            savedvalue
+        };
+        row.saved = value;
+        row.pmc = Some(pm.clone());
+        dep.switch_in(cpu, adjri, pm, value);
     }
 
     /// `pmc_process_csw_out`: takes process PMCs off this CPU, adding what
     /// they counted to the PMC's total and to the process's own count.
+    /// (FreeBSD drains the sample rings at the next clock tick, not here.)
     pub(crate) fn csw_out(&self) {
         let cpu = kpi::cpu::curcpu();
         let pid = kpi::proc::curproc();
         pmcdbg!(self.debug, "csw", "swo", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
+        let mut pp = procs.get_mut(pid);
         let mut rows = self.pcpu[cpu as usize].lock();
+        // A tight loop over the rows, the work apart: most rows are empty.
         for (ri, row) in rows.iter_mut().enumerate() {
-            let Some(pm) = row.pmc.clone() else { continue };
-            if !pm.mode.is_virtual() {
-                continue;
+            if row.pmc.as_ref().is_some_and(|pm| pm.mode.is_virtual()) {
+                self.unload_row(cpu, pid, ri, row, pp.as_deref_mut());
             }
-            let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
-                continue;
-            };
-            let _ = dep.stop_pmc(cpu, adjri, &pm);
-            let hw = dep.read_pmc(cpu, adjri).unwrap_or(row.saved);
-            let deleted = pm.update(|v| {
-                kassert!(
-                    v.runcount > 0,
-                    "PMC {:#x} switched out with runcount 0",
-                    pm.id
-                );
-                v.runcount = v.runcount.saturating_sub(1);
-                v.state == PmcState::Deleted
-            });
-            let pp = procs.get_mut(pid).filter(|pp| {
-                pp.slots[ri]
-                    .pmc
-                    .as_ref()
-                    .is_some_and(|c| KArc::ptr_eq(c, &pm))
-            });
-            if let (false, Some(pp)) = (deleted, pp) {
-                if pm.mode == PmcMode::Ts {
-                    // The remaining count belongs to the thread.
-                    let tid = kpi::proc::curthread();
-                    // A counter switched out at zero samples on its next
-                    // event; 0 in a descriptor means "nothing saved".
-                    let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
-                    match pp.thread_mut(tid) {
-                        Some(t) => t.vals[ri] = saved,
-                        None => pp.slots[ri].pmcval = saved,
-                    }
-                }
-                let slot = &mut pp.slots[ri];
-                if pm.mode == PmcMode::Tc {
-                    let delta = hw.wrapping_sub(row.saved) & width_mask(dep.width());
-                    let flags = pm.update(|v| {
-                        v.savedvalue = v.savedvalue.wrapping_add(delta);
-                        v.flags
-                    });
-                    slot.pmcval = slot.pmcval.wrapping_add(delta);
-                    if flags.contains(PmcFlags::LOG_PROCCSW) {
-                        if let Some(log) = pm.log() {
-                            let tid = kpi::proc::curthread();
-                            let body = PmclogBody::Proccsw {
-                                value: delta,
-                                pmcid: pm.id,
-                                pid,
-                                tid,
-                            };
-                            let _ = log.emit(&PmclogRecord {
-                                tsc: kpi::time::rdtsc(),
-                                body,
-                            });
-                        }
-                    }
-                }
-            }
-            let _ = dep.config_pmc(cpu, adjri, None);
-            row.pmc = None;
         }
-        drop(rows);
-        drop(procs);
-        self.process_samples(cpu);
+    }
+
+    /// Takes the process PMC on this CPU's row `ri` off.
+    #[inline(never)]
+    fn unload_row(
+        &self,
+        cpu: u32,
+        pid: Pid,
+        ri: usize,
+        row: &mut PhwRow,
+        pp: Option<&mut PmcProcess>,
+    ) {
+        let Some(pm) = row.pmc.as_ref() else { return };
+        let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
+            return;
+        };
+        let hw = dep.switch_out(cpu, adjri, pm).unwrap_or(row.saved);
+        // The process's own row, if this PMC is still attached to it.
+        let mine = pp.filter(|pp| {
+            pp.slots[ri]
+                .pmc
+                .as_ref()
+                .is_some_and(|c| KArc::ptr_eq(c, pm))
+        });
+        let delta =
+            (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & width_mask(dep.width()));
+        // One acquisition of the PMC's lock, as FreeBSD's one
+        // mtx_pool_lock_spin: the run count, and what it counted.
+        let attached = mine.is_some();
+        let (deleted, flags) = pm.update(|v| {
+            kassert!(
+                v.runcount > 0,
+                "PMC {:#x} switched out with runcount 0",
+                pm.id
+            );
+            v.runcount = v.runcount.saturating_sub(1);
+            let deleted = v.state == PmcState::Deleted;
+            if let (false, true, Some(delta)) = (deleted, attached, delta) {
+                v.savedvalue = v.savedvalue.wrapping_add(delta);
+            }
+            (deleted, v.flags)
+        });
+        if let (false, Some(pp)) = (deleted, mine) {
+            if pm.mode == PmcMode::Ts {
+                // The remaining count belongs to the thread.
+                let tid = kpi::proc::curthread();
+                // A counter switched out at zero samples on its next
+                // event; 0 in a descriptor means "nothing saved".
+                let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
+                match pp.thread_mut(tid) {
+                    Some(t) => t.vals[ri] = saved,
+                    None => pp.slots[ri].pmcval = saved,
+                }
+            }
+            if let Some(delta) = delta {
+                let slot = &mut pp.slots[ri];
+                slot.pmcval = slot.pmcval.wrapping_add(delta);
+                if flags.contains(PmcFlags::LOG_PROCCSW) {
+                    if let Some(log) = pm.log() {
+                        let tid = kpi::proc::curthread();
+                        let body = PmclogBody::Proccsw {
+                            value: delta,
+                            pmcid: pm.id,
+                            pid,
+                            tid,
+                        };
+                        let _ = log.emit(&PmclogRecord {
+                            tsc: kpi::time::rdtsc(),
+                            body,
+                        });
+                    }
+                }
+            }
+        }
+        row.pmc = None;
     }
 
     // ----- fork, exec, exit ---------------------------------------------

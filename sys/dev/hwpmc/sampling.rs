@@ -84,7 +84,7 @@ impl Hwpmc {
     /// Interrupt context: no sleeping, no allocation.
     pub(crate) fn process_interrupt(&self, ring: usize, pm: &KArc<Pmc>, cpu: u32) -> bool {
         let intr = kpi::stack::interrupted();
-        let flags = pm.vals().flags;
+        let flags = pm.alloc_flags;
         let Some(rings) = self.rings.get(cpu as usize) else {
             return false;
         };
@@ -103,7 +103,8 @@ impl Hwpmc {
         );
         let depth = r.depth;
         let (npc, pending) = {
-            let pcs = &mut r.pcs[slot * depth..(slot + 1) * depth];
+            let start = slot * depth;
+            let pcs = &mut r.pcs[start..start + depth];
             if !flags.contains(PmcFlags::CALLCHAIN) {
                 pcs[0] = intr.pc;
                 (1, false)
@@ -129,7 +130,12 @@ impl Hwpmc {
             tsc: kpi::time::rdtsc(),
             npc,
         };
-        r.head = (slot + 1) % r.meta.len();
+        // The next slot, without a division (slot < len).
+        r.head = if slot + 1 == r.meta.len() {
+            0
+        } else {
+            slot + 1
+        };
         r.count += 1;
         drop(r);
         self.sample_stats.taken.fetch_add(1, Ordering::Relaxed);

@@ -1,7 +1,9 @@
 //! atomic(9): atomic integers for the kernel crates. Each operation is a
 //! scheduling point of the simulator's races (ksim's `sched`), as a lock
 //! or an allocation is, so that races between counters and flags show; on
-//! FreeBSD they are the plain atomics.
+//! FreeBSD they are the plain atomics. The operations are inlined into
+//! their callers, so that each is the one instruction of the plain atomic
+//! there (and a call of the scheduling point in the simulator).
 
 // This module is where core's atomics are allowed: it wraps them.
 #![allow(clippy::disallowed_types)]
@@ -21,26 +23,31 @@ macro_rules! atomic_int {
                 $name(<$inner>::new(v))
             }
             /// The value.
+            #[inline]
             pub fn load(&self, order: Ordering) -> $t {
                 crate::backend::sched_point();
                 self.0.load(order)
             }
             /// Stores `v`.
+            #[inline]
             pub fn store(&self, v: $t, order: Ordering) {
                 crate::backend::sched_point();
                 self.0.store(v, order)
             }
             /// Adds `v`; returns the previous value.
+            #[inline]
             pub fn fetch_add(&self, v: $t, order: Ordering) -> $t {
                 crate::backend::sched_point();
                 self.0.fetch_add(v, order)
             }
             /// Subtracts `v`; returns the previous value.
+            #[inline]
             pub fn fetch_sub(&self, v: $t, order: Ordering) -> $t {
                 crate::backend::sched_point();
                 self.0.fetch_sub(v, order)
             }
             /// Stores `v`; returns the previous value.
+            #[inline]
             pub fn swap(&self, v: $t, order: Ordering) -> $t {
                 crate::backend::sched_point();
                 self.0.swap(v, order)
@@ -73,16 +80,19 @@ impl AtomicBool {
         AtomicBool(core::sync::atomic::AtomicBool::new(v))
     }
     /// The value.
+    #[inline]
     pub fn load(&self, order: Ordering) -> bool {
         crate::backend::sched_point();
         self.0.load(order)
     }
     /// Stores `v`.
+    #[inline]
     pub fn store(&self, v: bool, order: Ordering) {
         crate::backend::sched_point();
         self.0.store(v, order)
     }
     /// Stores `v`; returns the previous value.
+    #[inline]
     pub fn swap(&self, v: bool, order: Ordering) -> bool {
         crate::backend::sched_point();
         self.0.swap(v, order)

@@ -225,9 +225,12 @@ pub mod kern_pmc {
         super::backend::soft_event_registered(code)
     }
     /// Marks a software event used (`delta` +1) or unused (-1): its probe
-    /// calls the hook only while used (`ps_running`).
-    pub fn soft_event_running(code: u32, delta: i32) {
-        super::backend::soft_event_running(code, delta);
+    /// calls the hook only while used (`ps_running`). False, and nothing
+    /// changed, when no event with `code` is registered. One acquisition
+    /// of the kernel's soft-event lock, as `soft_start_pmc` makes;
+    /// allocates nothing.
+    pub fn soft_event_running(code: u32, delta: i32) -> bool {
+        super::backend::soft_event_running(code, delta)
     }
     /// The kernel and its loaded modules (`linker_hwpmc_list_objects`).
     pub fn kernel_objects(wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {

@@ -844,9 +844,9 @@ pub fn soft_event_registered(code: u32) -> bool {
     // SAFETY: plain value.
     unsafe { sys::kpi_soft_event_registered(code) != 0 }
 }
-pub fn soft_event_running(code: u32, delta: i32) {
+pub fn soft_event_running(code: u32, delta: i32) -> bool {
     // SAFETY: plain values.
-    unsafe { sys::kpi_soft_event_running(code, delta) }
+    unsafe { sys::kpi_soft_event_running(code, delta) != 0 }
 }
 pub fn set_cpu_sampled(cpu: u32) {
     // SAFETY: plain value.

@@ -1465,16 +1465,17 @@ kpi_soft_event_registered(uint32_t code)
 	return (1);
 }
 
-void
+int
 kpi_soft_event_running(uint32_t code, int delta)
 {
 	struct pmc_soft *ps;
 
 	if (!kpi_soft_code(code) || (ps = pmc_soft_ev_acquire(code)) == NULL)
-		return;
+		return (0);
 	/* The probes test ps_running without the lock. */
 	atomic_add_int((volatile u_int *)&ps->ps_running, delta);
 	pmc_soft_ev_release(ps);
+	return (1);
 }
 
 void

@@ -225,7 +225,7 @@ struct kpi_soft_event {
 };
 uint32_t kpi_soft_events(struct kpi_soft_event *evs, uint32_t nevs);
 int	kpi_soft_event_registered(uint32_t code);
-void	kpi_soft_event_running(uint32_t code, int delta);
+int	kpi_soft_event_running(uint32_t code, int delta);
 void	kpi_set_cpu_sampled(uint32_t cpu);	/* DPCPU pmc_sampled */
 
 /* Files (the log). */

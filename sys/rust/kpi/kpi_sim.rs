@@ -1,5 +1,8 @@
 //! The simulator backend: every kpi call served by the current `ksim`
-//! machine.
+//! machine. Its functions are never inlined into kpi's front end, so that
+//! what the simulator does stays apart from the driver's own code in a
+//! profile (tools/bench/driver-cost counts `kpi::backend::` as the
+//! simulator's).
 
 // The simulator backend is host code: the kernel allocation lints of
 // sys/clippy.toml do not apply to it.
@@ -25,44 +28,56 @@ fn errno(e: i32) -> Errno {
     Errno::new(e).unwrap_or(crate::errno::EDOOFUS)
 }
 
+#[inline(never)]
 pub fn printf(line: &str) {
     kern::printf(line);
 }
 
+#[inline(never)]
 pub fn curcpu() -> u32 {
     kern::curcpu()
 }
+#[inline(never)]
 pub fn ncpu_ids() -> u32 {
     kern::ncpu_ids()
 }
+#[inline(never)]
 pub fn cpu_exists(cpu: u32) -> bool {
     kern::cpu_state(cpu) != ksim::CpuState::Absent
 }
+#[inline(never)]
 pub fn cpu_active(cpu: u32) -> bool {
     kern::cpu_state(cpu) == ksim::CpuState::Online
 }
+#[inline(never)]
 pub fn bind(cpu: u32) -> u32 {
     kern::bind(cpu)
 }
+#[inline(never)]
 pub fn unbind(previous: u32) {
     kern::unbind(previous);
 }
+#[inline(never)]
 pub fn in_interrupt() -> bool {
     kern::in_interrupt()
 }
 
+#[inline(never)]
 pub fn rdtsc() -> u64 {
     kern::rdtsc()
 }
+#[inline(never)]
 pub fn tsc_freq() -> u64 {
     kern::tsc_freq()
 }
+#[inline(never)]
 pub fn nanotime() -> (i64, i64) {
     kern::nanotime()
 }
 
 /// malloc(9): the simulated kernel checks the context and may fail the
 /// allocation; the memory is the host's.
+#[inline(never)]
 pub fn kmalloc(layout: core::alloc::Layout, wait: bool, zero: bool) -> Option<NonNull<u8>> {
     sched_point();
     kern::malloc(wait).ok()?;
@@ -91,13 +106,16 @@ pub unsafe fn kfree(ptr: NonNull<u8>, layout: core::alloc::Layout) {
 }
 
 /// A scheduling point of ksim's races (locks, allocations, atomics).
+#[inline(never)]
 pub fn sched_point() {
     ksim::sched::point();
 }
 
+#[inline(never)]
 pub fn critical_enter() {
     kern::critical_enter();
 }
+#[inline(never)]
 pub fn critical_exit() {
     kern::critical_exit();
 }
@@ -202,22 +220,28 @@ impl LockWord {
     }
 }
 
+#[inline(never)]
 pub fn lock_acquire(class: &'static str, kind: LockKind) {
     kern::lock_acquire(class, kind);
 }
+#[inline(never)]
 pub fn lock_release(class: &'static str) {
     kern::lock_release(class);
 }
+#[inline(never)]
 pub fn may_sleep() {
     kern::may_sleep();
 }
+#[inline(never)]
 pub fn force_context_switch() {
     kern::force_context_switch();
 }
 
+#[inline(never)]
 pub fn curthread() -> u32 {
     kern::curthread()
 }
+#[inline(never)]
 pub fn curproc() -> u32 {
     kern::curproc()
 }
@@ -226,6 +250,7 @@ fn kvec<T: Clone>(items: &[T], wait: Wait) -> KResult<KVec<T>> {
     KVec::try_from_slice(items, wait)
 }
 
+#[inline(never)]
 pub fn pfind(pid: u32, wait: Wait) -> KResult<Option<ProcSnapshot>> {
     let Some(p) = kern::pfind(pid) else {
         return Ok(None);
@@ -240,20 +265,24 @@ pub fn pfind(pid: u32, wait: Wait) -> KResult<Option<ProcSnapshot>> {
         threads: kvec(&p.threads, wait)?,
     }))
 }
+#[inline(never)]
 pub fn proc_state(pid: u32) -> Option<ProcState> {
     kern::pfind(pid).map(|p| ProcState {
         flags: p.flags,
         zombie: p.zombie,
     })
 }
+#[inline(never)]
 pub fn children(pid: u32, wait: Wait) -> KResult<KVec<u32>> {
     kvec(&kern::children(pid), wait)
 }
+#[inline(never)]
 pub fn thread_pid(tid: u32) -> Option<u32> {
     kern::thread_pid(tid)
 }
 /// As on FreeBSD, where looking a thread up takes locks that an
 /// interrupt handler may not take: unknown in interrupt context.
+#[inline(never)]
 pub fn thread_exists(tid: u32) -> Option<bool> {
     if kern::in_interrupt() {
         None
@@ -261,34 +290,43 @@ pub fn thread_exists(tid: u32) -> Option<bool> {
         Some(kern::thread_pid(tid).is_some())
     }
 }
+#[inline(never)]
 pub fn proc_flags(pid: u32, set: u32, clear: u32) {
     kern::proc_flags(pid, set, clear);
 }
+#[inline(never)]
 pub fn p_candebug(pid: u32) -> KResult<()> {
     kern::p_candebug(pid).map_err(errno)
 }
+#[inline(never)]
 pub fn priv_check(privilege: u32) -> KResult<()> {
     kern::priv_check(privilege).map_err(errno)
 }
+#[inline(never)]
 pub fn cred_covers(owner: u32, target: u32) -> bool {
     kern::cred_covers(owner, target)
 }
+#[inline(never)]
 pub fn jailed() -> bool {
     kern::jailed()
 }
+#[inline(never)]
 pub fn psignal(pid: u32, sig: i32) {
     kern::psignal(pid, sig);
 }
 
+#[inline(never)]
 pub fn copyin(uaddr: u64, out: &mut [u8]) -> KResult<()> {
     let bytes = kern::copyin(uaddr, out.len()).map_err(errno)?;
     out.copy_from_slice(&bytes);
     Ok(())
 }
+#[inline(never)]
 pub fn copyout(data: &[u8], uaddr: u64) -> KResult<()> {
     kern::copyout(data, uaddr).map_err(errno)
 }
 
+#[inline(never)]
 pub fn kenv_str(name: &str, wait: Wait) -> KResult<Option<KVec<u8>>> {
     kern::kenv_str(name)
         .map(|v| kvec(v.as_bytes(), wait))
@@ -300,6 +338,7 @@ pub type IntHandle = Arc<std::sync::atomic::AtomicI64>;
 /// A declared counter oid's counter.
 pub type CounterHandle = Arc<AtomicU64>;
 
+#[inline(never)]
 pub fn sysctl_declare(d: &crate::sysctl::SysctlDecl) -> KResult<()> {
     use crate::sysctl::SysctlType as T;
     let kind = match d.kind {
@@ -312,9 +351,11 @@ pub fn sysctl_declare(d: &crate::sysctl::SysctlDecl) -> KResult<()> {
         .map(drop)
         .map_err(errno)
 }
+#[inline(never)]
 pub fn sysctl_undeclare(d: &crate::sysctl::SysctlDecl) {
     kern::sysctl_undeclare(d.name);
 }
+#[inline(never)]
 pub fn int_knob(name: &str) -> KResult<IntHandle> {
     match kern::sysctl_handle(name) {
         Some(kern::SysctlHandle::Int(v)) => Ok(v),
@@ -346,11 +387,13 @@ pub fn counter_fetch(h: &CounterHandle) -> u64 {
 }
 pub fn counter_detach(_h: &CounterHandle) {}
 
+#[inline(never)]
 pub fn syscall_register(handler: crate::SyscallFn) -> KResult<u32> {
     Ok(kern::syscall_register(Arc::new(move |args: &[u64]| {
         handler(args).map_err(|e| e.get())
     })))
 }
+#[inline(never)]
 pub fn syscall_deregister(num: u32) {
     kern::syscall_deregister(num);
 }
@@ -367,6 +410,7 @@ fn thread_info(tid: u32) -> ThreadInfo {
     }
 }
 
+#[inline(never)]
 pub fn set_pmc_hook(hook: Option<HookFn>) -> KResult<()> {
     kern::set_pmc_hook(hook.map(|h| {
         Arc::new(move |call: &ksim::HookCall| {
@@ -421,6 +465,7 @@ pub fn set_pmc_hook(hook: Option<HookFn>) -> KResult<()> {
     Ok(())
 }
 
+#[inline(never)]
 pub fn eventhandler_register(handler: EventFn) -> KResult<u64> {
     Ok(kern::eventhandler_register(Arc::new(
         move |ev: &ksim::Event| {
@@ -436,15 +481,18 @@ pub fn eventhandler_register(handler: EventFn) -> KResult<u64> {
         },
     )))
 }
+#[inline(never)]
 pub fn eventhandler_deregister(tag: u64) {
     if kern::has_machine() {
         kern::eventhandler_deregister(tag);
     }
 }
 
+#[inline(never)]
 pub fn pmc_kernel_version() -> u32 {
     kern::pmc_kernel_version()
 }
+#[inline(never)]
 pub fn exterr_set(
     error: Errno,
     category: u32,
@@ -456,6 +504,7 @@ pub fn exterr_set(
     kern::exterr_set(error.get(), category, msg, p1, p2, line);
     error
 }
+#[inline(never)]
 pub fn pmc_module_version() -> u32 {
     if kern::has_machine() {
         kern::pmc_module_version()
@@ -463,9 +512,11 @@ pub fn pmc_module_version() -> u32 {
         uapi::pmc::PMC_VERSION
     }
 }
+#[inline(never)]
 pub fn pmc_cpuid(wait: Wait) -> KResult<KVec<u8>> {
     kvec(kern::pmc_cpuid().as_bytes(), wait)
 }
+#[inline(never)]
 pub fn soft_events(wait: Wait) -> KResult<KVec<crate::kern_pmc::SoftEvent>> {
     let all: Vec<_> = kern::soft_events()
         .iter()
@@ -473,23 +524,29 @@ pub fn soft_events(wait: Wait) -> KResult<KVec<crate::kern_pmc::SoftEvent>> {
         .collect();
     kvec(&all, wait)
 }
+#[inline(never)]
 pub fn soft_event_registered(code: u32) -> bool {
     kern::soft_event_registered(code)
 }
-pub fn soft_event_running(code: u32, delta: i32) {
-    kern::soft_event_running(code, delta);
+#[inline(never)]
+pub fn soft_event_running(code: u32, delta: i32) -> bool {
+    kern::soft_event_running(code, delta)
 }
 
+#[inline(never)]
 pub fn fget_write(fd: i32) -> KResult<u64> {
     kern::fget_write(fd).map_err(errno)
 }
+#[inline(never)]
 pub fn fdrop(id: u64) {
     kern::fdrop(id);
 }
+#[inline(never)]
 pub fn file_write(id: u64, data: &[u8]) -> KResult<usize> {
     kern::file_write(id, data).map_err(errno)
 }
 
+#[inline(never)]
 pub fn kproc_create(name: &str, body: crate::kproc::KprocFn) -> KResult<u64> {
     kern::kproc_create(
         name,
@@ -499,35 +556,44 @@ pub fn kproc_create(name: &str, body: crate::kproc::KprocFn) -> KResult<u64> {
     )
     .map_err(errno)
 }
+#[inline(never)]
 pub fn kproc_wakeup(id: u64) {
     kern::kproc_wakeup(id);
 }
+#[inline(never)]
 pub fn kproc_stop(id: u64) {
     kern::kproc_stop(id);
 }
+#[inline(never)]
 pub fn kproc_pid(id: u64) -> Option<u32> {
     kern::kproc_pid(id)
 }
 
+#[inline(never)]
 pub fn pmc_ss_count_add(delta: i32) {
     // An atomic of the kernel's: a scheduling point of a race.
     sched_point();
     kern::pmc_ss_count_add(delta);
 }
+#[inline(never)]
 pub fn pmc_ss_count() -> i32 {
     sched_point();
     kern::pmc_ss_count()
 }
+#[inline(never)]
 pub fn pmc_ss_count_reset() {
     kern::pmc_ss_count_add(-kern::pmc_ss_count());
 }
 
+#[inline(never)]
 pub fn set_cpu_sampled(cpu: u32) {
     kern::set_cpu_sampled(cpu);
 }
+#[inline(never)]
 pub fn request_userret() {
     kern::request_userret();
 }
+#[inline(never)]
 pub fn interrupted() -> crate::stack::Interrupted {
     let loc = kern::location();
     let pc = if loc.user_mode {
@@ -547,6 +613,7 @@ fn fill(out: &mut [usize], from: &[u64]) -> usize {
     }
     n
 }
+#[inline(never)]
 pub fn kernel_callchain(out: &mut [usize]) -> usize {
     let loc = kern::location();
     if loc.user_mode {
@@ -555,6 +622,7 @@ pub fn kernel_callchain(out: &mut [usize]) -> usize {
         fill(out, &loc.kernel_stack)
     }
 }
+#[inline(never)]
 pub fn user_callchain(out: &mut [usize]) -> usize {
     fill(out, &kern::location().user_stack)
 }
@@ -570,16 +638,20 @@ fn mappings_of(from: Vec<ksim::Mapping>, wait: Wait) -> KResult<KVec<crate::proc
     }
     Ok(out)
 }
+#[inline(never)]
 pub fn mappings(pid: u32, wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {
     mappings_of(kern::proc_mappings(pid), wait)
 }
+#[inline(never)]
 pub fn all_pids(wait: Wait) -> KResult<KVec<u32>> {
     kvec(&kern::all_pids(), wait)
 }
+#[inline(never)]
 pub fn kernel_objects(wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {
     mappings_of(kern::kernel_objects(), wait)
 }
 
+#[inline(never)]
 pub fn sysctl_str_register(
     name: &str,
     value: &str,
@@ -592,9 +664,11 @@ pub fn sysctl_str_register(
     )
     .map_err(errno)
 }
+#[inline(never)]
 pub fn sysctl_str_remove(name: &str) {
     kern::sysctl_str_remove(name);
 }
+#[inline(never)]
 pub fn ktr(line: &str) {
     kern::ktr(line);
 }

@@ -472,16 +472,35 @@ pub fn soft_events() -> Vec<(String, u32)> {
 
 /// Whether a soft event with `code` is registered (`pmc_soft_ev_acquire`).
 pub fn soft_event_registered(code: u32) -> bool {
-    current().st().soft_events.iter().any(|e| e.code == code)
+    with_softs_lock(|st| st.soft_events.iter().any(|e| e.code == code))
 }
 
-/// Adjusts a soft event's `ps_running` count.
-pub fn soft_event_running(code: u32, delta: i32) {
+/// Adjusts a soft event's `ps_running` count; false when no event has
+/// `code`.
+pub fn soft_event_running(code: u32, delta: i32) -> bool {
+    with_softs_lock(
+        |st| match st.soft_events.iter_mut().find(|e| e.code == code) {
+            Some(e) => {
+                e.running += delta;
+                true
+            }
+            None => false,
+        },
+    )
+}
+
+/// `pmc_softs_mtx` of kern_pmc.c, which `pmc_soft_ev_acquire` takes: a
+/// spin lock the witness checks and counts like the driver's own.
+pub const SOFTS_LOCK: &str = "pmc-softs";
+
+fn with_softs_lock<R>(f: impl FnOnce(&mut crate::machine::State) -> R) -> R {
     let m = current();
     let mut st = m.st();
-    if let Some(e) = st.soft_events.iter_mut().find(|e| e.code == code) {
-        e.running += delta;
-    }
+    let ctx = st.context();
+    st.witness.acquire(SOFTS_LOCK, LockKind::Spin, ctx);
+    let r = f(&mut st);
+    st.witness.release(SOFTS_LOCK);
+    r
 }
 
 /// True while the current machine's hooks are being torn down; kernel code

@@ -112,6 +112,9 @@ pub(crate) struct Witness {
     /// Classes are known by name, as WITNESS enrols them.
     order: HashMap<&'static str, HashSet<&'static str>>,
     pub(crate) violations: Vec<Violation>,
+    /// Acquisitions per class, checked or not (tests count the locks a
+    /// path takes).
+    pub(crate) acquired: HashMap<&'static str, u64>,
 }
 
 impl Default for Witness {
@@ -127,6 +130,7 @@ impl Witness {
             held: Vec::new(),
             order: HashMap::new(),
             violations: Vec::new(),
+            acquired: HashMap::new(),
         }
     }
 
@@ -162,6 +166,7 @@ impl Witness {
     }
 
     pub(crate) fn acquire(&mut self, class: &'static str, kind: LockKind, ctx: Context) {
+        *self.acquired.entry(class).or_default() += 1;
         if !self.enabled {
             self.held.push((class, kind));
             return;

@@ -120,3 +120,44 @@ fn scheduler_hooks_run_in_a_critical_section() {
     assert_eq!(s.m.violations(), vec![]);
     s.finish();
 }
+
+/// A context switch of a target with SOFT process PMCs allocates nothing
+/// (the old switch-in rebuilt the list of every soft event on the heap for
+/// each PMC), and per PMC takes the kernel's soft-event lock once at the
+/// start and once at the stop, as FreeBSD's soft_start_pmc and
+/// soft_stop_pmc do, and the SOFT rows' lock once each way.
+#[test]
+fn a_switch_pair_of_soft_process_pmcs_allocates_nothing() {
+    const PMCS: u64 = 4;
+    const PAIRS: u64 = 10;
+    let s = Sim::new();
+    let owner = s.root();
+    let target = s.spawn(ksim::Cred::root(), "target");
+    for _ in 0..PMCS {
+        let id = s.soft_tc(owner);
+        s.attach(owner, id, target.pid as i32).unwrap();
+        s.start(owner, id).unwrap();
+    }
+    // The first switch-in finds the process's descriptor ready: nothing
+    // is left to allocate later.
+    s.m.switch_in(1, target.tid);
+    s.m.switch_out(1);
+    let (allocs, before) = (s.m.kmem_calls(), s.m.lock_acquisitions());
+    for _ in 0..PAIRS {
+        s.m.switch_in(1, target.tid);
+        s.m.switch_out(1);
+    }
+    let after = s.m.lock_acquisitions();
+    let taken = |class: &str| {
+        after.get(class).copied().unwrap_or(0) - before.get(class).copied().unwrap_or(0)
+    };
+    assert_eq!(
+        s.m.kmem_calls(),
+        allocs,
+        "allocations during {PAIRS} switch pairs"
+    );
+    assert_eq!(taken(ksim::kern::SOFTS_LOCK), 2 * PMCS * PAIRS);
+    assert_eq!(taken("soft-pcpu"), 2 * PMCS * PAIRS);
+    assert!(s.m.violations().is_empty(), "{:?}", s.m.violations());
+    s.finish();
+}

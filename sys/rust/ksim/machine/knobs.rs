@@ -333,6 +333,19 @@ impl Machine {
         (st.kmem.live.len(), st.kmem.live.values().sum())
     }
 
+    /// Lock acquisitions so far, per lock class (the driver's kpi locks
+    /// and the kernel's own that the simulator models, such as
+    /// `pmc-softs`), whether or not the witness checks them.
+    pub fn lock_acquisitions(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.0
+            .st()
+            .witness
+            .acquired
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect()
+    }
+
     /// Kernel allocation calls so far.
     pub fn kmem_calls(&self) -> u64 {
         self.0.st().kmem.calls
