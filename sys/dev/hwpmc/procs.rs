@@ -253,7 +253,7 @@ impl Hwpmc {
         ri: usize,
         slot: &mut PpSlot,
         row: &mut PhwRow,
-        threads: &mut [PmcThread],
+        threads: &mut [KBox<PmcThread>],
     ) {
         let PpSlot { pmc, pmcval } = slot;
         let Some(pm) = pmc.as_ref() else {
