@@ -54,6 +54,29 @@ impl RowFlags {
             kpi::kern_pmc::soft_event_running(event, -1);
         }
     }
+
+    /// `soft_start_pmc`: takes one use of `event` unless the row holds
+    /// one; EINVAL when the event is not registered.
+    fn start(&self, event: u32) -> KResult<()> {
+        if self.armed.swap(true, Ordering::AcqRel) {
+            // It holds its event already: only the event is checked.
+            if !kpi::kern_pmc::soft_event_registered(event) {
+                return Err(EINVAL);
+            }
+        } else if !kpi::kern_pmc::soft_event_running(event, 1) {
+            self.armed.store(false, Ordering::Release);
+            return Err(EINVAL);
+        }
+        self.stalled.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// `soft_stop_pmc`: gives the row's use of `event` back. A stalled
+    /// row gave it back when it stalled.
+    fn stop(&self, event: u32) {
+        self.stalled.store(false, Ordering::Release);
+        self.disarm(event);
+    }
 }
 
 /// One CPU's rows.
@@ -200,48 +223,36 @@ impl PmcClassDep for SoftClass {
         self.row(cpu, ri, |row, _| row.value = value)
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        let flags = self.flags(cpu, ri)?;
-        if flags.armed.swap(true, Ordering::AcqRel) {
-            // It holds its event already: only the event is checked.
-            if !Self::registered(pm.event) {
-                return Err(EINVAL);
-            }
-        } else if !kpi::kern_pmc::soft_event_running(pm.event, 1) {
-            flags.armed.store(false, Ordering::Release);
-            return Err(EINVAL);
-        }
-        flags.stalled.store(false, Ordering::Release);
-        Ok(())
+        self.flags(cpu, ri)?.start(pm.event)
     }
     fn stop_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        let flags = self.flags(cpu, ri)?;
-        // A stalled row gave its event back when it stalled.
-        flags.stalled.store(false, Ordering::Release);
-        flags.disarm(pm.event);
+        self.flags(cpu, ri)?.stop(pm.event);
         Ok(())
     }
     fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
-        // config_pmc and write_pmc under one acquisition of the rows'
-        // lock, then start_pmc, which takes none.
-        let configured = self.row(cpu, ri, |row, flags| {
+        // config_pmc, write_pmc and start_pmc under one acquisition of
+        // the rows' lock.
+        if let Ok(old) = self.row(cpu, ri, |row, flags| {
             // The row is empty at a switch-in; should it hold an armed
             // PMC, that gives its event back, as config_pmc does.
             if let Some(old) = &row.pmc {
                 flags.disarm(old.event);
             }
             row.value = value;
-            row.pmc.replace(pm.clone())
-        });
-        if let Ok(old) = configured {
+            let old = row.pmc.replace(pm.clone());
+            let _ = flags.start(pm.event);
+            old
+        }) {
+            // A last reference is dropped after the spin lock.
             drop(old);
-            let _ = self.start_pmc(cpu, ri, pm);
         }
     }
     fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
-        // stop_pmc leaves the row neither armed nor stalled; then
-        // read_pmc and config_pmc(None) under one acquisition.
-        self.stop_pmc(cpu, ri, pm)?;
-        let (value, old) = self.row(cpu, ri, |row, _| (row.value, row.pmc.take()))?;
+        // stop_pmc, read_pmc and config_pmc(None) under one acquisition.
+        let (value, old) = self.row(cpu, ri, |row, flags| {
+            flags.stop(pm.event);
+            (row.value, row.pmc.take())
+        })?;
         drop(old);
         Ok(value)
     }
