@@ -301,6 +301,12 @@ impl PmcClassDep for SoftClass {
             if !sink.sample(pm, cpu) {
                 flags.stalled.store(true, Ordering::Release);
                 flags.disarm(pm.event);
+                // start and stop take no lock of ours: a stop since the
+                // state was read above cleared the flag before it was
+                // set. A stopped PMC's row is not left stalled.
+                if pm.state() != PmcState::Running {
+                    flags.stalled.store(false, Ordering::Release);
+                }
             }
         }
         if used {
@@ -347,6 +353,11 @@ impl PmcClassDep for SoftClass {
                 flags.stalled.store(false, Ordering::Release);
                 if !flags.armed.swap(true, Ordering::AcqRel) {
                     kpi::kern_pmc::soft_event_running(pm.event, 1);
+                }
+                // A stop since the state was read found the row not yet
+                // armed (stop takes no lock of ours): give the event back.
+                if pm.state() != PmcState::Running {
+                    flags.disarm(pm.event);
                 }
             }
         }
