@@ -1298,6 +1298,22 @@ impl Run {
                 return Err(format!("exited process {} is still a target", q.pid));
             }
         }
+        // The masks the context-switch paths walk agree with the rows.
+        for q in self.procs.iter() {
+            if let Some(ri) = self.driver().attached_mask_mismatch(q.pid) {
+                return Err(format!(
+                    "target {}: row {ri} disagrees with its attached mask",
+                    q.pid
+                ));
+            }
+        }
+        for cpu in 0..NCPU as u32 {
+            if let Some(ri) = self.driver().loaded_mask_mismatch(cpu) {
+                return Err(format!(
+                    "CPU {cpu}: row {ri} disagrees with its loaded mask"
+                ));
+            }
+        }
         // Running PMCs: within the CPUs, and system samplers counted.
         let mut ss: BTreeMap<u32, u32> = BTreeMap::new();
         for v in &views {

@@ -351,6 +351,39 @@ pub(crate) struct PhwRow {
     saved: u64,
 }
 
+/// One CPU's rows (`struct pmc_cpu`).
+#[derive(Debug, Default)]
+pub(crate) struct CpuRows {
+    rows: KVec<PhwRow>,
+    /// Bit `ri` is set while row `ri` holds a process PMC loaded by a
+    /// switch-in: the switch-out visits only those rows.
+    loaded: u64,
+}
+
+impl CpuRows {
+    /// Row `ri` no longer holds a process PMC loaded by a switch-in.
+    pub(crate) fn unloaded(&mut self, ri: u32) {
+        self.loaded &= !(1u64.checked_shl(ri).unwrap_or(0));
+    }
+}
+
+impl core::ops::Deref for CpuRows {
+    type Target = [PhwRow];
+    fn deref(&self) -> &[PhwRow] {
+        &self.rows
+    }
+}
+
+impl core::ops::DerefMut for CpuRows {
+    fn deref_mut(&mut self) -> &mut [PhwRow] {
+        &mut self.rows
+    }
+}
+
+/// Most rows the driver handles: the context-switch paths keep a bit per
+/// row.
+const NPMC_MAX: u32 = u64::BITS;
+
 /// An owner's PMC and the processes it is attached to.
 struct OwnedPmc {
     pmc: KArc<Pmc>,
@@ -407,7 +440,7 @@ pub struct Hwpmc {
     ncpu: u32,
     core: SxBox<Core>,
     procs: SpinMutexBox<PidHash<PmcProcess>>,
-    pcpu: KVec<SpinMutexBox<KVec<PhwRow>>>,
+    pcpu: KVec<SpinMutexBox<CpuRows>>,
     stats: KArc<Stats>,
     sample_stats: SampleStats,
     /// Owners of running system-wide sampling PMCs (`pmc_ss_owners`);
@@ -555,8 +588,14 @@ impl Module {
             });
             npmc += num;
         }
+        if npmc > NPMC_MAX {
+            say(format_args!(
+                "hwpmc: {npmc} rows, more than the {NPMC_MAX} supported"
+            ));
+            return Err(EINVAL);
+        }
         let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            SpinMutex::new(c"pmc-pcpu", KVec::new(), Wait::WaitOk)
+            SpinMutex::new(c"pmc-pcpu", CpuRows::default(), Wait::WaitOk)
         })?;
         for cpu in 0..ncpu {
             if !kpi::cpu::exists(cpu) {
@@ -570,7 +609,7 @@ impl Module {
                     saved: 0,
                 });
             }
-            *pcpu[cpu as usize].as_mut().data_mut() = rows;
+            *pcpu[cpu as usize].as_mut().data_mut() = CpuRows { rows, loaded: 0 };
             for slot in classes.iter() {
                 slot.dep.pcpu_init(cpu)?;
             }

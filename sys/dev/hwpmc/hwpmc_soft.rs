@@ -280,8 +280,8 @@ impl PmcClassDep for SoftClass {
             }
             // The state and the reload count under one acquisition of
             // the PMC's lock.
-            let vals = pm.vals();
-            if vals.state != PmcState::Running {
+            let (state, reloadcount) = pm.update(|v| (v.state, v.reloadcount));
+            if state != PmcState::Running {
                 continue;
             }
             used = true;
@@ -297,7 +297,7 @@ impl PmcClassDep for SoftClass {
                 *value -= 1;
                 continue;
             }
-            *value = vals.reloadcount.saturating_sub(1);
+            *value = reloadcount.saturating_sub(1);
             if !sink.sample(pm, cpu) {
                 flags.stalled.store(true, Ordering::Release);
                 flags.disarm(pm.event);

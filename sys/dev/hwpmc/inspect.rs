@@ -70,4 +70,29 @@ impl Hwpmc {
     pub fn thread_freelist_entries(&self) -> u32 {
         self.thread_freelist.lock().entries()
     }
+
+    /// The first row whose bit in the process's mask of attached rows
+    /// disagrees with its slot, if any.
+    pub fn attached_mask_mismatch(&self, pid: Pid) -> Option<u32> {
+        let procs = self.procs.lock();
+        let pp = procs.get(pid)?;
+        (0..pp.slots.len())
+            .map(|ri| ri as u32)
+            .find(|&ri| (pp.attached >> ri & 1 == 1) != pp.slots[ri as usize].pmc.is_some())
+    }
+
+    /// The first row of `cpu` holding a process PMC that the switch-out
+    /// would not visit, or a row it would visit that holds a system
+    /// PMC, if any.
+    pub fn loaded_mask_mismatch(&self, cpu: u32) -> Option<u32> {
+        let rows = self.pcpu.get(cpu as usize)?.lock();
+        (0..rows.len()).map(|ri| ri as u32).find(|&ri| {
+            let bit = rows.loaded >> ri & 1 == 1;
+            match rows[ri as usize].pmc.as_ref() {
+                Some(pm) if pm.mode.is_virtual() => !bit,
+                Some(_) => bit,
+                None => false,
+            }
+        })
+    }
 }

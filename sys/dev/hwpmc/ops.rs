@@ -680,12 +680,12 @@ impl Hwpmc {
                 Some(_) => return Err(EBUSY),
                 None => {}
             }
-            pp.slots[ri].pmc = Some(pm.clone());
-            pp.slots[ri].pmcval = if pm.mode == PmcMode::Ts {
+            let pmcval = if pm.mode == PmcMode::Ts {
                 pm.vals().reloadcount
             } else {
                 0
             };
+            pp.attach_slot(ri, &pm, pmcval);
             pp.refcnt += 1;
         }
         let _ = core.owners[at.owner].pmcs[at.pmc]
@@ -740,12 +740,11 @@ impl Hwpmc {
         let removed = {
             let mut procs = self.procs.lock();
             let pp = procs.get_mut(pid).ok_or(ESRCH)?;
-            let slot = &mut pp.slots[pm.ri as usize];
+            let slot = &pp.slots[pm.ri as usize];
             if !slot.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)) {
                 return Err(EINVAL);
             }
-            slot.pmc = None;
-            slot.pmcval = 0;
+            let _detached = pp.detach_slot(pm.ri as usize);
             kassert!(pp.refcnt > 0, "target {pid} with no references");
             pp.refcnt -= 1;
             if pid == pm.owner {
@@ -1089,6 +1088,7 @@ impl Hwpmc {
                     let _ = dep.stop_pmc(cpu, adjri, &pm);
                     let _ = dep.config_pmc(cpu, adjri, None);
                     row.pmc = None;
+                    rows.unloaded(pm.ri);
                     pm.update(|v| {
                         kassert!(
                             v.runcount > 0,

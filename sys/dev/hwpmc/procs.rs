@@ -13,7 +13,7 @@ use uapi::pmc::{PmcFlags, PmcMode, PmcState};
 use uapi::pmclog::{PmclogBody, PmclogRecord};
 
 use crate::ops::{ARMED_AT_ZERO, width_mask};
-use crate::{Core, Hwpmc, PhwRow, Pmc};
+use crate::{Core, CpuRows, Hwpmc, PhwRow, Pmc};
 
 /// One row of a target descriptor (`pp_pmcs[ri]`).
 #[derive(Debug, Default)]
@@ -29,6 +29,9 @@ pub(crate) struct PpSlot {
 pub(crate) struct PmcProcess {
     /// One slot per row.
     pub slots: KVec<PpSlot>,
+    /// Bit `ri` is set while slot `ri` holds a PMC: the switch-in visits
+    /// only those rows (kept by `attach_slot` and `detach_slot`).
+    pub attached: u64,
     /// Attached PMCs.
     pub refcnt: u32,
     /// The owner enabled user-mode RDPMC (`PMC_PP_ENABLE_MSR_ACCESS`).
@@ -99,6 +102,22 @@ impl Drop for ThreadFreeList {
 }
 
 impl PmcProcess {
+    /// Attaches `pm` on slot `ri` with the process's starting count.
+    pub fn attach_slot(&mut self, ri: usize, pm: &KArc<Pmc>, pmcval: u64) {
+        self.slots[ri] = PpSlot {
+            pmc: Some(pm.clone()),
+            pmcval,
+        };
+        self.attached |= 1 << ri;
+    }
+
+    /// Empties slot `ri`, returning its PMC.
+    pub fn detach_slot(&mut self, ri: usize) -> Option<KArc<Pmc>> {
+        self.attached &= !(1 << ri);
+        self.slots[ri].pmcval = 0;
+        self.slots[ri].pmc.take()
+    }
+
     /// The descriptor of thread `tid`.
     pub fn thread_mut(&mut self, tid: u32) -> Option<&mut PmcThread> {
         self.threads
@@ -111,6 +130,7 @@ impl PmcProcess {
     pub fn new(npmc: u32, wait: Wait) -> KResult<PmcProcess> {
         Ok(PmcProcess {
             slots: KVec::from_fn(npmc as usize, wait, |_| PpSlot::default())?,
+            attached: 0,
             refcnt: 0,
             msr_access: false,
             threads: KVec::new(),
@@ -235,12 +255,23 @@ impl Hwpmc {
         pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let Some(pp) = procs.get_mut(pid) else { return };
-        let PmcProcess { slots, threads, .. } = pp;
-        let mut rows = self.pcpu[cpu as usize].lock();
-        // A tight loop over the rows, the work apart: most rows are empty.
-        for (ri, (slot, row)) in slots.iter_mut().zip(rows.iter_mut()).enumerate() {
-            if slot.pmc.is_some() {
-                self.load_row(cpu, ri, slot, row, threads);
+        let PmcProcess {
+            slots,
+            threads,
+            attached,
+            ..
+        } = pp;
+        let mut guard = self.pcpu[cpu as usize].lock();
+        let CpuRows { rows, loaded } = &mut *guard;
+        // Only the rows the process has a PMC on.
+        let mut left = *attached;
+        while left != 0 {
+            let ri = left.trailing_zeros() as usize;
+            left &= left - 1;
+            if let (Some(slot), Some(row)) = (slots.get_mut(ri), rows.get_mut(ri)) {
+                if self.load_row(cpu, ri, slot, row, threads) {
+                    *loaded |= 1 << ri;
+                }
             }
         }
     }
@@ -254,13 +285,13 @@ impl Hwpmc {
         slot: &mut PpSlot,
         row: &mut PhwRow,
         threads: &mut [KBox<PmcThread>],
-    ) {
+    ) -> bool {
         let PpSlot { pmc, pmcval } = slot;
         let Some(pm) = pmc.as_ref() else {
-            return;
+            return false;
         };
         let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
-            return;
+            return false;
         };
         let (state, reloadcount, savedvalue) = pm.update(|v| {
             if v.state == PmcState::Running {
@@ -275,7 +306,7 @@ impl Hwpmc {
             (v.state, v.reloadcount, v.savedvalue)
         });
         if state != PmcState::Running {
-            return;
+            return false;
         }
         let value = if pm.mode == PmcMode::Ts {
             // A thread resumes its own count; a thread the driver has no
@@ -296,6 +327,7 @@ impl Hwpmc {
         row.saved = value;
         row.pmc = Some(pm.clone());
         dep.switch_in(cpu, adjri, pm, value);
+        true
     }
 
     /// `pmc_process_csw_out`: takes process PMCs off this CPU, adding what
@@ -307,10 +339,14 @@ impl Hwpmc {
         pmcdbg!(self.debug, "csw", "swo", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let mut pp = procs.get_mut(pid);
-        let mut rows = self.pcpu[cpu as usize].lock();
-        // A tight loop over the rows, the work apart: most rows are empty.
-        for (ri, row) in rows.iter_mut().enumerate() {
-            if row.pmc.as_ref().is_some_and(|pm| pm.mode.is_virtual()) {
+        let mut guard = self.pcpu[cpu as usize].lock();
+        // Only the rows a switch-in loaded.
+        let CpuRows { rows, loaded } = &mut *guard;
+        let mut left = core::mem::take(loaded);
+        while left != 0 {
+            let ri = left.trailing_zeros() as usize;
+            left &= left - 1;
+            if let Some(row) = rows.get_mut(ri) {
                 self.unload_row(cpu, pid, ri, row, pp.as_deref_mut());
             }
         }
@@ -326,7 +362,11 @@ impl Hwpmc {
         row: &mut PhwRow,
         pp: Option<&mut PmcProcess>,
     ) {
-        let Some(pm) = row.pmc.as_ref() else { return };
+        // A row whose PMC was released since the switch-in is empty, and
+        // may have been given to a system PMC since.
+        let Some(pm) = row.pmc.as_ref().filter(|pm| pm.mode.is_virtual()) else {
+            return;
+        };
         let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
             return;
         };

@@ -470,10 +470,20 @@ impl<T> Clone for KArc<T> {
 }
 
 impl<T> Drop for KArc<T> {
+    // Most drops only count down: that part is inlined, freeing is not.
+    #[inline]
     fn drop(&mut self) {
-        if self.shared().refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
+        if self.shared().refs.fetch_sub(1, Ordering::Release) == 1 {
+            self.drop_last();
         }
+    }
+}
+
+impl<T> KArc<T> {
+    /// Drops the value and frees its memory after the last reference.
+    #[cold]
+    #[inline(never)]
+    fn drop_last(&mut self) {
         fence(Ordering::Acquire);
         // SAFETY: this was the last reference: nobody else can reach the
         // value; it is dropped and its memory (from raw_alloc with

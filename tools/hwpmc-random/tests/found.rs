@@ -175,3 +175,62 @@ fn a_sampler_stopped_while_its_ring_fills_is_not_left_stalled() {
         panic!("{f}");
     }
 }
+
+/// The switch-out visits only the rows a switch-in loaded (a mask per
+/// CPU). Releasing a PMC cleared its row's bit on every CPU, also where
+/// the row held another process's PMC, which then stayed loaded past its
+/// switch-out (found by the mask check while the mask was being written;
+/// seed 1's first 200 steps, shrunk).
+#[test]
+fn releasing_a_pmc_keeps_another_pmc_loaded_on_its_row() {
+    use hwpmc_random::PmcCall;
+    let ops = vec![
+        Op::Profile {
+            proc: 50796,
+            system: false,
+            cpu: 3,
+            target: 63212,
+            chains: false,
+        },
+        Op::Allocate {
+            proc: 1640,
+            event: 0,
+            mode: 2,
+            cpu: 4,
+            flags: 384,
+            count: 0,
+            class: 4,
+        },
+        Op::Pmc {
+            proc: 64781,
+            pmc: 46911,
+            what: PmcCall::Release,
+        },
+        Op::Allocate {
+            proc: 38109,
+            event: 1,
+            mode: 3,
+            cpu: 0,
+            flags: 128,
+            count: 2,
+            class: 6,
+        },
+        Op::Pmc {
+            proc: 40878,
+            pmc: 57516,
+            what: PmcCall::Start,
+        },
+        Op::SwitchIn {
+            cpu: 2,
+            proc: 27427,
+            thread: 65347,
+        },
+        Op::Exec {
+            proc: 51552,
+            setid: false,
+        },
+    ];
+    if let Err(f) = run(&ops) {
+        panic!("{f}");
+    }
+}
