@@ -14,7 +14,29 @@ use kpi::errno::ENOSYS;
 use kpi::malloc::KArc;
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcMode, PmcOpPmcallocate};
 
-use crate::Pmc;
+use crate::{PhwRow, Pmc};
+
+/// The PMCs configured on one class's rows of one CPU, lent by the core
+/// (whose rows hold them) to the class's interrupt path and sweep, under
+/// the core's lock of that CPU's rows.
+#[derive(Debug, Clone, Copy)]
+pub struct RowPmcs<'a> {
+    rows: &'a [PhwRow],
+}
+
+impl<'a> RowPmcs<'a> {
+    /// The class's rows among a CPU's rows, from its first row on.
+    pub(crate) fn new(rows: &'a [PhwRow], first_ri: u32) -> RowPmcs<'a> {
+        RowPmcs {
+            rows: rows.get(first_ri as usize..).unwrap_or(&[]),
+        }
+    }
+
+    /// The PMC configured on the class's row `ri`.
+    pub fn get(&self, ri: u32) -> Option<&'a KArc<Pmc>> {
+        self.rows.get(ri as usize)?.pmc.as_ref()
+    }
+}
 
 /// What the core asks a class to allocate: the request after the core's
 /// own checks.
@@ -103,12 +125,17 @@ pub trait PmcClassDep: Send + Sync {
     }
     /// A software event fired on `cpu` (PMC_FN_SOFT_SAMPLING), in
     /// interrupt context. Returns whether a PMC of this class used it.
-    fn soft_event(&self, _cpu: u32, _ev: u32, _sink: &dyn IntrSink) -> bool {
+    /// `pmcs` are the PMCs on the class's rows of `cpu`.
+    fn soft_event(&self, _cpu: u32, _ev: u32, _pmcs: &RowPmcs<'_>, _sink: &dyn IntrSink) -> bool {
         false
     }
     /// The core drained `cpu`'s sample rings: counters stalled on a full
-    /// ring run again.
-    fn unstall(&self, _cpu: u32) {}
+    /// ring run again. `pmcs` are the PMCs on the class's rows of `cpu`.
+    fn unstall(&self, _cpu: u32, _pmcs: &RowPmcs<'_>) {}
+    /// Whether a counter of `cpu` is stalled on a full ring.
+    fn stalled(&self, _cpu: u32) -> bool {
+        false
+    }
     /// Rows that count kernel event `event`, as (holding the event armed,
     /// stalled): for the invariant checks of tests.
     fn rows_on_event(&self, _event: u32) -> (u32, u32) {

@@ -67,7 +67,7 @@ use kpi::sync::{SpinMutex, SpinMutexBox, Sx, SxBox};
 use kpi::{Errno, KResult};
 use uapi::pmc::*;
 
-use crate::hwpmc_class::{IntrSink, PmcClassDep};
+use crate::hwpmc_class::{IntrSink, PmcClassDep, RowPmcs};
 use crate::hwpmc_logging::{LogPool, OwnerLog};
 use crate::maps::SsOwners;
 use crate::procs::{PidHash, PmcProcess, ThreadFreeList};
@@ -338,6 +338,8 @@ struct ClassSlot {
     /// `dep.num()`, kept: the context-switch path maps rows to classes
     /// without calling through the class for it.
     num: u32,
+    /// The mask of `dep.width()` bits, kept for the same reason.
+    width_mask: u64,
 }
 
 /// What one row of one CPU holds (`struct pmc_hw`).
@@ -349,6 +351,8 @@ pub(crate) struct PhwRow {
     pmc: Option<KArc<Pmc>>,
     /// `PMC_PCPU_SAVED`: the value loaded at switch-in.
     saved: u64,
+    /// The process a process PMC was loaded for.
+    pid: Pid,
 }
 
 /// One CPU's rows (`struct pmc_cpu`).
@@ -572,6 +576,7 @@ impl Module {
         )?;
         let mut npmc = soft.num();
         let _ = classes.push_within_capacity(ClassSlot {
+            width_mask: ops::width_mask(soft.width()),
             dep: soft,
             first_ri: 0,
             num: npmc,
@@ -582,6 +587,7 @@ impl Module {
             let dep = md_classes.remove(0);
             let num = dep.num();
             let _ = classes.push_within_capacity(ClassSlot {
+                width_mask: ops::width_mask(dep.width()),
                 dep,
                 first_ri: npmc,
                 num,
@@ -607,6 +613,7 @@ impl Module {
                     enabled: true,
                     pmc: None,
                     saved: 0,
+                    pid: 0,
                 });
             }
             *pcpu[cpu as usize].as_mut().data_mut() = CpuRows { rows, loaded: 0 };
@@ -824,10 +831,13 @@ impl Hwpmc {
 
     /// The class that owns global row `ri` and the row index within it.
     fn ri_to_class(&self, ri: u32) -> Option<(&dyn PmcClassDep, u32)> {
+        self.ri_to_slot(ri).map(|s| (&*s.dep, ri - s.first_ri))
+    }
+
+    fn ri_to_slot(&self, ri: u32) -> Option<&ClassSlot> {
         self.classes
             .iter()
             .find(|s| ri >= s.first_ri && ri < s.first_ri + s.num)
-            .map(|s| (&*s.dep, ri - s.first_ri))
     }
 
     fn class_of(&self, class: u32) -> Option<&ClassSlot> {
@@ -869,9 +879,14 @@ impl Hwpmc {
             Hook::CswIn => self.csw_in(),
             Hook::CswOut => self.csw_out(),
             Hook::SoftSampling { ev, cpu } => {
+                let Some(rows) = self.pcpu.get(cpu as usize) else {
+                    return;
+                };
+                let rows = rows.lock();
                 for slot in self.classes.iter() {
                     if slot.dep.class() == PmcClass::Soft {
-                        slot.dep.soft_event(cpu, ev, self);
+                        let pmcs = RowPmcs::new(&rows, slot.first_ri);
+                        slot.dep.soft_event(cpu, ev, &pmcs, self);
                     }
                 }
             }

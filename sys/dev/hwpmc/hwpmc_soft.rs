@@ -2,18 +2,27 @@
 //! events (clock ticks, page faults, ...) registered with
 //! `PMC_SOFT_DEFINE`. Each CPU has 16 rows; a row counts the events of the
 //! PMC configured on it while that PMC runs.
+//!
+//! As in FreeBSD, where the class's `pmc_hw` rows are the core's rows, the
+//! PMC configured on a row is held by the core's row only: the core lends
+//! its CPU's rows to the interrupt path and the sweep ([`RowPmcs`]). A
+//! row's own state is a few atomics, so that loading, starting, stopping
+//! and unloading a row take no lock of the class's; only the kernel's
+//! soft-event lock is taken, once per start or stop, as FreeBSD's
+//! `soft_start_pmc` and `soft_stop_pmc` do. Configuration, the context
+//! switch, the interrupt path and the sweep all run under the core's lock
+//! of the CPU's rows, which orders them.
 
 use kpi::KResult;
 use kpi::errno::EINVAL;
 
-use kpi::atomic::{AtomicBool, Ordering};
+use kpi::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kpi::malloc::{KArc, KVec, Wait};
-use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcState, set_c_field_str};
 use uapi::pmc_events::{PMC_EV_SOFT_FIRST, PMC_EV_SOFT_LAST};
 
 use crate::Pmc;
-use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep};
+use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep, RowPmcs};
 
 /// `SOFT_NPMCS`: rows per CPU.
 pub const SOFT_NPMCS: u32 = 16;
@@ -24,30 +33,27 @@ pub const SOFT_CAPS: PmcCaps = PmcCaps::READ
     .union(PmcCaps::USER)
     .union(PmcCaps::SYSTEM);
 
+/// One row of one CPU.
 #[derive(Debug, Default)]
 struct SoftRow {
-    pmc: Option<KArc<Pmc>>,
-    value: u64,
-}
-
-/// A row's state that start and stop change. It is kept out of the rows'
-/// lock, so that starting and stopping a PMC takes no lock of the
-/// driver's, only the kernel's soft-event lock once, as FreeBSD's
-/// `soft_start_pmc` and `soft_stop_pmc` do; every change is a swap, which
-/// keeps the two flags right against the interrupt path on the same CPU.
-#[derive(Debug, Default)]
-struct RowFlags {
+    /// The count (counting) or the events left to the next sample
+    /// (sampling).
+    value: AtomicU64,
+    /// The event of the PMC configured on the row, for giving its use
+    /// back.
+    event: AtomicU32,
     /// A sample was dropped on a full ring: events are ignored, and the
     /// event disarmed, until the rings are drained.
     stalled: AtomicBool,
     /// The row holds one use of its PMC's event (`ps_running`): taken at
     /// start and unstall, given back at stop and stall, each at most once,
     /// so that a stalled row that is stopped does not give it back twice
-    /// and starve another owner's PMC on the same event.
+    /// and starve another owner's PMC on the same event. Every change is
+    /// a swap, which keeps it right against the interrupt path.
     armed: AtomicBool,
 }
 
-impl RowFlags {
+impl SoftRow {
     /// Gives the row's use of `event` back, if it holds one.
     fn disarm(&self, event: u32) {
         if self.armed.swap(false, Ordering::AcqRel) {
@@ -77,71 +83,71 @@ impl RowFlags {
         self.stalled.store(false, Ordering::Release);
         self.disarm(event);
     }
+
+    /// Counts one event; true when a sampling row reached its count, which
+    /// reloads it (less this event): after a start at R, the first sample
+    /// comes at event R + 1, then one every R events.
+    fn count(&self, sampling: bool, reloadcount: u64) -> bool {
+        if !sampling {
+            self.value.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let left = self.value.load(Ordering::Relaxed);
+        let (next, fire) = match left.checked_sub(1) {
+            Some(next) => (next, false),
+            None => (reloadcount.saturating_sub(1), true),
+        };
+        // A write of the row's value from elsewhere since the load wins.
+        self.value
+            .compare_exchange(left, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            && fire
+    }
 }
 
 /// One CPU's rows.
-#[derive(Debug, Default)]
-struct Rows {
+#[derive(Debug)]
+struct SoftCpu {
     rows: KVec<SoftRow>,
     /// Bit `ri` is set while row `ri` has a PMC: the interrupt path
     /// visits only those rows.
-    configured: u32,
+    configured: AtomicU32,
 }
 
-/// One CPU's rows and their flags.
-#[derive(Debug)]
-struct SoftCpu {
-    /// The configured PMC and the count of each row.
-    rows: SpinMutexBox<Rows>,
-    flags: KVec<RowFlags>,
+impl SoftCpu {
+    fn is_configured(&self, ri: usize) -> bool {
+        self.configured.load(Ordering::Acquire) & (1 << ri) != 0
+    }
 }
 
-/// The SOFT class: per CPU, the configured PMC and the count of each row.
+/// The SOFT class: per CPU, the state of each row.
 #[derive(Debug)]
 pub struct SoftClass {
     cpus: KVec<SoftCpu>,
 }
 
 impl SoftClass {
-    /// A SOFT class for `ncpu` CPU ids; rows are allocated by `pcpu_init`.
+    /// A SOFT class for `ncpu` CPU ids, with every CPU's rows.
     pub fn new(ncpu: u32) -> KResult<SoftClass> {
         let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
             Ok(SoftCpu {
-                rows: SpinMutex::new(c"soft-pcpu", Rows::default(), Wait::WaitOk)?,
-                flags: KVec::from_fn(SOFT_NPMCS as usize, Wait::WaitOk, |_| RowFlags::default())?,
+                rows: KVec::from_fn(SOFT_NPMCS as usize, Wait::WaitOk, |_| SoftRow::default())?,
+                configured: AtomicU32::new(0),
             })
         })?;
         Ok(SoftClass { cpus })
     }
 
-    /// Runs `f` on a row under the rows' lock, and keeps the mask of
-    /// configured rows up to date with what it did.
-    fn row<R>(
-        &self,
-        cpu: u32,
-        ri: u32,
-        f: impl FnOnce(&mut SoftRow, &RowFlags) -> R,
-    ) -> KResult<R> {
-        let c = self.cpus.get(cpu as usize).ok_or(EINVAL)?;
-        let flags = c.flags.get(ri as usize).ok_or(EINVAL)?;
-        let mut guard = c.rows.lock();
-        let Rows { rows, configured } = &mut *guard;
-        let row = rows.get_mut(ri as usize).ok_or(EINVAL)?;
-        let r = f(row, flags);
-        // ri < SOFT_NPMCS (16): the row exists.
-        if row.pmc.is_some() {
-            *configured |= 1 << ri;
-        } else {
-            *configured &= !(1 << ri);
-        }
-        Ok(r)
+    fn cpu(&self, cpu: u32) -> KResult<&SoftCpu> {
+        self.cpus.get(cpu as usize).ok_or(EINVAL)
     }
 
-    fn flags(&self, cpu: u32, ri: u32) -> KResult<&RowFlags> {
-        self.cpus
-            .get(cpu as usize)
-            .and_then(|c| c.flags.get(ri as usize))
-            .ok_or(EINVAL)
+    /// A CPU's row `ri`, with the row's bit in the CPU's mask.
+    fn row(&self, cpu: u32, ri: u32) -> KResult<(&SoftCpu, &SoftRow, u32)> {
+        let c = self.cpu(cpu)?;
+        let row = c.rows.get(ri as usize).ok_or(EINVAL)?;
+        // ri < SOFT_NPMCS (16): the row exists.
+        Ok((c, row, 1 << ri))
     }
 
     fn registered(ev: u32) -> bool {
@@ -177,18 +183,18 @@ impl PmcClassDep for SoftClass {
         name
     }
     fn pcpu_init(&self, cpu: u32) -> KResult<()> {
-        let rows = KVec::from_fn(SOFT_NPMCS as usize, Wait::WaitOk, |_| SoftRow::default())?;
-        let slot = self.cpus.get(cpu as usize).ok_or(EINVAL)?;
-        *slot.rows.lock() = Rows {
-            rows,
-            configured: 0,
-        };
+        let c = self.cpu(cpu)?;
+        for row in c.rows.iter() {
+            row.value.store(0, Ordering::Relaxed);
+            row.stalled.store(false, Ordering::Relaxed);
+        }
+        c.configured.store(0, Ordering::Release);
         Ok(())
     }
     fn pcpu_fini(&self, cpu: u32) {
-        if let Some(slot) = self.cpus.get(cpu as usize) {
-            let rows = core::mem::take(&mut *slot.rows.lock());
-            drop(rows);
+        // The core unconfigured every row before: nothing holds an event.
+        if let Ok(c) = self.cpu(cpu) {
+            c.configured.store(0, Ordering::Release);
         }
     }
     fn allocate_pmc(&self, _cpu: u32, _ri: u32, req: &AllocRequest<'_>) -> KResult<()> {
@@ -202,80 +208,78 @@ impl PmcClassDep for SoftClass {
         Ok(())
     }
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
-        let old = self.row(cpu, ri, |row, flags| {
-            // A row is stopped before it is unconfigured; should it still
-            // hold its event, it gives it back now.
-            if let Some(old) = &row.pmc {
-                flags.disarm(old.event);
+        let (c, row, bit) = self.row(cpu, ri)?;
+        // A row is stopped before it is unconfigured; should it still
+        // hold its event, it gives it back now.
+        if c.is_configured(ri as usize) {
+            row.disarm(row.event.load(Ordering::Relaxed));
+        }
+        row.armed.store(false, Ordering::Release);
+        row.stalled.store(false, Ordering::Release);
+        match pm {
+            Some(pm) => {
+                row.event.store(pm.event, Ordering::Relaxed);
+                c.configured.fetch_or(bit, Ordering::AcqRel);
             }
-            flags.armed.store(false, Ordering::Release);
-            flags.stalled.store(false, Ordering::Release);
-            core::mem::replace(&mut row.pmc, pm.cloned())
-        })?;
-        // A last reference is dropped after the spin lock.
-        drop(old);
+            None => {
+                c.configured.fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
         Ok(())
     }
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
-        self.row(cpu, ri, |row, _| row.value)
+        let (_, row, _) = self.row(cpu, ri)?;
+        Ok(row.value.load(Ordering::Relaxed))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
-        self.row(cpu, ri, |row, _| row.value = value)
+        let (_, row, _) = self.row(cpu, ri)?;
+        row.value.store(value, Ordering::Relaxed);
+        Ok(())
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        self.flags(cpu, ri)?.start(pm.event)
+        self.row(cpu, ri)?.1.start(pm.event)
     }
     fn stop_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        self.flags(cpu, ri)?.stop(pm.event);
+        self.row(cpu, ri)?.1.stop(pm.event);
         Ok(())
     }
     fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
-        // config_pmc, write_pmc and start_pmc under one acquisition of
-        // the rows' lock.
-        if let Ok(old) = self.row(cpu, ri, |row, flags| {
-            // The row is empty at a switch-in; should it hold an armed
-            // PMC, that gives its event back, as config_pmc does.
-            if let Some(old) = &row.pmc {
-                flags.disarm(old.event);
-            }
-            row.value = value;
-            let old = row.pmc.replace(pm.clone());
-            let _ = flags.start(pm.event);
-            old
-        }) {
-            // A last reference is dropped after the spin lock.
-            drop(old);
+        // config_pmc, write_pmc and start_pmc.
+        let Ok((c, row, bit)) = self.row(cpu, ri) else {
+            return;
+        };
+        // The row is empty at a switch-in; should it hold an armed PMC,
+        // that gives its event back, as config_pmc does.
+        if c.configured.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            row.disarm(row.event.load(Ordering::Relaxed));
         }
+        row.event.store(pm.event, Ordering::Relaxed);
+        row.value.store(value, Ordering::Relaxed);
+        let _ = row.start(pm.event);
     }
     fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
-        // stop_pmc, read_pmc and config_pmc(None) under one acquisition.
-        let (value, old) = self.row(cpu, ri, |row, flags| {
-            flags.stop(pm.event);
-            (row.value, row.pmc.take())
-        })?;
-        drop(old);
-        Ok(value)
+        // stop_pmc, read_pmc and config_pmc(None).
+        let (c, row, bit) = self.row(cpu, ri)?;
+        row.stop(pm.event);
+        c.configured.fetch_and(!bit, Ordering::AcqRel);
+        Ok(row.value.load(Ordering::Relaxed))
     }
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())
     }
-    fn soft_event(&self, cpu: u32, ev: u32, sink: &dyn IntrSink) -> bool {
-        let Some(c) = self.cpus.get(cpu as usize) else {
+    fn soft_event(&self, cpu: u32, ev: u32, pmcs: &RowPmcs<'_>, sink: &dyn IntrSink) -> bool {
+        let Ok(c) = self.cpu(cpu) else {
             return false;
         };
-        let mut guard = c.rows.lock();
-        let Rows { rows, configured } = &mut *guard;
         let mut used = false;
-        let mut left = *configured;
+        let mut left = c.configured.load(Ordering::Acquire);
         while left != 0 {
-            let ri = left.trailing_zeros() as usize;
+            let ri = left.trailing_zeros();
             left &= left - 1;
-            let (Some(SoftRow { pmc, value }), Some(flags)) = (rows.get_mut(ri), c.flags.get(ri))
-            else {
+            let (Some(row), Some(pm)) = (c.rows.get(ri as usize), pmcs.get(ri)) else {
                 continue;
             };
-            let Some(pm) = pmc.as_ref() else { continue };
-            if pm.event != ev || flags.stalled.load(Ordering::Acquire) {
+            if pm.event != ev || row.stalled.load(Ordering::Acquire) {
                 continue;
             }
             // The state and the reload count under one acquisition of
@@ -285,28 +289,16 @@ impl PmcClassDep for SoftClass {
                 continue;
             }
             used = true;
-            if pm.mode.is_counting() {
-                *value = value.wrapping_add(1);
+            if !row.count(!pm.mode.is_counting(), reloadcount) || sink.sample(pm, cpu) {
                 continue;
             }
-            // Sampling rows count down; the event that finds zero reloads
-            // the count (less this event) and takes the sample: after a
-            // start at R, the first sample comes at event R + 1, then one
-            // every R events.
-            if *value > 0 {
-                *value -= 1;
-                continue;
-            }
-            *value = reloadcount.saturating_sub(1);
-            if !sink.sample(pm, cpu) {
-                flags.stalled.store(true, Ordering::Release);
-                flags.disarm(pm.event);
-                // start and stop take no lock of ours: a stop since the
-                // state was read above cleared the flag before it was
-                // set. A stopped PMC's row is not left stalled.
-                if pm.state() != PmcState::Running {
-                    flags.stalled.store(false, Ordering::Release);
-                }
+            row.stalled.store(true, Ordering::Release);
+            row.disarm(pm.event);
+            // start and stop take no lock of ours: a stop since the
+            // state was read above cleared the flag before it was set.
+            // A stopped PMC's row is not left stalled.
+            if pm.state() != PmcState::Running {
+                row.stalled.store(false, Ordering::Release);
             }
         }
         if used {
@@ -320,45 +312,46 @@ impl PmcClassDep for SoftClass {
     fn rows_on_event(&self, event: u32) -> (u32, u32) {
         let (mut armed, mut stalled) = (0, 0);
         for c in self.cpus.iter() {
-            for (row, flags) in c.rows.lock().rows.iter().zip(c.flags.iter()) {
-                if row.pmc.as_ref().is_some_and(|pm| pm.event == event) {
-                    armed += flags.armed.load(Ordering::Acquire) as u32;
-                    stalled += flags.stalled.load(Ordering::Acquire) as u32;
+            for (ri, row) in c.rows.iter().enumerate() {
+                if c.is_configured(ri) && row.event.load(Ordering::Relaxed) == event {
+                    armed += row.armed.load(Ordering::Acquire) as u32;
+                    stalled += row.stalled.load(Ordering::Acquire) as u32;
                 }
             }
         }
         (armed, stalled)
     }
 
-    fn unstall(&self, cpu: u32) {
-        let Some(c) = self.cpus.get(cpu as usize) else {
+    fn stalled(&self, cpu: u32) -> bool {
+        self.cpu(cpu)
+            .is_ok_and(|c| c.rows.iter().any(|row| row.stalled.load(Ordering::Acquire)))
+    }
+
+    fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
+        let Ok(c) = self.cpu(cpu) else {
             return;
         };
-        // Most sweeps find nothing stalled: no lock for them.
-        if !c.flags.iter().any(|f| f.stalled.load(Ordering::Acquire)) {
-            return;
-        }
-        for (row, flags) in c.rows.lock().rows.iter().zip(c.flags.iter()) {
-            if !flags.stalled.load(Ordering::Acquire) {
+        for (ri, row) in c.rows.iter().enumerate() {
+            if !row.stalled.load(Ordering::Acquire) {
                 continue;
             }
             // Only a PMC that runs takes its event back. A stopped one
             // stays stalled, so that a sweep after it is started again
             // re-arms it (as FreeBSD keeps pps_stalled until then).
-            if let Some(pm) = row
-                .pmc
-                .as_ref()
+            let Some(pm) = pmcs
+                .get(ri as u32)
                 .filter(|pm| pm.state() == PmcState::Running)
-            {
-                flags.stalled.store(false, Ordering::Release);
-                if !flags.armed.swap(true, Ordering::AcqRel) {
-                    kpi::kern_pmc::soft_event_running(pm.event, 1);
-                }
-                // A stop since the state was read found the row not yet
-                // armed (stop takes no lock of ours): give the event back.
-                if pm.state() != PmcState::Running {
-                    flags.disarm(pm.event);
-                }
+            else {
+                continue;
+            };
+            row.stalled.store(false, Ordering::Release);
+            if !row.armed.swap(true, Ordering::AcqRel) {
+                kpi::kern_pmc::soft_event_running(pm.event, 1);
+            }
+            // A stop since the state was read found the row not yet
+            // armed (stop takes no lock of ours): give the event back.
+            if pm.state() != PmcState::Running {
+                row.disarm(pm.event);
             }
         }
     }
@@ -386,8 +379,8 @@ mod tests {
 
     /// FreeBSD's soft_start_pmc and soft_stop_pmc take the kernel's
     /// soft-event lock once (pmc_soft_ev_acquire) and allocate nothing;
-    /// so do ours, and a context switch's load and unload of a row take
-    /// the rows' lock once more each, for the row's PMC and count.
+    /// so do ours, and so do a context switch's load and unload of a row
+    /// (configure, write and start; stop, read and unconfigure).
     #[test]
     fn start_and_stop_take_only_the_soft_event_lock_and_allocate_nothing() {
         let m = ksim::Machine::new(ksim::MachineConfig::default());
@@ -433,18 +426,10 @@ mod tests {
         soft.config_pmc(0, 3, None).unwrap();
         let locks = m.lock_acquisitions();
         soft.switch_in(0, 3, &pm, 7);
-        assert_eq!(
-            taken(&locks, &m),
-            BTreeMap::from([("soft-pcpu", 1), (ksim::kern::SOFTS_LOCK, 1)]),
-            "switch-in"
-        );
+        assert_eq!(taken(&locks, &m), softs(1), "switch-in");
         let locks = m.lock_acquisitions();
         assert_eq!(soft.switch_out(0, 3, &pm), Ok(7));
-        assert_eq!(
-            taken(&locks, &m),
-            BTreeMap::from([("soft-pcpu", 1), (ksim::kern::SOFTS_LOCK, 1)]),
-            "switch-out"
-        );
+        assert_eq!(taken(&locks, &m), softs(1), "switch-out");
         assert_eq!(m.kmem_calls(), allocs, "allocations");
         assert_eq!(
             m.soft_events()

@@ -756,6 +756,9 @@ impl Hwpmc {
                 None
             }
         };
+        // A target running now keeps the PMC loaded on its CPU; once it
+        // no longer uses PMCs, no switch-out comes to take it off.
+        self.unload_everywhere(&pm, Some(pid));
         if let Some(node) = removed {
             self.destroy_process(node.into_value());
         }
@@ -1078,27 +1081,7 @@ impl Hwpmc {
             core.rowdisp[pm.ri as usize] += 1;
         } else {
             // Take it off any CPU where a target runs now.
-            for cpu in 0..self.ncpu {
-                let mut rows = self.pcpu[cpu as usize].lock();
-                let Some(row) = rows.get_mut(pm.ri as usize) else {
-                    continue;
-                };
-                if row.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)) {
-                    let _bind = kpi::cpu::bind(cpu);
-                    let _ = dep.stop_pmc(cpu, adjri, &pm);
-                    let _ = dep.config_pmc(cpu, adjri, None);
-                    row.pmc = None;
-                    rows.unloaded(pm.ri);
-                    pm.update(|v| {
-                        kassert!(
-                            v.runcount > 0,
-                            "PMC {:#x} on CPU {cpu} with runcount 0",
-                            pm.id
-                        );
-                        v.runcount = v.runcount.saturating_sub(1)
-                    });
-                }
-            }
+            self.unload_everywhere(&pm, None);
             while let Some(&pid) = Self::pmc_at(core, at).targets.last() {
                 if self.detach_one(core, at, pid, false).is_err() {
                     // The descriptor is gone already; drop the stale entry.

@@ -12,7 +12,7 @@ use kpi::proc::{Pid, Tid};
 use uapi::pmc::{PmcFlags, PmcMode, PmcState};
 use uapi::pmclog::{PmclogBody, PmclogRecord};
 
-use crate::ops::{ARMED_AT_ZERO, width_mask};
+use crate::ops::ARMED_AT_ZERO;
 use crate::{Core, CpuRows, Hwpmc, PhwRow, Pmc};
 
 /// One row of a target descriptor (`pp_pmcs[ri]`).
@@ -269,7 +269,7 @@ impl Hwpmc {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let (Some(slot), Some(row)) = (slots.get_mut(ri), rows.get_mut(ri)) {
-                if self.load_row(cpu, ri, slot, row, threads) {
+                if self.load_row(cpu, pid, ri, slot, row, threads) {
                     *loaded |= 1 << ri;
                 }
             }
@@ -277,10 +277,11 @@ impl Hwpmc {
     }
 
     /// Loads the PMC of a process's row on this CPU's row `ri`.
-    #[inline(never)]
+    #[inline]
     fn load_row(
         &self,
         cpu: u32,
+        pid: Pid,
         ri: usize,
         slot: &mut PpSlot,
         row: &mut PhwRow,
@@ -325,6 +326,7 @@ impl Hwpmc {
             savedvalue
         };
         row.saved = value;
+        row.pid = pid;
         row.pmc = Some(pm.clone());
         dep.switch_in(cpu, adjri, pm, value);
         true
@@ -353,7 +355,7 @@ impl Hwpmc {
     }
 
     /// Takes the process PMC on this CPU's row `ri` off.
-    #[inline(never)]
+    #[inline]
     fn unload_row(
         &self,
         cpu: u32,
@@ -367,9 +369,10 @@ impl Hwpmc {
         let Some(pm) = row.pmc.as_ref().filter(|pm| pm.mode.is_virtual()) else {
             return;
         };
-        let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
+        let Some(slot) = self.ri_to_slot(ri as u32) else {
             return;
         };
+        let (dep, adjri) = (&*slot.dep, ri as u32 - slot.first_ri);
         let hw = dep.switch_out(cpu, adjri, pm).unwrap_or(row.saved);
         // The process's own row, if this PMC is still attached to it.
         let mine = pp.filter(|pp| {
@@ -378,8 +381,7 @@ impl Hwpmc {
                 .as_ref()
                 .is_some_and(|c| KArc::ptr_eq(c, pm))
         });
-        let delta =
-            (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & width_mask(dep.width()));
+        let delta = (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & slot.width_mask);
         // One acquisition of the PMC's lock, as FreeBSD's one
         // mtx_pool_lock_spin: the run count, and what it counted.
         let attached = mine.is_some();
@@ -429,6 +431,40 @@ impl Hwpmc {
             }
         }
         row.pmc = None;
+    }
+
+    /// Takes process PMC `pm` off every CPU where it is loaded (only
+    /// where it was loaded for `pid`, when given) without crediting what
+    /// it counted there: at its release, and at a detach, after which a
+    /// target that no longer uses PMCs gets no switch-out.
+    pub(crate) fn unload_everywhere(&self, pm: &KArc<Pmc>, pid: Option<Pid>) {
+        let Some((dep, adjri)) = self.ri_to_class(pm.ri) else {
+            return;
+        };
+        for (cpu, rows) in (0..self.ncpu).zip(self.pcpu.iter()) {
+            let mut rows = rows.lock();
+            let Some(row) = rows.get_mut(pm.ri as usize) else {
+                continue;
+            };
+            if !row.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, pm))
+                || pid.is_some_and(|pid| pid != row.pid)
+            {
+                continue;
+            }
+            let _bind = kpi::cpu::bind(cpu);
+            let _ = dep.stop_pmc(cpu, adjri, pm);
+            let _ = dep.config_pmc(cpu, adjri, None);
+            row.pmc = None;
+            rows.unloaded(pm.ri);
+            pm.update(|v| {
+                kassert!(
+                    v.runcount > 0,
+                    "PMC {:#x} on CPU {cpu} with runcount 0",
+                    pm.id
+                );
+                v.runcount = v.runcount.saturating_sub(1)
+            });
+        }
     }
 
     // ----- fork, exec, exit ---------------------------------------------

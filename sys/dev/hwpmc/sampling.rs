@@ -18,6 +18,7 @@ use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::pmc::{PMC_CC_F_USERSPACE, PmcFlags, PmcState};
 use uapi::pmclog::{PcList, PmclogBody, PmclogRecord, pmc_callchain_to_cpuflags};
 
+use crate::hwpmc_class::RowPmcs;
 use crate::{Hwpmc, Pmc};
 
 /// The rings of a CPU: hardware samples, software samples (`PMC_HR`,
@@ -270,9 +271,17 @@ impl Hwpmc {
                 };
             }
         }
-        // Counters stalled on a full ring run again.
+        // Counters stalled on a full ring run again. Most sweeps find
+        // none: no lock for them.
+        if !self.classes.iter().any(|slot| slot.dep.stalled(cpu)) {
+            return;
+        }
+        let Some(rows) = self.pcpu.get(cpu as usize) else {
+            return;
+        };
+        let rows = rows.lock();
         for slot in self.classes.iter() {
-            slot.dep.unstall(cpu);
+            slot.dep.unstall(cpu, &RowPmcs::new(&rows, slot.first_ri));
         }
     }
 

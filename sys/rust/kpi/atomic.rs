@@ -52,6 +52,33 @@ macro_rules! atomic_int {
                 crate::backend::sched_point();
                 self.0.swap(v, order)
             }
+            /// Sets the bits of `v` (`atomic_set`); returns the previous
+            /// value.
+            #[inline]
+            pub fn fetch_or(&self, v: $t, order: Ordering) -> $t {
+                crate::backend::sched_point();
+                self.0.fetch_or(v, order)
+            }
+            /// Keeps only the bits of `v` (`atomic_clear` of the others);
+            /// returns the previous value.
+            #[inline]
+            pub fn fetch_and(&self, v: $t, order: Ordering) -> $t {
+                crate::backend::sched_point();
+                self.0.fetch_and(v, order)
+            }
+            /// Stores `new` if the value is `current` (`atomic_fcmpset`);
+            /// the previous value, as `Ok` when it was stored.
+            #[inline]
+            pub fn compare_exchange(
+                &self,
+                current: $t,
+                new: $t,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$t, $t> {
+                crate::backend::sched_point();
+                self.0.compare_exchange(current, new, success, failure)
+            }
         }
     };
 }

@@ -280,6 +280,54 @@ fn a_running_attached_pmc_can_be_released() {
     s.finish();
 }
 
+/// A target detached while it runs no longer uses PMCs, so its
+/// switch-out does not reach the driver (as under FreeBSD's scheduler):
+/// the detach takes the PMC off the target's CPU itself. Left there, it
+/// kept its run count and its event armed until another process's PMC
+/// replaced it on the row (found by hwpmc-random, seed 1000286).
+#[test]
+fn detaching_a_running_target_takes_the_pmc_off_its_cpu() {
+    let s = Sim::new();
+    let (p, t) = (s.root(), s.root());
+    let id = s.soft_tc(p);
+    s.attach(p, id, t.pid as i32).unwrap();
+    s.start(p, id).unwrap();
+    s.m.switch_in(2, t.tid);
+    let runcount = || {
+        let mut n = None;
+        s.module().driver().for_each_pmc(|v| {
+            if v.id == id {
+                n = Some(v.runcount);
+            }
+        });
+        n.expect("the PMC exists")
+    };
+    let armed = || {
+        s.m.soft_events()
+            .iter()
+            .find(|e| e.name == "CLOCK.HARD")
+            .unwrap()
+            .running
+    };
+    assert_eq!((runcount(), armed()), (1, 1));
+    s.detach(p, id, t.pid as i32).unwrap();
+    assert_eq!(s.m.proc_info(t.pid).unwrap().flags & kpi::proc::P_HWPMC, 0);
+    assert_eq!((runcount(), armed()), (0, 0), "still loaded on CPU 2");
+    s.m.tick(2);
+    s.m.switch_out(2);
+    // Started again on a new target, it runs on that target's CPU only.
+    let t2 = s.root();
+    s.stop(p, id).unwrap();
+    s.attach(p, id, t2.pid as i32).unwrap();
+    s.start(p, id).unwrap();
+    s.m.switch_in(2, t2.tid);
+    assert_eq!((runcount(), armed()), (1, 1));
+    s.m.switch_out(2);
+    assert_eq!((runcount(), armed()), (0, 0));
+    s.release(p, id).unwrap();
+    s.finish();
+}
+
 #[test]
 fn owner_exit_before_its_target_releases_the_pmcs() {
     let s = Sim::new();
