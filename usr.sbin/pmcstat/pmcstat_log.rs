@@ -8,6 +8,7 @@
 
 use core::ffi::{CStr, c_char};
 
+use Field::{Char, Dec, Hex, Hex0x, Quoted};
 use pmc::pmclog::PmclogEv;
 use uapi::pmc::{PMC_VERSION, PMC_VERSION_MAJOR, PmcCputype};
 use uapi::pmclog::{PmclogType, pmc_callchain_cpuflags_to_cpu, pmc_callchain_cpuflags_to_usermode};
@@ -103,6 +104,40 @@ impl<'a> Line<'a> {
     }
 }
 
+/// One field of a dump line, in the format of FreeBSD's print loop.
+#[derive(Clone, Copy)]
+enum Field<'a> {
+    /// `%d` and `%jd`.
+    Dec(i64),
+    /// `%x`.
+    Hex(u64),
+    /// `0x%x` and `%p`.
+    Hex0x(u64),
+    /// `"%s"`.
+    Quoted(&'a [u8]),
+    /// `%c`.
+    Char(u8),
+}
+
+/// A dump line: the tag, then the fields separated by spaces.
+#[inline]
+fn line(out: &mut Vec<u8>, tag: &str, fields: &[Field<'_>]) {
+    let mut l = Line::new(out, tag);
+    for (i, f) in fields.iter().enumerate() {
+        if i > 0 {
+            l = l.space();
+        }
+        l = match *f {
+            Field::Dec(v) => l.dec(v),
+            Field::Hex(v) => l.hex(v),
+            Field::Hex0x(v) => l.hex0x(v),
+            Field::Quoted(s) => l.quoted(s),
+            Field::Char(c) => l.char(c),
+        };
+    }
+    l.end();
+}
+
 /// The `...` line of one program counter of a call chain.
 #[inline]
 fn pc_line(out: &mut Vec<u8>, pc: usize) {
@@ -127,17 +162,17 @@ pub fn print_event(out: &mut Vec<u8>, warn: &mut Vec<u8>, ev: &PmclogEv) {
                 } else {
                     b's'
                 };
-                Line::new(out, "callchain")
-                    .dec(i64::from(c.pl_pid as i32))
-                    .space()
-                    .hex0x(u64::from(c.pl_pmcid))
-                    .space()
-                    .dec(i64::from(pmc_callchain_cpuflags_to_cpu(c.pl_cpuflags)))
-                    .space()
-                    .dec(i64::from(c.pl_npc as i32))
-                    .space()
-                    .char(mode)
-                    .end();
+                line(
+                    out,
+                    "callchain",
+                    &[
+                        Dec(i64::from(c.pl_pid as i32)),
+                        Hex0x(u64::from(c.pl_pmcid)),
+                        Dec(i64::from(pmc_callchain_cpuflags_to_cpu(c.pl_cpuflags))),
+                        Dec(i64::from(c.pl_npc as i32)),
+                        Char(mode),
+                    ],
+                );
                 let n = (c.pl_npc as usize).min(c.pl_pc.len());
                 // The chain's lines take at most 29 bytes each.
                 out.reserve(n * 29);
@@ -145,16 +180,16 @@ pub fn print_event(out: &mut Vec<u8>, warn: &mut Vec<u8>, ev: &PmclogEv) {
                     pc_line(out, pc);
                 }
             }
-            Some(PmclogType::Closelog) => Line::new(out, "closelog").end(),
-            Some(PmclogType::Dropnotify) => Line::new(out, "drop").end(),
+            Some(PmclogType::Closelog) => line(out, "closelog", &[]),
+            Some(PmclogType::Dropnotify) => line(out, "drop", &[]),
             Some(PmclogType::Initialize) => {
                 let i = &u.pl_i;
                 let cputype = PmcCputype::from_raw(i.pl_arch).map_or("(null)", PmcCputype::name);
-                Line::new(out, "initlog")
-                    .hex0x(u64::from(i.pl_version))
-                    .space()
-                    .quoted(cputype.as_bytes())
-                    .end();
+                line(
+                    out,
+                    "initlog",
+                    &[Hex0x(u64::from(i.pl_version)), Quoted(cputype.as_bytes())],
+                );
                 if i.pl_version & 0xFF00_0000 != PMC_VERSION_MAJOR << 24 {
                     warn.extend_from_slice(
                         format!(
@@ -167,23 +202,27 @@ pub fn print_event(out: &mut Vec<u8>, warn: &mut Vec<u8>, ev: &PmclogEv) {
             }
             Some(PmclogType::MapIn) => {
                 let m = &u.pl_mi;
-                Line::new(out, "map-in")
-                    .dec(i64::from(m.pl_pid))
-                    .space()
-                    .hex0x(m.pl_start as u64)
-                    .space()
-                    .quoted(text(&m.pl_pathname))
-                    .end();
+                line(
+                    out,
+                    "map-in",
+                    &[
+                        Dec(i64::from(m.pl_pid)),
+                        Hex0x(m.pl_start as u64),
+                        Quoted(text(&m.pl_pathname)),
+                    ],
+                );
             }
             Some(PmclogType::MapOut) => {
                 let m = &u.pl_mo;
-                Line::new(out, "map-out")
-                    .dec(i64::from(m.pl_pid))
-                    .space()
-                    .hex0x(m.pl_start as u64)
-                    .space()
-                    .hex0x(m.pl_end as u64)
-                    .end();
+                line(
+                    out,
+                    "map-out",
+                    &[
+                        Dec(i64::from(m.pl_pid)),
+                        Hex0x(m.pl_start as u64),
+                        Hex0x(m.pl_end as u64),
+                    ],
+                );
             }
             Some(PmclogType::Pmcallocate) => {
                 let a = &u.pl_a;
@@ -193,111 +232,126 @@ pub fn print_event(out: &mut Vec<u8>, warn: &mut Vec<u8>, ev: &PmclogEv) {
                 } else {
                     CStr::from_ptr(a.pl_evname).to_bytes()
                 };
-                Line::new(out, "allocate")
-                    .hex0x(u64::from(a.pl_pmcid))
-                    .space()
-                    .quoted(name)
-                    .space()
-                    .hex0x(u64::from(a.pl_flags))
-                    .end();
+                line(
+                    out,
+                    "allocate",
+                    &[
+                        Hex0x(u64::from(a.pl_pmcid)),
+                        Quoted(name),
+                        Hex0x(u64::from(a.pl_flags)),
+                    ],
+                );
             }
             Some(PmclogType::Pmcallocatedyn) => {
                 let a = &u.pl_ad;
-                Line::new(out, "allocatedyn")
-                    .hex0x(u64::from(a.pl_pmcid))
-                    .space()
-                    .quoted(text(&a.pl_evname))
-                    .space()
-                    .hex0x(u64::from(a.pl_flags))
-                    .end();
+                line(
+                    out,
+                    "allocatedyn",
+                    &[
+                        Hex0x(u64::from(a.pl_pmcid)),
+                        Quoted(text(&a.pl_evname)),
+                        Hex0x(u64::from(a.pl_flags)),
+                    ],
+                );
             }
             Some(PmclogType::Pmcattach) => {
                 let t = &u.pl_t;
-                Line::new(out, "attach")
-                    .hex0x(u64::from(t.pl_pmcid))
-                    .space()
-                    .dec(i64::from(t.pl_pid))
-                    .space()
-                    .quoted(text(&t.pl_pathname))
-                    .end();
+                line(
+                    out,
+                    "attach",
+                    &[
+                        Hex0x(u64::from(t.pl_pmcid)),
+                        Dec(i64::from(t.pl_pid)),
+                        Quoted(text(&t.pl_pathname)),
+                    ],
+                );
             }
-            Some(PmclogType::Pmcdetach) => Line::new(out, "detach")
-                .hex0x(u64::from(u.pl_d.pl_pmcid))
-                .space()
-                .dec(i64::from(u.pl_d.pl_pid))
-                .end(),
+            Some(PmclogType::Pmcdetach) => line(
+                out,
+                "detach",
+                &[
+                    Hex0x(u64::from(u.pl_d.pl_pmcid)),
+                    Dec(i64::from(u.pl_d.pl_pid)),
+                ],
+            ),
             Some(PmclogType::Proccsw) => {
                 let c = u.pl_c;
-                Line::new(out, "cswval")
-                    .hex0x(u64::from(c.pl_pmcid))
-                    .space()
-                    .dec(i64::from(c.pl_pid))
-                    .space()
-                    .dec(c.pl_value as i64)
-                    .end();
+                line(
+                    out,
+                    "cswval",
+                    &[
+                        Hex0x(u64::from(c.pl_pmcid)),
+                        Dec(i64::from(c.pl_pid)),
+                        Dec(c.pl_value as i64),
+                    ],
+                );
             }
             Some(PmclogType::ProcCreate) => {
                 let p = &u.pl_pc;
-                Line::new(out, "create")
-                    .dec(i64::from(p.pl_pid))
-                    .space()
-                    .hex(u64::from(p.pl_flags))
-                    .space()
-                    .quoted(text(&p.pl_pcomm))
-                    .end();
+                line(
+                    out,
+                    "create",
+                    &[
+                        Dec(i64::from(p.pl_pid)),
+                        Hex(u64::from(p.pl_flags)),
+                        Quoted(text(&p.pl_pcomm)),
+                    ],
+                );
             }
             Some(PmclogType::Procexec) => {
                 let x = &u.pl_x;
-                Line::new(out, "exec")
-                    .hex0x(u64::from(x.pl_pmcid))
-                    .space()
-                    .dec(i64::from(x.pl_pid))
-                    .space()
-                    .hex0x(x.pl_baseaddr as u64)
-                    .space()
-                    .hex0x(x.pl_dynaddr as u64)
-                    .space()
-                    .quoted(text(&x.pl_pathname))
-                    .end();
+                line(
+                    out,
+                    "exec",
+                    &[
+                        Hex0x(u64::from(x.pl_pmcid)),
+                        Dec(i64::from(x.pl_pid)),
+                        Hex0x(x.pl_baseaddr as u64),
+                        Hex0x(x.pl_dynaddr as u64),
+                        Quoted(text(&x.pl_pathname)),
+                    ],
+                );
             }
             Some(PmclogType::Procexit) => {
                 let e = u.pl_e;
-                Line::new(out, "exitval")
-                    .hex0x(u64::from(e.pl_pmcid))
-                    .space()
-                    .dec(i64::from(e.pl_pid as i32))
-                    .space()
-                    .dec(e.pl_value as i64)
-                    .end();
+                line(
+                    out,
+                    "exitval",
+                    &[
+                        Hex0x(u64::from(e.pl_pmcid)),
+                        Dec(i64::from(e.pl_pid as i32)),
+                        Dec(e.pl_value as i64),
+                    ],
+                );
             }
-            Some(PmclogType::Procfork) => Line::new(out, "fork")
-                .dec(i64::from(u.pl_f.pl_oldpid))
-                .space()
-                .dec(i64::from(u.pl_f.pl_newpid))
-                .end(),
-            Some(PmclogType::Userdata) => Line::new(out, "userdata")
-                .hex0x(u64::from(u.pl_u.pl_userdata))
-                .end(),
-            Some(PmclogType::Sysexit) => {
-                Line::new(out, "exit").dec(i64::from(u.pl_se.pl_pid)).end()
+            Some(PmclogType::Procfork) => line(
+                out,
+                "fork",
+                &[
+                    Dec(i64::from(u.pl_f.pl_oldpid)),
+                    Dec(i64::from(u.pl_f.pl_newpid)),
+                ],
+            ),
+            Some(PmclogType::Userdata) => {
+                line(out, "userdata", &[Hex0x(u64::from(u.pl_u.pl_userdata))])
             }
+            Some(PmclogType::Sysexit) => line(out, "exit", &[Dec(i64::from(u.pl_se.pl_pid))]),
             Some(PmclogType::ThrCreate) => {
                 let t = &u.pl_tc;
-                Line::new(out, "thr-create")
-                    .dec(i64::from(t.pl_tid))
-                    .space()
-                    .dec(i64::from(t.pl_pid))
-                    .space()
-                    .hex(u64::from(t.pl_flags))
-                    .space()
-                    .quoted(text(&t.pl_tdname))
-                    .end();
+                line(
+                    out,
+                    "thr-create",
+                    &[
+                        Dec(i64::from(t.pl_tid)),
+                        Dec(i64::from(t.pl_pid)),
+                        Hex(u64::from(t.pl_flags)),
+                        Quoted(text(&t.pl_tdname)),
+                    ],
+                );
             }
             // FreeBSD prints the thread of pl_tc, whose first field is
             // pl_te's.
-            Some(PmclogType::ThrExit) => Line::new(out, "thr-exit")
-                .dec(i64::from(u.pl_te.pl_tid))
-                .end(),
+            Some(PmclogType::ThrExit) => line(out, "thr-exit", &[Dec(i64::from(u.pl_te.pl_tid))]),
             None => {
                 out.extend_from_slice(b"unknown event (type ");
                 Line(out)

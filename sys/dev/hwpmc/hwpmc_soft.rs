@@ -391,6 +391,12 @@ mod tests {
             .find(|e| e.name == "CLOCK.HARD")
             .expect("CLOCK.HARD")
             .code;
+        let running = || {
+            m.soft_events()
+                .iter()
+                .find(|e| e.code == ev)
+                .map(|e| e.running)
+        };
         let soft = SoftClass::new(1).unwrap();
         soft.pcpu_init(0).unwrap();
         let pm = Pmc::for_test(ev, PmcMode::Tc, 0);
@@ -412,14 +418,7 @@ mod tests {
         soft.start_pmc(0, 3, &pm).unwrap();
         assert_eq!(taken(&locks, &m), softs(1), "second start");
         soft.stop_pmc(0, 3, &pm).unwrap();
-        assert_eq!(
-            m.soft_events()
-                .iter()
-                .find(|e| e.code == ev)
-                .unwrap()
-                .running,
-            0
-        );
+        assert_eq!(running(), Some(0));
 
         // A switch pair: config, write and start; stop, read and
         // unconfigure.
@@ -431,14 +430,7 @@ mod tests {
         assert_eq!(soft.switch_out(0, 3, &pm), Ok(7));
         assert_eq!(taken(&locks, &m), softs(1), "switch-out");
         assert_eq!(m.kmem_calls(), allocs, "allocations");
-        assert_eq!(
-            m.soft_events()
-                .iter()
-                .find(|e| e.code == ev)
-                .unwrap()
-                .running,
-            0
-        );
+        assert_eq!(running(), Some(0));
         assert!(m.violations().is_empty(), "{:?}", m.violations());
     }
 }

@@ -340,14 +340,7 @@ pub type CounterHandle = Arc<AtomicU64>;
 
 #[inline(never)]
 pub fn sysctl_declare(d: &crate::sysctl::SysctlDecl) -> KResult<()> {
-    use crate::sysctl::SysctlType as T;
-    let kind = match d.kind {
-        T::Node => ksim::SysctlType::Node,
-        T::Int => ksim::SysctlType::Int,
-        T::Counter => ksim::SysctlType::Counter,
-        T::String => ksim::SysctlType::String,
-    };
-    kern::sysctl_declare(d.name, kind, d.flags, d.default, "")
+    kern::sysctl_declare(d.name, d.kind, d.flags, d.default, "")
         .map(drop)
         .map_err(errno)
 }

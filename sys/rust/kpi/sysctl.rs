@@ -12,37 +12,10 @@
 use crate::KResult;
 use crate::malloc::{KBox, KVec};
 
-/// `CTLFLAG_RD`: reads allowed.
-pub const CTLFLAG_RD: u32 = 0x8000_0000;
-/// `CTLFLAG_WR`: writes allowed.
-pub const CTLFLAG_WR: u32 = 0x4000_0000;
-/// `CTLFLAG_RW`.
-pub const CTLFLAG_RW: u32 = CTLFLAG_RD | CTLFLAG_WR;
-/// `CTLFLAG_TUN`: the default is loaded from the kernel environment.
-pub const CTLFLAG_TUN: u32 = 0x0008_0000;
-/// `CTLFLAG_RDTUN`: read-only after boot (or load).
-pub const CTLFLAG_RDTUN: u32 = CTLFLAG_RD | CTLFLAG_TUN;
-/// `CTLFLAG_RWTUN`.
-pub const CTLFLAG_RWTUN: u32 = CTLFLAG_RW | CTLFLAG_TUN;
-/// `CTLFLAG_MPSAFE`.
-pub const CTLFLAG_MPSAFE: u32 = 0x0004_0000;
-/// `CTLFLAG_STATS`: statistics, which `SYSCTL_COUNTER_U64` sets.
-pub const CTLFLAG_STATS: u32 = 0x0000_2000;
-/// `CTLFLAG_NOFETCH`: the tunable is fetched by the code, not the kernel.
-pub const CTLFLAG_NOFETCH: u32 = 0x0000_1000;
-
-/// The type of an oid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SysctlType {
-    /// `SYSCTL_NODE`.
-    Node,
-    /// `SYSCTL_INT`: a C `int`.
-    Int,
-    /// `SYSCTL_COUNTER_U64`: a counter(9), which a write zeroes.
-    Counter,
-    /// A string: `SYSCTL_STRING`, or `SYSCTL_PROC` with `CTLTYPE_STRING`.
-    String,
-}
+pub use uapi::sysctl::{
+    CTLFLAG_MPSAFE, CTLFLAG_NOFETCH, CTLFLAG_RD, CTLFLAG_RDTUN, CTLFLAG_RW, CTLFLAG_RWTUN,
+    CTLFLAG_STATS, CTLFLAG_TUN, CTLFLAG_WR, SysctlType,
+};
 
 /// One oid a module declares: `SYSCTL_INT(parent, OID_AUTO, leaf, flags,
 /// &var, 0, descr)` with `static int var = default;` is

@@ -40,6 +40,7 @@ pub mod pmc_mdep;
 pub mod pmckern;
 pub mod pmclog;
 pub mod pt;
+pub mod sysctl;
 
 pub use plain::{AsBytes, Plain};
 

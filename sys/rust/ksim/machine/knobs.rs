@@ -14,41 +14,16 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::*;
 
-/// `CTLFLAG_*` of sys/sysctl.h.
+/// `CTLFLAG_*` of sys/sysctl.h, by their short names.
 pub mod ctlflag {
-    /// Allow reads of the variable.
-    pub const RD: u32 = 0x8000_0000;
-    /// Allow writes to the variable.
-    pub const WR: u32 = 0x4000_0000;
-    /// Read and write.
-    pub const RW: u32 = RD | WR;
-    /// The default value is loaded from the kernel environment.
-    pub const TUN: u32 = 0x0008_0000;
-    /// Read-only; set from the environment at declaration.
-    pub const RDTUN: u32 = RD | TUN;
-    /// Read-write; set from the environment at declaration.
-    pub const RWTUN: u32 = RW | TUN;
-    /// The handler is MP safe.
-    pub const MPSAFE: u32 = 0x0004_0000;
-    /// Statistics; not a tunable.
-    pub const STATS: u32 = 0x0000_2000;
-    /// Do not fetch the tunable from the environment.
-    pub const NOFETCH: u32 = 0x0000_1000;
+    pub use uapi::sysctl::{
+        CTLFLAG_MPSAFE as MPSAFE, CTLFLAG_NOFETCH as NOFETCH, CTLFLAG_RD as RD,
+        CTLFLAG_RDTUN as RDTUN, CTLFLAG_RW as RW, CTLFLAG_RWTUN as RWTUN, CTLFLAG_STATS as STATS,
+        CTLFLAG_TUN as TUN, CTLFLAG_WR as WR,
+    };
 }
 
-/// The type of a sysctl oid (`CTLTYPE_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SysctlType {
-    /// `CTLTYPE_NODE`: a node with children.
-    Node,
-    /// `CTLTYPE_INT`: a C `int`.
-    Int,
-    /// `CTLTYPE_U64` served by counter(9) (`SYSCTL_COUNTER_U64`): a write
-    /// of any value zeroes it.
-    Counter,
-    /// `CTLTYPE_STRING`.
-    String,
-}
+pub use uapi::sysctl::SysctlType;
 
 /// The value of an oid, as sysctl(8) would print it.
 #[derive(Debug, Clone, PartialEq, Eq)]
