@@ -102,6 +102,12 @@ pub struct Pmc {
     /// lock of `vals`, whose flags the driver's own bits change.
     pub alloc_flags: PmcFlags,
     vals: SpinMutexBox<PmcVals>,
+    /// Whether `vals.state` is Running, and `vals.reloadcount`, published
+    /// whenever they change under the lock, for the interrupt path, which
+    /// reads them without the lock, as FreeBSD's reads `pm_state` and
+    /// `pm_reloadcount`.
+    running: AtomicBool,
+    reload: AtomicU64,
     /// The owner's log, while it has one.
     log: SpinMutexBox<Option<KArc<OwnerLog>>>,
 }
@@ -157,6 +163,8 @@ impl Pmc {
                     Wait::WaitOk,
                 )
                 .expect("allocate"),
+                running: AtomicBool::new(true),
+                reload: AtomicU64::new(reloadcount),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)
                     .expect("allocate"),
             },
@@ -175,6 +183,24 @@ impl Pmc {
     }
     fn update<R>(&self, f: impl FnOnce(&mut PmcVals) -> R) -> R {
         f(&mut self.vals.lock())
+    }
+    /// [`Pmc::update`] for changes of the state or the reload count:
+    /// publishes both before the lock is let go.
+    fn update_published<R>(&self, f: impl FnOnce(&mut PmcVals) -> R) -> R {
+        let mut v = self.vals.lock();
+        let r = f(&mut v);
+        self.running
+            .store(v.state == PmcState::Running, Ordering::Release);
+        self.reload.store(v.reloadcount, Ordering::Release);
+        r
+    }
+    /// Whether the PMC runs, read without its lock (the interrupt path).
+    pub(crate) fn running_unlocked(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+    /// The reload count of a sampling PMC, read without its lock.
+    pub(crate) fn reload_unlocked(&self) -> u64 {
+        self.reload.load(Ordering::Acquire)
     }
     /// The owner's log, if it takes records.
     fn log(&self) -> Option<KArc<OwnerLog>> {

@@ -85,23 +85,21 @@ impl SoftRow {
     }
 
     /// Counts one event; true when a sampling row reached its count, which
-    /// reloads it (less this event): after a start at R, the first sample
-    /// comes at event R + 1, then one every R events.
-    fn count(&self, sampling: bool, reloadcount: u64) -> bool {
+    /// reloads it (less this event) from `pm`: after a start at R, the
+    /// first sample comes at event R + 1, then one every R events.
+    fn count(&self, sampling: bool, pm: &Pmc) -> bool {
         if !sampling {
             self.value.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let left = self.value.load(Ordering::Relaxed);
-        let (next, fire) = match left.checked_sub(1) {
-            Some(next) => (next, false),
-            None => (reloadcount.saturating_sub(1), true),
-        };
-        // A write of the row's value from elsewhere since the load wins.
+        if self.value.fetch_sub(1, Ordering::Relaxed) > 0 {
+            return false;
+        }
+        // It was at zero, and wrapped: reload. (A write of the row from
+        // another CPU in between is lost, as in FreeBSD's.)
         self.value
-            .compare_exchange(left, next, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-            && fire
+            .store(pm.reload_unlocked().saturating_sub(1), Ordering::Relaxed);
+        true
     }
 }
 
@@ -282,14 +280,13 @@ impl PmcClassDep for SoftClass {
             if pm.event != ev || row.stalled.load(Ordering::Acquire) {
                 continue;
             }
-            // The state and the reload count under one acquisition of
-            // the PMC's lock.
-            let (state, reloadcount) = pm.update(|v| (v.state, v.reloadcount));
-            if state != PmcState::Running {
+            // The state without the PMC's lock, as FreeBSD reads it: a
+            // stop that comes after is seen below, should the row stall.
+            if !pm.running_unlocked() {
                 continue;
             }
             used = true;
-            if !row.count(!pm.mode.is_counting(), reloadcount) || sink.sample(pm, cpu) {
+            if !row.count(!pm.mode.is_counting(), pm) || sink.sample(pm, cpu) {
                 continue;
             }
             row.stalled.store(true, Ordering::Release);

@@ -7,6 +7,7 @@
 use core::mem::{offset_of, size_of};
 
 use kpi::KResult;
+use kpi::atomic::{AtomicBool, AtomicU64};
 use kpi::errno::*;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{P_HWPMC, PRIV_PMC_MANAGE, PRIV_PMC_SYSTEM, Pid, SIGIO};
@@ -453,6 +454,8 @@ impl Hwpmc {
                     },
                     Wait::WaitOk,
                 )?,
+                running: AtomicBool::new(false),
+                reload: AtomicU64::new(reloadcount),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)?,
             },
             Wait::WaitOk,
@@ -824,7 +827,7 @@ impl Hwpmc {
                 }
                 self.attach_process(core, at, pm.owner)?;
             }
-            pm.update(|v| v.state = PmcState::Running);
+            pm.update_published(|v| v.state = PmcState::Running);
             if pm.vals().flags.contains(PmcFlags::ATTACHED_TO_OWNER) {
                 // Reload the owner's thread so the PMC goes on its CPU now.
                 kpi::proc::force_context_switch();
@@ -841,7 +844,7 @@ impl Hwpmc {
         }
         let _bind = kpi::cpu::bind(cpu);
         let (dep, adjri) = self.classdep(pm.ri)?;
-        let v = pm.update(|v| {
+        let v = pm.update_published(|v| {
             v.state = PmcState::Running;
             if pm.mode.is_sampling() {
                 v.reloadcount
@@ -882,14 +885,14 @@ impl Hwpmc {
             pm.state()
         );
         if pm.mode.is_virtual() {
-            pm.update(|v| v.state = PmcState::Stopped);
+            pm.update_published(|v| v.state = PmcState::Stopped);
             return Ok(());
         }
         let cpu = pm.cpu;
         if !kpi::cpu::is_active(cpu) {
             return Err(ENXIO);
         }
-        pm.update(|v| v.state = PmcState::Stopped);
+        pm.update_published(|v| v.state = PmcState::Stopped);
         let (dep, adjri) = self.classdep(pm.ri)?;
         let r = {
             let _bind = kpi::cpu::bind(cpu);
@@ -979,7 +982,7 @@ impl Hwpmc {
         }
         if pm.mode.is_sampling() {
             let min = self.knobs.mincount.get().max(1) as u64;
-            pm.update(|v| v.reloadcount = sc.pm_count.max(min));
+            pm.update_published(|v| v.reloadcount = sc.pm_count.max(min));
         } else if pm.mode.is_virtual() {
             // hwpmc(4): counting continues from the count set. A process
             // counting PMC's count is its total over its targets (what
@@ -1054,7 +1057,7 @@ impl Hwpmc {
         let Ok((dep, adjri)) = self.classdep(pm.ri) else {
             return;
         };
-        let was = pm.update(|v| core::mem::replace(&mut v.state, PmcState::Deleted));
+        let was = pm.update_published(|v| core::mem::replace(&mut v.state, PmcState::Deleted));
         kassert!(was != PmcState::Deleted, "PMC {:#x} released twice", pm.id);
         if pm.mode.is_system() {
             let cpu = pm.cpu;
