@@ -23,6 +23,10 @@ const PT_PHDR: u32 = 6;
 const PF_X: u32 = 1;
 const PF_W: u32 = 2;
 const PF_R: u32 = 4;
+/// The most memory an image's segments may take together: the simulated
+/// machine's limit (a resource limit, as RLIMIT_DATA is FreeBSD's), so that
+/// a bad header cannot make the host map without bound.
+pub const MAX_IMAGE_SIZE: u64 = 256 << 20;
 /// More program headers than this is not a program (FreeBSD's limit is
 /// what fits in the first page).
 const MAX_PHNUM: u16 = 128;
@@ -124,6 +128,11 @@ pub enum ElfError {
         /// The CPU's.
         cpu: Arch,
     },
+    /// The segments together ask for more than [`MAX_IMAGE_SIZE`].
+    TooLarge {
+        /// Program header index of the segment that went past the limit.
+        index: usize,
+    },
     /// Arguments and environment do not fit in the stack.
     ArgumentsTooLong,
     /// The CPU refused a mapping or write.
@@ -175,6 +184,10 @@ impl fmt::Display for ElfError {
             ElfError::WrongArch { file, cpu } => {
                 write!(f, "an {} program for an {} CPU", file.name(), cpu.name())
             }
+            ElfError::TooLarge { index } => write!(
+                f,
+                "segment {index}: the segments take more than {MAX_IMAGE_SIZE} bytes"
+            ),
             ElfError::ArgumentsTooLong => f.write_str("arguments and environment too long"),
             ElfError::Cpu(e) => write!(f, "{e}"),
         }
@@ -302,6 +315,7 @@ pub fn parse(bytes: &[u8]) -> Result<Executable, ElfError> {
 
     let mut segments: Vec<Segment> = Vec::new();
     let mut phdr = None;
+    let mut total: u64 = 0;
     for index in 0..usize::from(phnum) {
         // In range: checked by `need` above, and phoff + the table fits
         // in the file, hence in usize.
@@ -332,6 +346,12 @@ pub fn parse(bytes: &[u8]) -> Result<Executable, ElfError> {
                             memsz,
                         });
                     }
+                }
+                // The pages it touches; no overflow, as vaddr + memsz is
+                // below USRSTACK.
+                total += (vaddr + memsz).next_multiple_of(PAGE_SIZE) - page_down(vaddr);
+                if total > MAX_IMAGE_SIZE {
+                    return Err(ElfError::TooLarge { index });
                 }
                 if segments
                     .iter()
@@ -532,4 +552,326 @@ fn build_stack(
     let bytes: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
     cpu.write(sp, &bytes)?;
     Ok(sp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::programs;
+
+    fn sort() -> Vec<u8> {
+        programs::image(Arch::X86_64, "sort").expect("the build made it")
+    }
+
+    fn set16(b: &mut [u8], off: usize, v: u16) {
+        b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    fn set32(b: &mut [u8], off: usize, v: u32) {
+        b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    fn set64(b: &mut [u8], off: usize, v: u64) {
+        b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Offset of program header `i` and the index of the first PT_LOAD.
+    fn phdr(b: &[u8], i: usize) -> usize {
+        u64_at(b, 0x20) as usize + i * PHDR_SIZE
+    }
+    fn load_indices(b: &[u8]) -> Vec<usize> {
+        (0..usize::from(u16_at(b, 0x38)))
+            .filter(|&i| u32_at(b, phdr(b, i)) == PT_LOAD)
+            .collect()
+    }
+
+    #[test]
+    fn real_programs_parse() {
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            for name in programs::NAMES {
+                let image = programs::image(arch, name).unwrap();
+                let exe = parse(&image).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(exe.arch, arch);
+                assert!(exe.segments.iter().any(|s| s.prot.contains(Prot::EXEC)));
+                assert!(exe.phdr.is_some(), "{name}: lld writes PT_PHDR");
+            }
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let image = sort();
+        let headers_end = phdr(&image, usize::from(u16_at(&image, 0x38)));
+        for len in 0..headers_end {
+            let e = parse(&image[..len]).expect_err("truncated");
+            assert!(matches!(e, ElfError::Truncated { .. }), "{len}: {e}");
+        }
+        assert_eq!(
+            parse(&image[..10]),
+            Err(ElfError::Truncated {
+                what: "ELF header",
+                needed: 64,
+                size: 10
+            })
+        );
+        // Cut inside the last segment's contents.
+        let last = *load_indices(&image).last().unwrap();
+        let end = u64_at(&image, phdr(&image, last) + 8) + u64_at(&image, phdr(&image, last) + 32);
+        let e = parse(&image[..end as usize - 1]).unwrap_err();
+        assert_eq!(
+            e,
+            ElfError::Truncated {
+                what: "segment contents",
+                needed: end,
+                size: end - 1
+            }
+        );
+    }
+
+    #[test]
+    fn corrupt_headers_name_what_is_wrong() {
+        let good = sort();
+        let loads = load_indices(&good);
+        let text = loads
+            .iter()
+            .copied()
+            .find(|&i| u32_at(&good, phdr(&good, i) + 4) & PF_X != 0)
+            .unwrap();
+        let data = *loads.last().unwrap();
+        type Corrupt = fn(&mut Vec<u8>, usize, usize);
+        let cases: Vec<(Corrupt, ElfError)> = vec![
+            (|b, _, _| b[0] = 0x7e, ElfError::BadMagic),
+            (|b, _, _| b[4] = 1, ElfError::NotElf64(1)),
+            (|b, _, _| b[5] = 2, ElfError::NotLittleEndian(2)),
+            (|b, _, _| b[6] = 0, ElfError::BadVersion(0)),
+            (|b, _, _| set32(b, 0x14, 2), ElfError::BadVersion(2)),
+            (
+                |b, _, _| set16(b, 0x10, ET_DYN_FOR_TEST),
+                ElfError::NotExecutable(3),
+            ),
+            (|b, _, _| set16(b, 0x12, 3), ElfError::UnsupportedMachine(3)),
+            (|b, _, _| set16(b, 0x36, 32), ElfError::BadPhentsize(32)),
+            (|b, _, _| set16(b, 0x38, 0), ElfError::BadPhnum(0)),
+            (|b, _, _| set16(b, 0x38, 1000), ElfError::BadPhnum(1000)),
+            (
+                |b, _, _| set64(b, 0x18, 0x10),
+                ElfError::EntryNotExecutable(0x10),
+            ),
+            (
+                |b, t, _| {
+                    let o = phdr(b, t);
+                    set32(b, o, PT_INTERP);
+                },
+                ElfError::Interpreter,
+            ),
+            (
+                |b, _, d| {
+                    let o = phdr(b, d);
+                    let memsz = u64_at(b, o + 40);
+                    set64(b, o + 32, memsz + 1);
+                },
+                ElfError::FileszExceedsMemsz { index: 0 },
+            ),
+            (
+                |b, _, d| {
+                    let o = phdr(b, d);
+                    let off = u64_at(b, o + 8);
+                    set64(b, o + 8, off + 1);
+                },
+                ElfError::Misaligned { index: 0 },
+            ),
+            (
+                |b, _, d| {
+                    let o = phdr(b, d);
+                    let v = u64_at(b, o + 16);
+                    set64(b, o + 16, v + 0xffff_8000_0000_0000);
+                },
+                ElfError::OutsideUserSpace {
+                    index: 0,
+                    vaddr: 0,
+                    memsz: 0,
+                },
+            ),
+            (
+                |b, _, d| {
+                    let o = phdr(b, d);
+                    set64(b, o + 40, u64::MAX - 0x10);
+                    set64(b, o + 32, 0);
+                },
+                ElfError::OutsideUserSpace {
+                    index: 0,
+                    vaddr: 0,
+                    memsz: 0,
+                },
+            ),
+            (
+                |b, _, d| {
+                    let o = phdr(b, d);
+                    set64(b, o + 40, 1 << 40);
+                },
+                ElfError::TooLarge { index: 0 },
+            ),
+            (
+                |b, t, d| {
+                    // The data segment moved onto the text segment.
+                    let (ot, od) = (phdr(b, t), phdr(b, d));
+                    let (v, off) = (u64_at(b, ot + 16), u64_at(b, ot + 8));
+                    set64(b, od + 16, v);
+                    set64(b, od + 8, off);
+                    set64(b, od + 32, 0);
+                },
+                ElfError::Overlap { index: 0 },
+            ),
+            (
+                |b, t, _| {
+                    for i in 0..usize::from(u16_at(b, 0x38)) {
+                        let o = phdr(b, i);
+                        if u32_at(b, o) == PT_LOAD && i != t {
+                            set32(b, o, 0);
+                        }
+                    }
+                    let o = phdr(b, t);
+                    set32(b, o, 0);
+                },
+                ElfError::NoLoadableSegment,
+            ),
+        ];
+        for (i, (corrupt, want)) in cases.into_iter().enumerate() {
+            let mut b = good.clone();
+            corrupt(&mut b, text, data);
+            let got = parse(&b).expect_err(&format!("case {i} is corrupt"));
+            // Index, address and size fields vary with the layout: compare
+            // the kind of error.
+            assert_eq!(
+                std::mem::discriminant(&got),
+                std::mem::discriminant(&want),
+                "case {i}: {got}"
+            );
+            if !matches!(
+                want,
+                ElfError::FileszExceedsMemsz { .. }
+                    | ElfError::Misaligned { .. }
+                    | ElfError::OutsideUserSpace { .. }
+                    | ElfError::Overlap { .. }
+                    | ElfError::TooLarge { .. }
+            ) {
+                assert_eq!(got, want, "case {i}");
+            }
+            assert!(!got.to_string().is_empty());
+        }
+    }
+
+    const ET_DYN_FOR_TEST: u16 = 3;
+
+    /// Random byte changes in the headers never panic the parser or the
+    /// loader.
+    #[test]
+    fn random_corruption_never_panics() {
+        let good = sort();
+        let headers_end = phdr(&good, usize::from(u16_at(&good, 0x38)));
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut loaded = 0;
+        for _ in 0..1000 {
+            let mut b = good.clone();
+            for _ in 0..(rand() % 4 + 1) {
+                let at = (rand() % headers_end as u64) as usize;
+                b[at] = rand() as u8;
+            }
+            if let Ok(exe) = parse(&b) {
+                let mut cpu = Cpu::new(exe.arch, 0).unwrap();
+                if load(&mut cpu, &exe, &b, "/x", &["x"], &[]).is_ok() {
+                    loaded += 1;
+                }
+            }
+        }
+        assert!(loaded > 0, "some changes leave a loadable program");
+    }
+
+    #[test]
+    fn load_maps_segments_and_builds_the_stack() {
+        let image = sort();
+        let exe = parse(&image).unwrap();
+        let mut cpu = Cpu::new(Arch::X86_64, 0).unwrap();
+        let loaded = load(
+            &mut cpu,
+            &exe,
+            &image,
+            "/bin/sort",
+            &["sort", "7"],
+            &["A=b"],
+        )
+        .unwrap();
+        assert_eq!(cpu.pc(), exe.entry);
+        for s in &exe.segments {
+            let mut mem = vec![0u8; s.memsz as usize];
+            cpu.read(s.vaddr, &mut mem).unwrap();
+            let file = &image[s.offset as usize..][..s.filesz as usize];
+            assert_eq!(&mem[..file.len()], file);
+            assert!(mem[file.len()..].iter().all(|&b| b == 0), "bss is zero");
+        }
+        let word = |cpu: &Cpu, a: u64| {
+            let mut b = [0u8; 8];
+            cpu.read(a, &mut b).unwrap();
+            u64::from_le_bytes(b)
+        };
+        let string = |cpu: &Cpu, a: u64| {
+            let mut s = Vec::new();
+            let mut b = [0u8; 1];
+            for i in 0.. {
+                cpu.read(a + i, &mut b).unwrap();
+                if b[0] == 0 {
+                    break;
+                }
+                s.push(b[0]);
+            }
+            String::from_utf8(s).unwrap()
+        };
+        let sp = loaded.stack;
+        assert_eq!(sp % 16, 0);
+        assert_eq!(word(&cpu, sp), 2, "argc");
+        assert_eq!(string(&cpu, word(&cpu, sp + 8)), "sort");
+        assert_eq!(string(&cpu, word(&cpu, sp + 16)), "7");
+        assert_eq!(word(&cpu, sp + 24), 0);
+        assert_eq!(string(&cpu, word(&cpu, sp + 32)), "A=b");
+        assert_eq!(word(&cpu, sp + 40), 0);
+        // The auxiliary vector, up to AT_NULL.
+        let mut aux = std::collections::HashMap::new();
+        let mut a = sp + 48;
+        loop {
+            let (k, v) = (word(&cpu, a), word(&cpu, a + 8));
+            if k == at::NULL {
+                break;
+            }
+            aux.insert(k, v);
+            a += 16;
+        }
+        assert_eq!(aux[&at::ENTRY], exe.entry);
+        assert_eq!(aux[&at::PAGESZ], PAGE_SIZE);
+        assert_eq!(aux[&at::PHNUM], u64::from(exe.phnum));
+        assert_eq!(aux[&at::ARGC], 2);
+        assert_eq!(aux[&at::ARGV], sp + 8);
+        assert_eq!(aux[&at::ENVV], sp + 32);
+        assert_eq!(string(&cpu, aux[&at::EXECPATH]), "/bin/sort");
+        // The program headers are where AT_PHDR says.
+        let mut ph = vec![0u8; PHDR_SIZE];
+        cpu.read(aux[&at::PHDR], &mut ph).unwrap();
+        let off = u64_at(&image, 0x20) as usize;
+        assert_eq!(ph, image[off..off + PHDR_SIZE]);
+
+        // An arm64 file on an amd64 CPU.
+        let arm = programs::image(Arch::Aarch64, "sort").unwrap();
+        let exe = parse(&arm).unwrap();
+        let mut cpu = Cpu::new(Arch::X86_64, 0).unwrap();
+        assert_eq!(
+            load(&mut cpu, &exe, &arm, "/x", &[], &[]),
+            Err(ElfError::WrongArch {
+                file: Arch::Aarch64,
+                cpu: Arch::X86_64
+            })
+        );
+    }
 }
