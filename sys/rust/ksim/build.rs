@@ -48,9 +48,17 @@ fn main() {
     println!("cargo::rerun-if-changed=workloads");
 
     // The Unicorn constants, against the installed headers.
-    run(Command::new(&clang)
+    let check = Command::new(&clang)
         .args(["-fsyntax-only", "-Werror"])
-        .arg(src.join("cpu/unicorn_check.c")));
+        .arg(src.join("cpu/unicorn_check.c"))
+        .status();
+    assert!(
+        check.as_ref().is_ok_and(|s| s.success()),
+        "ksim build: cpu/unicorn_check.c does not compile against the Unicorn headers \
+         ({check:?}): ksim's CPUs need Unicorn 2 (Debian: libunicorn-dev) and clang-19, \
+         which tools/setup installs; a constant of cpu/unicorn.rs that differs from the \
+         headers' fails here too"
+    );
 
     let workloads = src.join("workloads");
     for (arch, triple) in ARCHES {

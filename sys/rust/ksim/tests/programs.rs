@@ -447,3 +447,45 @@ fn subscriptions_come_and_go() {
         assert_eq!(p.status(), Some(ExitStatus::Exited(0)));
     }
 }
+
+/// The names of an ELF64 file's sections with their sizes.
+fn sections(image: &[u8]) -> Vec<(String, u64)> {
+    let u16_at = |o: usize| u16::from_le_bytes([image[o], image[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(image[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(image[o..o + 8].try_into().unwrap());
+    let (shoff, shnum, shstrndx) = (u64_at(0x28) as usize, u16_at(0x3c), u16_at(0x3e));
+    let header = |i: u16| shoff + usize::from(i) * 64;
+    let strtab = u64_at(header(shstrndx) + 0x18) as usize;
+    (0..shnum)
+        .map(|i| {
+            let name = strtab + u32_at(header(i)) as usize;
+            let end = name + image[name..].iter().position(|&b| b == 0).unwrap();
+            (
+                String::from_utf8(image[name..end].to_vec()).unwrap(),
+                u64_at(header(i) + 0x20),
+            )
+        })
+        .collect()
+}
+
+/// The programs carry symbols and DWARF line information, for profilers
+/// and trace decoders to map PCs back to source lines.
+#[test]
+fn programs_have_symbols_and_line_information() {
+    for arch in ARCHES {
+        for name in programs::NAMES {
+            let image = programs::image(arch, name).unwrap();
+            let s = sections(&image);
+            let size = |n: &str| s.iter().find(|(m, _)| m == n).map(|&(_, z)| z);
+            assert!(
+                size(".debug_line").is_some_and(|z| z > 0),
+                "{arch:?} {name}: {s:?}"
+            );
+            assert!(size(".symtab").is_some_and(|z| z > 0), "{arch:?} {name}");
+            let syms = parse_symbols(&image).unwrap();
+            for f in ["_start", "main", "write", "__ksim_start"] {
+                assert!(syms.iter().any(|(n, _, _)| n == f), "{arch:?} {name}: {f}");
+            }
+        }
+    }
+}
