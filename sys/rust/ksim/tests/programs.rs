@@ -489,3 +489,55 @@ fn programs_have_symbols_and_line_information() {
         }
     }
 }
+
+/// AArch64 has fixed 4-byte instructions, so single-stepping alone tells
+/// which instructions were taken branches (the PC went elsewhere than the
+/// next word) without decoding anything: the event model's instruction
+/// and taken-branch counts must equal that, for every workload.
+#[test]
+fn event_counts_match_single_stepping_aarch64() {
+    let cases: &[(&str, &[&str])] = &[
+        ("sort", &["1"]),
+        ("calls", &["200"]),
+        ("recurse", &["600"]),
+        ("syscalls", &["24"]),
+        ("faults", &["segv"]),
+        ("faults", &["badfd"]),
+    ];
+    for &(name, args) in cases {
+        let mut p = exec(Arch::Aarch64, name, args);
+        let counts = Rc::new(RefCell::new(Counts::default()));
+        p.cpu().subscribe(Box::new(counts.clone())).unwrap();
+        let status = p.run().unwrap();
+
+        let mut q = exec(Arch::Aarch64, name, args);
+        let (mut instructions, mut taken) = (0u64, 0u64);
+        loop {
+            let pc = q.cpu().pc();
+            let syscalls = q.syscalls();
+            let ended = q.step().unwrap();
+            if q.fault().is_some() {
+                break;
+            }
+            instructions += 1;
+            // A system call returns to the next instruction; exit ends.
+            if ended.is_none() && q.syscalls() == syscalls && q.cpu().pc() != pc + 4 {
+                taken += 1;
+            }
+            if ended.is_some() {
+                break;
+            }
+        }
+        assert_eq!(q.status(), Some(status), "{name} {args:?}");
+        let c = counts.borrow();
+        assert_eq!(
+            (c.instructions, c.taken_branches),
+            (instructions, taken),
+            "{name} {args:?}"
+        );
+        assert!(
+            c.branches > c.taken_branches && c.loads > 0 && c.stores > 0,
+            "{c:?}"
+        );
+    }
+}
