@@ -6,7 +6,9 @@
 //! Design notes:
 //! - The emulator (Unicorn 2, `cpu/unicorn.rs`) is private to this module:
 //!   nothing above names it, and another engine could replace it behind
-//!   the same interface.
+//!   the same interface. Its library is loaded when the first CPU is made,
+//!   so that programs linking ksim (libpmc's simulator) need it only if
+//!   they make CPUs.
 //! - With no subscriber the emulator runs without any per-instruction
 //!   hook; only the system-call instruction, interrupts and invalid
 //!   accesses call back, and those stop the run. A first subscriber
@@ -173,13 +175,13 @@ impl fmt::Display for CpuError {
 
 impl std::error::Error for CpuError {}
 
-fn check(call: &'static str, code: uc::UcErr) -> Result<(), CpuError> {
+fn check(api: &uc::Api, call: &'static str, code: uc::UcErr) -> Result<(), CpuError> {
     if code == uc::UC_ERR_OK {
         Ok(())
     } else {
         Err(CpuError::Emulator {
             call,
-            text: uc::strerror(code),
+            text: api.strerror(code),
         })
     }
 }
@@ -231,6 +233,7 @@ impl DecodeCache {
 /// What the emulator's callbacks share with the [`Cpu`]. It lives on the
 /// heap at a fixed address, passed to every hook as its user data.
 struct Hooks {
+    api: &'static uc::Api,
     arch: Arch,
     cpu: u32,
     mode: Mode,
@@ -284,7 +287,7 @@ impl Hooks {
         let n = (len as usize).clamp(1, bytes.len());
         // SAFETY: `bytes` has room for `n` bytes; the engine is the one
         // running this hook, and reading its memory from a hook is allowed.
-        let err = unsafe { uc::uc_mem_read(engine, pc, bytes.as_mut_ptr().cast(), n) };
+        let err = unsafe { (self.api.uc_mem_read)(engine, pc, bytes.as_mut_ptr().cast(), n) };
         if err != uc::UC_ERR_OK {
             // The engine fetched these bytes a moment ago; should that
             // ever fail, the instruction counts as no branch, uncached.
@@ -388,7 +391,7 @@ extern "C" fn on_syscall(engine: uc::UcEngine, data: *mut c_void) {
     h.syscall = true;
     // SAFETY: the engine running this hook; stopping from a hook is what
     // uc_emu_stop is for.
-    unsafe { uc::uc_emu_stop(engine) };
+    unsafe { (h.api.uc_emu_stop)(engine) };
 }
 
 /// AArch64's exception number of `svc` (QEMU's EXCP_SWI).
@@ -407,11 +410,12 @@ extern "C" fn on_interrupt(engine: uc::UcEngine, vector: u32, data: *mut c_void)
         h.exception = Some(vector);
     }
     // SAFETY: as in on_syscall.
-    unsafe { uc::uc_emu_stop(engine) };
+    unsafe { (h.api.uc_emu_stop)(engine) };
 }
 
 /// A CPU with its own address space.
 pub struct Cpu {
+    api: &'static uc::Api,
     engine: uc::UcEngine,
     arch: Arch,
     /// Owned (made by Box::into_raw in new, freed in drop).
@@ -435,7 +439,7 @@ impl Drop for Cpu {
         // SAFETY: the engine was opened by new and is closed once, here;
         // after it no callback can run, so the hooks can be freed.
         unsafe {
-            uc::uc_close(self.engine);
+            (self.api.uc_close)(self.engine);
             drop(Box::from_raw(self.hooks));
         }
     }
@@ -448,12 +452,17 @@ impl Cpu {
             Arch::X86_64 => (uc::UC_ARCH_X86, uc::UC_MODE_64),
             Arch::Aarch64 => (uc::UC_ARCH_ARM64, uc::UC_MODE_ARM),
         };
+        let api = uc::api().map_err(|text| CpuError::Emulator {
+            call: "dlopen",
+            text,
+        })?;
         let mut engine: uc::UcEngine = std::ptr::null_mut();
         // SAFETY: uc_open writes the handle through the pointer it is given.
-        check("uc_open", unsafe {
-            uc::uc_open(uc_arch, uc_mode, &mut engine)
+        check(api, "uc_open", unsafe {
+            (api.uc_open)(uc_arch, uc_mode, &mut engine)
         })?;
         let hooks = Box::into_raw(Box::new(Hooks {
+            api,
             arch,
             cpu: id,
             mode: Mode::User,
@@ -466,6 +475,7 @@ impl Cpu {
             bad_access: None,
         }));
         let cpu = Cpu {
+            api,
             engine,
             arch,
             hooks,
@@ -505,7 +515,7 @@ impl Cpu {
         // asks for every address.
         let err = unsafe {
             match insn {
-                Some(id) => uc::uc_hook_add(
+                Some(id) => (self.api.uc_hook_add)(
                     self.engine,
                     &mut handle,
                     kind,
@@ -515,7 +525,7 @@ impl Cpu {
                     0,
                     id,
                 ),
-                None => uc::uc_hook_add(
+                None => (self.api.uc_hook_add)(
                     self.engine,
                     &mut handle,
                     kind,
@@ -526,7 +536,7 @@ impl Cpu {
                 ),
             }
         };
-        check("uc_hook_add", err)?;
+        check(self.api, "uc_hook_add", err)?;
         Ok(handle)
     }
 
@@ -549,8 +559,8 @@ impl Cpu {
         }
         let size = usize::try_from(len).map_err(|_| CpuError::Unaligned { addr, len })?;
         // SAFETY: plain call on our engine.
-        check("uc_mem_map", unsafe {
-            uc::uc_mem_map(self.engine, addr, size, prot.0)
+        check(self.api, "uc_mem_map", unsafe {
+            (self.api.uc_mem_map)(self.engine, addr, size, prot.0)
         })?;
         self.hooks_mut().decode.clear();
         Ok(())
@@ -563,16 +573,17 @@ impl Cpu {
         }
         let size = usize::try_from(len).map_err(|_| CpuError::Unaligned { addr, len })?;
         // SAFETY: plain call on our engine.
-        check("uc_mem_protect", unsafe {
-            uc::uc_mem_protect(self.engine, addr, size, prot.0)
+        check(self.api, "uc_mem_protect", unsafe {
+            (self.api.uc_mem_protect)(self.engine, addr, size, prot.0)
         })
     }
 
     /// Writes mapped memory, whatever its rights (as the kernel does).
     pub fn write(&mut self, addr: u64, bytes: &[u8]) -> Result<(), CpuError> {
         // SAFETY: `bytes` is valid for its length.
-        let err =
-            unsafe { uc::uc_mem_write(self.engine, addr, bytes.as_ptr().cast(), bytes.len()) };
+        let err = unsafe {
+            (self.api.uc_mem_write)(self.engine, addr, bytes.as_ptr().cast(), bytes.len())
+        };
         if err != uc::UC_ERR_OK {
             return Err(CpuError::BadAddress {
                 addr,
@@ -586,7 +597,9 @@ impl Cpu {
     /// Reads mapped memory, whatever its rights.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), CpuError> {
         // SAFETY: `buf` is valid for writes of its length.
-        let err = unsafe { uc::uc_mem_read(self.engine, addr, buf.as_mut_ptr().cast(), buf.len()) };
+        let err = unsafe {
+            (self.api.uc_mem_read)(self.engine, addr, buf.as_mut_ptr().cast(), buf.len())
+        };
         if err != uc::UC_ERR_OK {
             return Err(CpuError::BadAddress {
                 addr,
@@ -600,7 +613,7 @@ impl Cpu {
         let mut v = 0u64;
         // SAFETY: every register this module names is 64 bits wide (NZCV
         // and EFLAGS are read into the low bits of the u64).
-        let err = unsafe { uc::uc_reg_read(self.engine, id, (&raw mut v).cast()) };
+        let err = unsafe { (self.api.uc_reg_read)(self.engine, id, (&raw mut v).cast()) };
         debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
         v
     }
@@ -608,7 +621,7 @@ impl Cpu {
     fn set_reg(&mut self, id: c_int, v: u64) {
         // SAFETY: as in reg; the engine reads as many bytes as the
         // register has, at most 8.
-        let err = unsafe { uc::uc_reg_write(self.engine, id, (&raw const v).cast()) };
+        let err = unsafe { (self.api.uc_reg_write)(self.engine, id, (&raw const v).cast()) };
         debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
     }
 
@@ -740,7 +753,7 @@ impl Cpu {
                 Ok(m) => m,
                 Err(e) => {
                     // SAFETY: the handle uc_hook_add just gave.
-                    unsafe { uc::uc_hook_del(self.engine, code) };
+                    unsafe { (self.api.uc_hook_del)(self.engine, code) };
                     return Err(e);
                 }
             };
@@ -764,7 +777,7 @@ impl Cpu {
             if let Some(handles) = self.trace_hooks.take() {
                 for handle in handles {
                     // SAFETY: handles uc_hook_add gave and not yet deleted.
-                    unsafe { uc::uc_hook_del(self.engine, handle) };
+                    unsafe { (self.api.uc_hook_del)(self.engine, handle) };
                 }
             }
         }
@@ -796,7 +809,7 @@ impl Cpu {
         // SAFETY: the engine is ours; the callbacks it runs use only the
         // Hooks, which `&mut self` keeps everyone else from touching. No
         // instruction starts at u64::MAX, so `until` is never reached.
-        let err = unsafe { uc::uc_emu_start(self.engine, begin, u64::MAX, 0, count) };
+        let err = unsafe { (self.api.uc_emu_start)(self.engine, begin, u64::MAX, 0, count) };
         let pc = self.pc();
         let h = self.hooks_mut();
         let fault = match err {
@@ -816,7 +829,7 @@ impl Cpu {
                 h.drop_pending();
                 return Err(CpuError::Emulator {
                     call: "uc_emu_start",
-                    text: uc::strerror(e),
+                    text: h.api.strerror(e),
                 });
             }
         };

@@ -1,5 +1,5 @@
 //! The emulator under [`crate::cpu`]: Unicorn 2 (Debian's `libunicorn2`),
-//! linked dynamically, through the few of its C functions ksim needs.
+//! loaded dynamically, through the few of its C functions ksim needs.
 //!
 //! The declarations are written here rather than taken from a crate: the
 //! interface used is a dozen functions and constants, and the
@@ -10,7 +10,8 @@
 //!
 //! Nothing outside `cpu` sees this module.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::sync::OnceLock;
 
 /// `uc_engine *`.
 pub type UcEngine = *mut c_void;
@@ -85,38 +86,140 @@ pub type HookIntr = extern "C" fn(UcEngine, u32, *mut c_void);
 /// `uc_cb_insn_syscall_t`.
 pub type HookSyscall = extern "C" fn(UcEngine, *mut c_void);
 
-#[link(name = "unicorn")]
-unsafe extern "C" {
-    pub fn uc_open(arch: c_int, mode: c_int, uc: *mut UcEngine) -> UcErr;
-    pub fn uc_close(uc: UcEngine) -> UcErr;
-    pub fn uc_strerror(code: UcErr) -> *const c_char;
-    pub fn uc_mem_map(uc: UcEngine, address: u64, size: usize, perms: u32) -> UcErr;
-    pub fn uc_mem_protect(uc: UcEngine, address: u64, size: usize, perms: u32) -> UcErr;
-    pub fn uc_mem_write(uc: UcEngine, address: u64, bytes: *const c_void, size: usize) -> UcErr;
-    pub fn uc_mem_read(uc: UcEngine, address: u64, bytes: *mut c_void, size: usize) -> UcErr;
-    pub fn uc_reg_write(uc: UcEngine, regid: c_int, value: *const c_void) -> UcErr;
-    pub fn uc_reg_read(uc: UcEngine, regid: c_int, value: *mut c_void) -> UcErr;
-    pub fn uc_emu_start(uc: UcEngine, begin: u64, until: u64, timeout: u64, count: usize) -> UcErr;
-    pub fn uc_emu_stop(uc: UcEngine) -> UcErr;
-    /// Variadic: `UC_HOOK_INSN` takes the instruction id after `end`.
-    pub fn uc_hook_add(
-        uc: UcEngine,
-        hh: *mut UcHook,
-        kind: c_int,
-        callback: *mut c_void,
-        user_data: *mut c_void,
-        begin: u64,
-        end: u64,
-        ...
-    ) -> UcErr;
-    pub fn uc_hook_del(uc: UcEngine, hh: UcHook) -> UcErr;
+/// The library's file name (Debian's libunicorn2, and Unicorn 2's soname
+/// everywhere).
+pub const LIBRARY: &str = "libunicorn.so.2";
+
+type UcOpenFn = unsafe extern "C" fn(c_int, c_int, *mut UcEngine) -> UcErr;
+type UcCloseFn = unsafe extern "C" fn(UcEngine) -> UcErr;
+type UcStrerrorFn = unsafe extern "C" fn(UcErr) -> *const c_char;
+type UcMemMapFn = unsafe extern "C" fn(UcEngine, u64, usize, u32) -> UcErr;
+type UcMemProtectFn = unsafe extern "C" fn(UcEngine, u64, usize, u32) -> UcErr;
+type UcMemWriteFn = unsafe extern "C" fn(UcEngine, u64, *const c_void, usize) -> UcErr;
+type UcMemReadFn = unsafe extern "C" fn(UcEngine, u64, *mut c_void, usize) -> UcErr;
+type UcRegWriteFn = unsafe extern "C" fn(UcEngine, c_int, *const c_void) -> UcErr;
+type UcRegReadFn = unsafe extern "C" fn(UcEngine, c_int, *mut c_void) -> UcErr;
+/// (uc, begin, until, timeout, count).
+type UcEmuStartFn = unsafe extern "C" fn(UcEngine, u64, u64, u64, usize) -> UcErr;
+type UcEmuStopFn = unsafe extern "C" fn(UcEngine) -> UcErr;
+/// (uc, handle, type, callback, user data, begin, end, ...): variadic,
+/// `UC_HOOK_INSN` takes the instruction id after `end`.
+type UcHookAddFn = unsafe extern "C" fn(
+    UcEngine,
+    *mut UcHook,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+    u64,
+    u64,
+    ...
+) -> UcErr;
+type UcHookDelFn = unsafe extern "C" fn(UcEngine, UcHook) -> UcErr;
+
+/// Unicorn's functions, looked up in the library once it is loaded.
+///
+/// The library is opened at run time (dlopen) rather than named at link
+/// time: ksim is linked into libpmc's archive and shared object when they
+/// carry the simulator, and the C programs that link those must not need
+/// Unicorn unless a CPU is made.
+pub struct Api {
+    pub uc_open: UcOpenFn,
+    pub uc_close: UcCloseFn,
+    pub uc_strerror: UcStrerrorFn,
+    pub uc_mem_map: UcMemMapFn,
+    pub uc_mem_protect: UcMemProtectFn,
+    pub uc_mem_write: UcMemWriteFn,
+    pub uc_mem_read: UcMemReadFn,
+    pub uc_reg_write: UcRegWriteFn,
+    pub uc_reg_read: UcRegReadFn,
+    pub uc_emu_start: UcEmuStartFn,
+    pub uc_emu_stop: UcEmuStopFn,
+    pub uc_hook_add: UcHookAddFn,
+    pub uc_hook_del: UcHookDelFn,
 }
 
-/// Unicorn's text for an error code.
-pub fn strerror(code: UcErr) -> String {
-    // SAFETY: uc_strerror returns a pointer to a static NUL-terminated
-    // string for every code, known or not.
-    unsafe { CStr::from_ptr(uc_strerror(code)) }
-        .to_string_lossy()
-        .into_owned()
+impl Api {
+    /// Unicorn's text for an error code.
+    pub fn strerror(&self, code: UcErr) -> String {
+        // SAFETY: uc_strerror returns a pointer to a static NUL-terminated
+        // string for every code, known or not.
+        unsafe { CStr::from_ptr((self.uc_strerror)(code)) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// The library's functions, loaded on first use; the error says why they
+/// could not be.
+pub fn api() -> Result<&'static Api, String> {
+    static API: OnceLock<Result<Api, String>> = OnceLock::new();
+    API.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string valid until
+    // the next dl call on this thread; it is copied at once.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}
+
+fn load() -> Result<Api, String> {
+    let name = CString::new(LIBRARY).expect("no NUL in the name");
+    // SAFETY: a NUL-terminated name; the handle is kept for the life of
+    // the process (never closed), so the functions stay valid.
+    let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if lib.is_null() {
+        return Err(format!(
+            "cannot load {LIBRARY} ({}); Debian: apt-get install libunicorn2 (tools/setup does)",
+            dlerror()
+        ));
+    }
+    let symbol = |sym: &str| -> Result<*mut c_void, String> {
+        let c = CString::new(sym).expect("no NUL in the name");
+        // SAFETY: a live handle and a NUL-terminated name.
+        let f = unsafe { libc::dlsym(lib, c.as_ptr()) };
+        if f.is_null() {
+            Err(format!("{LIBRARY} has no {sym}: {}", dlerror()))
+        } else {
+            Ok(f)
+        }
+    };
+    macro_rules! function {
+        ($name:ident: $type:ty) => {{
+            let f = symbol(stringify!($name))?;
+            // SAFETY: the symbol is Unicorn 2's function of that name,
+            // whose C prototype (unicorn/unicorn.h) the type matches.
+            unsafe { std::mem::transmute::<*mut c_void, $type>(f) }
+        }};
+    }
+    let version = {
+        let f = function!(uc_version: unsafe extern "C" fn(*mut u32, *mut u32) -> u32);
+        // SAFETY: uc_version accepts null pointers for the parts it is not
+        // asked for.
+        unsafe { f(std::ptr::null_mut(), std::ptr::null_mut()) }
+    };
+    // The constants of this module are Unicorn 2's.
+    if version >> 24 != 2 {
+        return Err(format!("{LIBRARY} is version {version:#010x}, not 2"));
+    }
+    Ok(Api {
+        uc_open: function!(uc_open: UcOpenFn),
+        uc_close: function!(uc_close: UcCloseFn),
+        uc_strerror: function!(uc_strerror: UcStrerrorFn),
+        uc_mem_map: function!(uc_mem_map: UcMemMapFn),
+        uc_mem_protect: function!(uc_mem_protect: UcMemProtectFn),
+        uc_mem_write: function!(uc_mem_write: UcMemWriteFn),
+        uc_mem_read: function!(uc_mem_read: UcMemReadFn),
+        uc_reg_write: function!(uc_reg_write: UcRegWriteFn),
+        uc_reg_read: function!(uc_reg_read: UcRegReadFn),
+        uc_emu_start: function!(uc_emu_start: UcEmuStartFn),
+        uc_emu_stop: function!(uc_emu_stop: UcEmuStopFn),
+        uc_hook_add: function!(uc_hook_add: UcHookAddFn),
+        uc_hook_del: function!(uc_hook_del: UcHookDelFn),
+    })
 }
