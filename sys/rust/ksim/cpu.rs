@@ -22,6 +22,7 @@
 //!   arguments and system-call results give the same instruction stream.
 
 mod aarch64;
+pub mod cost;
 pub mod events;
 mod unicorn;
 mod x86_64;

@@ -541,3 +541,37 @@ fn event_counts_match_single_stepping_aarch64() {
         );
     }
 }
+
+/// The cost model on real programs: deterministic, at least a cycle per
+/// instruction, and misses where the programs cause them.
+#[test]
+fn cost_model_on_workloads() {
+    use ksim::cpu::cost::{CostCounts, CostModel, RETURN_STACK_DEPTH};
+    let cost = |arch: Arch, name: &str, args: &[&str]| -> CostCounts {
+        let mut p = exec(arch, name, args);
+        let m = Rc::new(RefCell::new(CostModel::default()));
+        p.cpu().subscribe(Box::new(m.clone())).unwrap();
+        assert_eq!(p.run().unwrap(), ExitStatus::Exited(0));
+        m.borrow().counts()
+    };
+    for arch in ARCHES {
+        let sort = cost(arch, "sort", &["2"]);
+        assert_eq!(sort, cost(arch, "sort", &["2"]), "{arch:?}: deterministic");
+        assert!(sort.cycles > sort.instructions, "{sort:?}");
+        assert!(
+            sort.branch_misses > 1000 && sort.cache_misses > 0,
+            "{arch:?}: {sort:?}"
+        );
+        // Nested calls return through a 16-entry return stack: the returns
+        // past its depth miss, so 500 more levels of descent (the rest of
+        // the program unchanged) give 500 more misses, give or take the
+        // predictor's few on the descent's own branch.
+        let shallow = cost(arch, "recurse", &["100"]);
+        let deep = cost(arch, "recurse", &["600"]);
+        let more = deep.branch_misses - shallow.branch_misses;
+        assert!(
+            (495..=510).contains(&more),
+            "{arch:?}: {more} ({RETURN_STACK_DEPTH})"
+        );
+    }
+}
