@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, Mnemonic, OpAccess};
-use ksim::cpu::events::{BranchKind, Counts, Retired, Subscriber};
+use ksim::cpu::events::{AccessKind, BranchKind, Counts, MemAccess, Retired, Subscriber};
 use ksim::cpu::{Access, Arch, Fault};
 use ksim::elf::parse_symbols;
 use ksim::programs;
@@ -206,10 +206,11 @@ struct Seen {
 }
 
 #[derive(Default)]
-struct Record(Vec<Seen>);
+struct Record(Vec<Seen>, Vec<Vec<MemAccess>>);
 
 impl Subscriber for Record {
     fn retired(&mut self, insn: &Retired<'_>) {
+        self.1.push(insn.accesses.to_vec());
         self.0.push(Seen {
             pc: insn.pc,
             next_pc: insn.next_pc,
@@ -220,9 +221,15 @@ impl Subscriber for Record {
     }
 }
 
+/// The stack slot a push, call, pop or return accesses, found from the
+/// stack pointer before it runs: where the event model must report an
+/// access of that kind.
+type StackSlot = Option<(AccessKind, u64)>;
+
 /// Single-steps `p` to its end, decoding each instruction with iced-x86.
-fn reference_x86(p: &mut UserProcess) -> Vec<Seen> {
+fn reference_x86(p: &mut UserProcess) -> (Vec<Seen>, Vec<StackSlot>) {
     let mut seen = Vec::new();
+    let mut slots = Vec::new();
     let mut info = InstructionInfoFactory::new();
     loop {
         let pc = p.cpu().pc();
@@ -235,6 +242,12 @@ fn reference_x86(p: &mut UserProcess) -> Vec<Seen> {
         }
         let mut decoder = Decoder::with_ip(64, &bytes[..n], pc, DecoderOptions::NONE);
         let insn = decoder.decode();
+        let sp = p.cpu().sp();
+        let slot = match insn.mnemonic() {
+            Mnemonic::Push | Mnemonic::Call => Some((AccessKind::Store, sp - 8)),
+            Mnemonic::Pop | Mnemonic::Ret => Some((AccessKind::Load, sp)),
+            _ => None,
+        };
         let ended = p.step().expect("the CPU steps");
         let faulted = ended.is_some() && p.fault().is_some();
         if faulted {
@@ -282,11 +295,12 @@ fn reference_x86(p: &mut UserProcess) -> Vec<Seen> {
             loads,
             stores,
         });
+        slots.push(slot);
         if ended.is_some() {
             break;
         }
     }
-    seen
+    (seen, slots)
 }
 
 fn counts_of(seen: &[Seen]) -> Counts {
@@ -337,13 +351,28 @@ fn event_counts_match_an_independent_decode_x86_64() {
         let status = p.run().unwrap();
 
         let mut q = exec(Arch::X86_64, name, args);
-        let reference = reference_x86(&mut q);
+        let (reference, slots) = reference_x86(&mut q);
         assert_eq!(q.status(), Some(status), "{name} {args:?}");
 
         let record = record.borrow();
         for (i, (got, want)) in record.0.iter().zip(&reference).enumerate() {
             assert_eq!(got, want, "{name} {args:?}: instruction {i}");
         }
+        // The addresses of stack accesses.
+        let mut checked = 0;
+        for (i, (accesses, slot)) in record.1.iter().zip(&slots).enumerate() {
+            if let Some((kind, addr)) = *slot {
+                assert!(
+                    accesses
+                        .iter()
+                        .any(|a| a.kind == kind && a.addr == addr && a.size == 8),
+                    "{name} {args:?}: instruction {i} at {:#x}: {accesses:?}, want {kind:?} at {addr:#x}",
+                    reference[i].pc
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "{name}: pushes, calls, pops and returns");
         assert_eq!(record.0.len(), reference.len(), "{name} {args:?}");
         let want = counts_of(&reference);
         let got = counts.borrow().clone();
