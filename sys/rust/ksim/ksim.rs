@@ -20,10 +20,14 @@
     clippy::disallowed_methods
 )]
 
+pub mod cpu;
 pub mod elf;
+pub mod imgact_elf;
 pub mod kern;
 mod machine;
+pub mod programs;
 pub mod sched;
+pub mod user_process;
 pub mod witness;
 pub mod workload;
 

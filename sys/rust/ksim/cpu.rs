@@ -1,0 +1,861 @@
+//! The CPUs' execution engine: a [`Cpu`] runs real x86-64 or AArch64
+//! machine code in an address space of its own, stops at system calls and
+//! faults, and reports every retired instruction to its subscribers (the
+//! event model, [`events`]).
+//!
+//! Design notes:
+//! - The emulator (Unicorn 2, `cpu/unicorn.rs`) is private to this module:
+//!   nothing above names it, and another engine could replace it behind
+//!   the same interface. Its library is loaded when the first CPU is made,
+//!   so that programs linking ksim (libpmc's simulator) need it only if
+//!   they make CPUs.
+//! - With no subscriber the emulator runs without any per-instruction
+//!   hook; only the system-call instruction, interrupts and invalid
+//!   accesses call back, and those stop the run. A first subscriber
+//!   installs a code hook (one call per instruction, before it runs) and
+//!   memory hooks (one call per access). An instruction is reported when
+//!   the next one starts or the run stops, because only then is it known
+//!   where control went: that is how taken branches are told from
+//!   branches that fell through.
+//! - Runs are deterministic: the engine has no timer and the address
+//!   space holds only what the caller put there, so the same program,
+//!   arguments and system-call results give the same instruction stream.
+
+mod aarch64;
+pub mod cost;
+pub mod events;
+mod unicorn;
+mod x86_64;
+
+use std::ffi::{c_int, c_void};
+use std::fmt;
+
+use events::{AccessKind, Branch, BranchKind, MemAccess, Mode, Retired, Subscriber, SubscriberId};
+use unicorn as uc;
+
+/// The page size of the address spaces.
+pub const PAGE_SIZE: u64 = 0x1000;
+
+/// The instruction set a CPU runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// x86-64 in 64-bit mode (FreeBSD's amd64).
+    X86_64,
+    /// AArch64 (FreeBSD's arm64).
+    Aarch64,
+}
+
+impl Arch {
+    /// FreeBSD's name of the architecture.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "amd64",
+            Arch::Aarch64 => "arm64",
+        }
+    }
+}
+
+/// Access rights of mapped memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Prot(u32);
+
+impl Prot {
+    /// No access.
+    pub const NONE: Prot = Prot(0);
+    /// Readable.
+    pub const READ: Prot = Prot(uc::UC_PROT_READ);
+    /// Writable.
+    pub const WRITE: Prot = Prot(uc::UC_PROT_WRITE);
+    /// Executable.
+    pub const EXEC: Prot = Prot(uc::UC_PROT_EXEC);
+
+    /// Both sets of rights.
+    pub const fn union(self, other: Prot) -> Prot {
+        Prot(self.0 | other.0)
+    }
+
+    /// Whether every right of `other` is in `self`.
+    pub const fn contains(self, other: Prot) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// What a memory access was doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Reading data.
+    Read,
+    /// Writing data.
+    Write,
+    /// Fetching an instruction.
+    Execute,
+}
+
+/// Why an instruction could not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// An access to an address with nothing mapped.
+    Unmapped {
+        /// What the access did.
+        access: Access,
+        /// The address.
+        addr: u64,
+    },
+    /// An access that the page's rights forbid.
+    Protection {
+        /// What the access did.
+        access: Access,
+        /// The address.
+        addr: u64,
+    },
+    /// An undefined or unimplemented instruction.
+    IllegalInstruction,
+    /// Another processor exception: the x86 vector (0 for a divide error,
+    /// 3 for `int3`, 13 for a general protection fault, ...) or the
+    /// AArch64 exception number.
+    Exception {
+        /// The vector.
+        vector: u32,
+    },
+}
+
+/// Why [`Cpu::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stop {
+    /// The program made a system call; the PC is past the instruction and
+    /// [`Cpu::syscall_request`] reads it.
+    Syscall,
+    /// The instruction at `pc` faulted and did not retire.
+    Fault {
+        /// Address of the faulting instruction.
+        pc: u64,
+        /// What went wrong.
+        fault: Fault,
+    },
+}
+
+/// An error of the emulator or of a request to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpuError {
+    /// The emulator refused a call.
+    Emulator {
+        /// What was asked of it.
+        call: &'static str,
+        /// Its error text.
+        text: String,
+    },
+    /// A mapping request whose address or length is not page-aligned.
+    Unaligned {
+        /// The address asked for.
+        addr: u64,
+        /// The length asked for.
+        len: u64,
+    },
+    /// A read or write of memory that is not mapped.
+    BadAddress {
+        /// The first address.
+        addr: u64,
+        /// The length.
+        len: u64,
+    },
+}
+
+impl fmt::Display for CpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuError::Emulator { call, text } => write!(f, "CPU emulator: {call}: {text}"),
+            CpuError::Unaligned { addr, len } => {
+                write!(f, "mapping {addr:#x}+{len:#x} is not page-aligned")
+            }
+            CpuError::BadAddress { addr, len } => {
+                write!(f, "memory {addr:#x}+{len:#x} is not mapped")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CpuError {}
+
+fn check(api: &uc::Api, call: &'static str, code: uc::UcErr) -> Result<(), CpuError> {
+    if code == uc::UC_ERR_OK {
+        Ok(())
+    } else {
+        Err(CpuError::Emulator {
+            call,
+            text: api.strerror(code),
+        })
+    }
+}
+
+/// A system call as the program made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SyscallRequest {
+    /// The system call number.
+    pub number: u64,
+    /// The arguments, in order.
+    pub args: [u64; 6],
+}
+
+/// The instruction whose hook ran last: it retires when the next starts.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    pc: u64,
+    len: u32,
+    branch: Option<BranchKind>,
+}
+
+/// Direct-mapped cache of branch classifications by PC, so that an
+/// instruction's bytes are read and decoded once, not at every execution.
+struct DecodeCache {
+    tags: Box<[u64]>,
+    kinds: Box<[Option<BranchKind>]>,
+}
+
+const DECODE_CACHE_SLOTS: usize = 1 << 14;
+
+impl DecodeCache {
+    fn new() -> Self {
+        DecodeCache {
+            // No instruction starts at u64::MAX: an empty slot.
+            tags: vec![u64::MAX; DECODE_CACHE_SLOTS].into_boxed_slice(),
+            kinds: vec![None; DECODE_CACHE_SLOTS].into_boxed_slice(),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.tags.fill(u64::MAX);
+    }
+
+    fn slot(pc: u64) -> usize {
+        ((pc ^ (pc >> 14)) as usize) & (DECODE_CACHE_SLOTS - 1)
+    }
+}
+
+/// What the emulator's callbacks share with the [`Cpu`]. It lives on the
+/// heap at a fixed address, passed to every hook as its user data.
+struct Hooks {
+    api: &'static uc::Api,
+    arch: Arch,
+    cpu: u32,
+    mode: Mode,
+    subscribers: Vec<(SubscriberId, Box<dyn Subscriber>)>,
+    pending: Option<Pending>,
+    accesses: Vec<MemAccess>,
+    decode: DecodeCache,
+    /// Set by a callback that stopped the run.
+    syscall: bool,
+    exception: Option<u32>,
+    bad_access: Option<Fault>,
+}
+
+impl Hooks {
+    /// Reports the pending instruction, now that execution goes on at
+    /// `next_pc`.
+    fn retire_pending(&mut self, next_pc: u64) {
+        if let Some(p) = self.pending.take() {
+            let branch = p.branch.map(|kind| Branch {
+                kind,
+                taken: kind.is_unconditional() || next_pc != p.pc + u64::from(p.len),
+            });
+            let insn = Retired {
+                cpu: self.cpu,
+                mode: self.mode,
+                pc: p.pc,
+                len: p.len,
+                next_pc,
+                branch,
+                accesses: &self.accesses,
+            };
+            for (_, s) in &mut self.subscribers {
+                s.retired(&insn);
+            }
+        }
+        self.accesses.clear();
+    }
+
+    /// Forgets the pending instruction: it faulted.
+    fn drop_pending(&mut self) {
+        self.pending = None;
+        self.accesses.clear();
+    }
+
+    fn classify(&mut self, engine: uc::UcEngine, pc: u64, len: u32) -> Option<BranchKind> {
+        let slot = DecodeCache::slot(pc);
+        if self.decode.tags[slot] == pc {
+            return self.decode.kinds[slot];
+        }
+        let mut bytes = [0u8; x86_64::MAX_INSN_LEN];
+        let n = (len as usize).clamp(1, bytes.len());
+        // SAFETY: `bytes` has room for `n` bytes; the engine is the one
+        // running this hook, and reading its memory from a hook is allowed.
+        let err = unsafe { (self.api.uc_mem_read)(engine, pc, bytes.as_mut_ptr().cast(), n) };
+        if err != uc::UC_ERR_OK {
+            // The engine fetched these bytes a moment ago; should that
+            // ever fail, the instruction counts as no branch, uncached.
+            return None;
+        }
+        let kind = match self.arch {
+            Arch::X86_64 => x86_64::classify(&bytes[..n]),
+            Arch::Aarch64 => {
+                aarch64::classify(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+            }
+        };
+        self.decode.tags[slot] = pc;
+        self.decode.kinds[slot] = kind;
+        kind
+    }
+}
+
+/// # Safety
+/// `data` must be the `Hooks` a live [`Cpu`] registered, and nothing else
+/// may be using it while the engine runs its callbacks.
+unsafe fn hooks<'a>(data: *mut c_void) -> &'a mut Hooks {
+    // SAFETY: as the caller promises.
+    unsafe { &mut *data.cast::<Hooks>() }
+}
+
+extern "C" fn on_code(engine: uc::UcEngine, pc: u64, len: u32, data: *mut c_void) {
+    // SAFETY: registered by Cpu::install_trace_hooks with its Hooks, which
+    // the Cpu leaves alone while the engine runs.
+    let h = unsafe { hooks(data) };
+    h.retire_pending(pc);
+    let branch = h.classify(engine, pc, len);
+    h.pending = Some(Pending { pc, len, branch });
+}
+
+extern "C" fn on_mem(
+    _engine: uc::UcEngine,
+    kind: c_int,
+    addr: u64,
+    size: c_int,
+    _value: i64,
+    data: *mut c_void,
+) {
+    // SAFETY: as in on_code.
+    let h = unsafe { hooks(data) };
+    let kind = if kind == uc::UC_MEM_WRITE {
+        AccessKind::Store
+    } else {
+        AccessKind::Load
+    };
+    h.accesses.push(MemAccess {
+        kind,
+        addr,
+        size: size as u32,
+    });
+}
+
+extern "C" fn on_invalid_mem(
+    _engine: uc::UcEngine,
+    kind: c_int,
+    addr: u64,
+    _size: c_int,
+    _value: i64,
+    data: *mut c_void,
+) -> bool {
+    // SAFETY: registered by Cpu::new with its Hooks.
+    let h = unsafe { hooks(data) };
+    let fault = match kind {
+        uc::UC_MEM_READ_UNMAPPED => Fault::Unmapped {
+            access: Access::Read,
+            addr,
+        },
+        uc::UC_MEM_WRITE_UNMAPPED => Fault::Unmapped {
+            access: Access::Write,
+            addr,
+        },
+        uc::UC_MEM_FETCH_UNMAPPED => Fault::Unmapped {
+            access: Access::Execute,
+            addr,
+        },
+        uc::UC_MEM_READ_PROT => Fault::Protection {
+            access: Access::Read,
+            addr,
+        },
+        uc::UC_MEM_WRITE_PROT => Fault::Protection {
+            access: Access::Write,
+            addr,
+        },
+        _ => Fault::Protection {
+            access: Access::Execute,
+            addr,
+        },
+    };
+    h.bad_access = Some(fault);
+    // Stop: the run returns the fault.
+    false
+}
+
+extern "C" fn on_syscall(engine: uc::UcEngine, data: *mut c_void) {
+    // SAFETY: registered by Cpu::new with its Hooks.
+    let h = unsafe { hooks(data) };
+    h.syscall = true;
+    // SAFETY: the engine running this hook; stopping from a hook is what
+    // uc_emu_stop is for.
+    unsafe { (h.api.uc_emu_stop)(engine) };
+}
+
+/// AArch64's exception number of `svc` (QEMU's EXCP_SWI).
+const AARCH64_EXCP_SWI: u32 = 2;
+/// AArch64's exception number of an undefined instruction (EXCP_UDEF).
+const AARCH64_EXCP_UDEF: u32 = 1;
+/// x86's invalid-opcode vector (#UD).
+const X86_VECTOR_UD: u32 = 6;
+
+extern "C" fn on_interrupt(engine: uc::UcEngine, vector: u32, data: *mut c_void) {
+    // SAFETY: registered by Cpu::new with its Hooks.
+    let h = unsafe { hooks(data) };
+    if h.arch == Arch::Aarch64 && vector == AARCH64_EXCP_SWI {
+        h.syscall = true;
+    } else {
+        h.exception = Some(vector);
+    }
+    // SAFETY: as in on_syscall.
+    unsafe { (h.api.uc_emu_stop)(engine) };
+}
+
+/// A CPU with its own address space.
+pub struct Cpu {
+    api: &'static uc::Api,
+    engine: uc::UcEngine,
+    arch: Arch,
+    /// Owned (made by Box::into_raw in new, freed in drop).
+    hooks: *mut Hooks,
+    /// The code and memory hooks, while someone subscribes.
+    trace_hooks: Option<[uc::UcHook; 2]>,
+    next_subscriber: u64,
+}
+
+impl fmt::Debug for Cpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cpu")
+            .field("arch", &self.arch)
+            .field("subscribed", &self.trace_hooks.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Cpu {
+    fn drop(&mut self) {
+        // SAFETY: the engine was opened by new and is closed once, here;
+        // after it no callback can run, so the hooks can be freed.
+        unsafe {
+            (self.api.uc_close)(self.engine);
+            drop(Box::from_raw(self.hooks));
+        }
+    }
+}
+
+impl Cpu {
+    /// A CPU numbered `id` running `arch` code, with nothing mapped.
+    pub fn new(arch: Arch, id: u32) -> Result<Cpu, CpuError> {
+        let (uc_arch, uc_mode) = match arch {
+            Arch::X86_64 => (uc::UC_ARCH_X86, uc::UC_MODE_64),
+            Arch::Aarch64 => (uc::UC_ARCH_ARM64, uc::UC_MODE_ARM),
+        };
+        let api = uc::api().map_err(|text| CpuError::Emulator {
+            call: "dlopen",
+            text,
+        })?;
+        let mut engine: uc::UcEngine = std::ptr::null_mut();
+        // SAFETY: uc_open writes the handle through the pointer it is given.
+        check(api, "uc_open", unsafe {
+            (api.uc_open)(uc_arch, uc_mode, &mut engine)
+        })?;
+        let hooks = Box::into_raw(Box::new(Hooks {
+            api,
+            arch,
+            cpu: id,
+            mode: Mode::User,
+            subscribers: Vec::new(),
+            pending: None,
+            accesses: Vec::with_capacity(8),
+            decode: DecodeCache::new(),
+            syscall: false,
+            exception: None,
+            bad_access: None,
+        }));
+        let cpu = Cpu {
+            api,
+            engine,
+            arch,
+            hooks,
+            trace_hooks: None,
+            next_subscriber: 0,
+        };
+        cpu.add_hook(
+            uc::UC_HOOK_MEM_INVALID,
+            on_invalid_mem as uc::HookMemInvalid as *mut c_void,
+            None,
+        )?;
+        cpu.add_hook(
+            uc::UC_HOOK_INTR,
+            on_interrupt as uc::HookIntr as *mut c_void,
+            None,
+        )?;
+        if arch == Arch::X86_64 {
+            cpu.add_hook(
+                uc::UC_HOOK_INSN,
+                on_syscall as uc::HookSyscall as *mut c_void,
+                Some(uc::UC_X86_INS_SYSCALL),
+            )?;
+        }
+        Ok(cpu)
+    }
+
+    fn add_hook(
+        &self,
+        kind: c_int,
+        callback: *mut c_void,
+        insn: Option<c_int>,
+    ) -> Result<uc::UcHook, CpuError> {
+        let mut handle: uc::UcHook = 0;
+        // SAFETY: the callback has the C signature Unicorn expects for
+        // `kind` (each caller casts from the matching type), and its user
+        // data is this CPU's Hooks, which outlive the engine. begin > end
+        // asks for every address.
+        let err = unsafe {
+            match insn {
+                Some(id) => (self.api.uc_hook_add)(
+                    self.engine,
+                    &mut handle,
+                    kind,
+                    callback,
+                    self.hooks.cast(),
+                    1,
+                    0,
+                    id,
+                ),
+                None => (self.api.uc_hook_add)(
+                    self.engine,
+                    &mut handle,
+                    kind,
+                    callback,
+                    self.hooks.cast(),
+                    1,
+                    0,
+                ),
+            }
+        };
+        check(self.api, "uc_hook_add", err)?;
+        Ok(handle)
+    }
+
+    /// The instruction set.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    fn hooks_mut(&mut self) -> &mut Hooks {
+        // SAFETY: the engine is not running (that needs `&mut self` too,
+        // and callbacks only run inside uc_emu_start), so this is the only
+        // reference.
+        unsafe { &mut *self.hooks }
+    }
+
+    /// Maps `len` bytes at `addr` (both page-aligned), zero-filled.
+    pub fn map(&mut self, addr: u64, len: u64, prot: Prot) -> Result<(), CpuError> {
+        if addr % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 || len == 0 {
+            return Err(CpuError::Unaligned { addr, len });
+        }
+        let size = usize::try_from(len).map_err(|_| CpuError::Unaligned { addr, len })?;
+        // SAFETY: plain call on our engine.
+        check(self.api, "uc_mem_map", unsafe {
+            (self.api.uc_mem_map)(self.engine, addr, size, prot.0)
+        })?;
+        self.hooks_mut().decode.clear();
+        Ok(())
+    }
+
+    /// Changes the rights of mapped pages.
+    pub fn protect(&mut self, addr: u64, len: u64, prot: Prot) -> Result<(), CpuError> {
+        if addr % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 || len == 0 {
+            return Err(CpuError::Unaligned { addr, len });
+        }
+        let size = usize::try_from(len).map_err(|_| CpuError::Unaligned { addr, len })?;
+        // SAFETY: plain call on our engine.
+        check(self.api, "uc_mem_protect", unsafe {
+            (self.api.uc_mem_protect)(self.engine, addr, size, prot.0)
+        })
+    }
+
+    /// Writes mapped memory, whatever its rights (as the kernel does).
+    pub fn write(&mut self, addr: u64, bytes: &[u8]) -> Result<(), CpuError> {
+        // SAFETY: `bytes` is valid for its length.
+        let err = unsafe {
+            (self.api.uc_mem_write)(self.engine, addr, bytes.as_ptr().cast(), bytes.len())
+        };
+        if err != uc::UC_ERR_OK {
+            return Err(CpuError::BadAddress {
+                addr,
+                len: bytes.len() as u64,
+            });
+        }
+        self.hooks_mut().decode.clear();
+        Ok(())
+    }
+
+    /// Reads mapped memory, whatever its rights.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), CpuError> {
+        // SAFETY: `buf` is valid for writes of its length.
+        let err = unsafe {
+            (self.api.uc_mem_read)(self.engine, addr, buf.as_mut_ptr().cast(), buf.len())
+        };
+        if err != uc::UC_ERR_OK {
+            return Err(CpuError::BadAddress {
+                addr,
+                len: buf.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    fn reg(&self, id: c_int) -> u64 {
+        let mut v = 0u64;
+        // SAFETY: every register this module names is 64 bits wide (NZCV
+        // and EFLAGS are read into the low bits of the u64).
+        let err = unsafe { (self.api.uc_reg_read)(self.engine, id, (&raw mut v).cast()) };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
+        v
+    }
+
+    fn set_reg(&mut self, id: c_int, v: u64) {
+        // SAFETY: as in reg; the engine reads as many bytes as the
+        // register has, at most 8.
+        let err = unsafe { (self.api.uc_reg_write)(self.engine, id, (&raw const v).cast()) };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
+    }
+
+    /// The program counter.
+    pub fn pc(&self) -> u64 {
+        self.reg(match self.arch {
+            Arch::X86_64 => uc::UC_X86_REG_RIP,
+            Arch::Aarch64 => uc::UC_ARM64_REG_PC,
+        })
+    }
+
+    /// Sets the program counter.
+    pub fn set_pc(&mut self, pc: u64) {
+        let id = match self.arch {
+            Arch::X86_64 => uc::UC_X86_REG_RIP,
+            Arch::Aarch64 => uc::UC_ARM64_REG_PC,
+        };
+        self.set_reg(id, pc);
+    }
+
+    /// The stack pointer.
+    pub fn sp(&self) -> u64 {
+        self.reg(match self.arch {
+            Arch::X86_64 => uc::UC_X86_REG_RSP,
+            Arch::Aarch64 => uc::UC_ARM64_REG_SP,
+        })
+    }
+
+    /// The frame pointer (`%rbp`, `x29`).
+    pub fn frame_pointer(&self) -> u64 {
+        self.reg(match self.arch {
+            Arch::X86_64 => uc::UC_X86_REG_RBP,
+            Arch::Aarch64 => uc::UC_ARM64_REG_X29,
+        })
+    }
+
+    /// Sets the registers a new image starts with, as FreeBSD's
+    /// exec_setregs does: the PC at `entry`, the stack pointer at `stack`
+    /// aligned as the ABI wants at a function's entry, and the first
+    /// argument register pointing at `stack` (argc, then argv, envp and
+    /// the auxiliary vector).
+    pub fn set_exec_registers(&mut self, entry: u64, stack: u64) {
+        match self.arch {
+            Arch::X86_64 => {
+                self.set_reg(uc::UC_X86_REG_RSP, ((stack - 8) & !0xf) + 8);
+                self.set_reg(uc::UC_X86_REG_RDI, stack);
+                // PSL_USER: the reserved bit 1 and interrupts enabled.
+                self.set_reg(uc::UC_X86_REG_EFLAGS, 0x202);
+            }
+            Arch::Aarch64 => {
+                self.set_reg(uc::UC_ARM64_REG_SP, stack & !0xf);
+                self.set_reg(uc::UC_ARM64_REG_X0, stack);
+            }
+        }
+        self.set_pc(entry);
+    }
+
+    /// The system call the program made (valid after [`Stop::Syscall`]):
+    /// FreeBSD's conventions, the number in `%rax` and the arguments in
+    /// `%rdi, %rsi, %rdx, %r10, %r8, %r9` on amd64; the number in `x8`
+    /// and the arguments in `x0`-`x5` on arm64.
+    pub fn syscall_request(&self) -> SyscallRequest {
+        match self.arch {
+            Arch::X86_64 => SyscallRequest {
+                number: self.reg(uc::UC_X86_REG_RAX),
+                args: [
+                    uc::UC_X86_REG_RDI,
+                    uc::UC_X86_REG_RSI,
+                    uc::UC_X86_REG_RDX,
+                    uc::UC_X86_REG_R10,
+                    uc::UC_X86_REG_R8,
+                    uc::UC_X86_REG_R9,
+                ]
+                .map(|r| self.reg(r)),
+            },
+            Arch::Aarch64 => SyscallRequest {
+                number: self.reg(uc::UC_ARM64_REG_X8),
+                args: [0, 1, 2, 3, 4, 5].map(|i| self.reg(uc::UC_ARM64_REG_X0 + i)),
+            },
+        }
+    }
+
+    /// Returns from a system call as FreeBSD does: on success the two
+    /// values in `%rax`/`%rdx` (`x0`/`x1`) and the carry flag clear; on
+    /// failure the errno value in `%rax` (`x0`) and the carry flag set.
+    pub fn set_syscall_result(&mut self, result: Result<[u64; 2], i32>) {
+        let (ret0, ret1, flags, carry) = match self.arch {
+            Arch::X86_64 => (
+                uc::UC_X86_REG_RAX,
+                uc::UC_X86_REG_RDX,
+                uc::UC_X86_REG_EFLAGS,
+                1u64, // PSL_C
+            ),
+            Arch::Aarch64 => (
+                uc::UC_ARM64_REG_X0,
+                uc::UC_ARM64_REG_X0 + 1,
+                uc::UC_ARM64_REG_NZCV,
+                1u64 << 29, // PSR_C
+            ),
+        };
+        let f = self.reg(flags);
+        match result {
+            Ok([v0, v1]) => {
+                self.set_reg(ret0, v0);
+                self.set_reg(ret1, v1);
+                self.set_reg(flags, f & !carry);
+            }
+            Err(errno) => {
+                self.set_reg(ret0, errno as u64);
+                self.set_reg(flags, f | carry);
+            }
+        }
+    }
+
+    /// Reports every instruction this CPU retires from now on to `s`.
+    pub fn subscribe(&mut self, s: Box<dyn Subscriber>) -> Result<SubscriberId, CpuError> {
+        if self.trace_hooks.is_none() {
+            let code = self.add_hook(
+                uc::UC_HOOK_CODE,
+                on_code as uc::HookCode as *mut c_void,
+                None,
+            )?;
+            let mem = self.add_hook(
+                uc::UC_HOOK_MEM_READ | uc::UC_HOOK_MEM_WRITE,
+                on_mem as uc::HookMem as *mut c_void,
+                None,
+            );
+            let mem = match mem {
+                Ok(m) => m,
+                Err(e) => {
+                    // SAFETY: the handle uc_hook_add just gave.
+                    unsafe { (self.api.uc_hook_del)(self.engine, code) };
+                    return Err(e);
+                }
+            };
+            self.trace_hooks = Some([code, mem]);
+        }
+        let id = SubscriberId(self.next_subscriber);
+        self.next_subscriber += 1;
+        self.hooks_mut().subscribers.push((id, s));
+        Ok(id)
+    }
+
+    /// Ends a subscription, returning the subscriber; the last one removes
+    /// the per-instruction hooks.
+    pub fn unsubscribe(&mut self, id: SubscriberId) -> Option<Box<dyn Subscriber>> {
+        let h = self.hooks_mut();
+        let at = h.subscribers.iter().position(|(i, _)| *i == id)?;
+        let (_, s) = h.subscribers.remove(at);
+        if h.subscribers.is_empty() {
+            h.pending = None;
+            h.accesses.clear();
+            if let Some(handles) = self.trace_hooks.take() {
+                for handle in handles {
+                    // SAFETY: handles uc_hook_add gave and not yet deleted.
+                    unsafe { (self.api.uc_hook_del)(self.engine, handle) };
+                }
+            }
+        }
+        Some(s)
+    }
+
+    /// Runs from the PC until the program makes a system call or faults.
+    pub fn run(&mut self) -> Result<Stop, CpuError> {
+        self.execute(0)?.ok_or_else(|| CpuError::Emulator {
+            call: "uc_emu_start",
+            text: "the run stopped with no system call and no fault".into(),
+        })
+    }
+
+    /// Runs one instruction: `None` when it retired without a system call
+    /// or a fault.
+    pub fn step(&mut self) -> Result<Option<Stop>, CpuError> {
+        self.execute(1)
+    }
+
+    fn execute(&mut self, count: usize) -> Result<Option<Stop>, CpuError> {
+        let begin = self.pc();
+        {
+            let h = self.hooks_mut();
+            h.syscall = false;
+            h.exception = None;
+            h.bad_access = None;
+        }
+        // SAFETY: the engine is ours; the callbacks it runs use only the
+        // Hooks, which `&mut self` keeps everyone else from touching. No
+        // instruction starts at u64::MAX, so `until` is never reached.
+        let err = unsafe { (self.api.uc_emu_start)(self.engine, begin, u64::MAX, 0, count) };
+        let pc = self.pc();
+        let h = self.hooks_mut();
+        let fault = match err {
+            uc::UC_ERR_OK => None,
+            uc::UC_ERR_INSN_INVALID => Some(Fault::IllegalInstruction),
+            uc::UC_ERR_READ_UNMAPPED
+            | uc::UC_ERR_WRITE_UNMAPPED
+            | uc::UC_ERR_FETCH_UNMAPPED
+            | uc::UC_ERR_READ_PROT
+            | uc::UC_ERR_WRITE_PROT
+            | uc::UC_ERR_FETCH_PROT => Some(h.bad_access.unwrap_or(Fault::Unmapped {
+                access: Access::Read,
+                addr: 0,
+            })),
+            uc::UC_ERR_EXCEPTION => Some(Fault::Exception { vector: u32::MAX }),
+            e => {
+                h.drop_pending();
+                return Err(CpuError::Emulator {
+                    call: "uc_emu_start",
+                    text: h.api.strerror(e),
+                });
+            }
+        };
+        let fault = fault.or(match h.exception {
+            Some(X86_VECTOR_UD) if h.arch == Arch::X86_64 => Some(Fault::IllegalInstruction),
+            Some(AARCH64_EXCP_UDEF) if h.arch == Arch::Aarch64 => Some(Fault::IllegalInstruction),
+            Some(vector) => Some(Fault::Exception { vector }),
+            None => None,
+        });
+        match fault {
+            Some(fault) => {
+                // The faulting instruction did not retire; the one before
+                // it (if its report is still pending) did, and control
+                // went to the faulting one.
+                if h.pending.is_some_and(|p| p.pc == pc) {
+                    h.drop_pending();
+                } else {
+                    h.retire_pending(pc);
+                }
+                Ok(Some(Stop::Fault { pc, fault }))
+            }
+            None => {
+                h.retire_pending(pc);
+                Ok(h.syscall.then_some(Stop::Syscall))
+            }
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! The workload programs: real programs written in C in `workloads/`,
+//! compiled for FreeBSD on amd64 and arm64 by ksim's build script
+//! (freestanding, with the crt, system call stubs and small library of
+//! `workloads/`; with symbols, frame pointers and DWARF line information).
+//!
+//! To add one: write `workloads/<name>.c` with a `main` that uses only
+//! what `ksim_workload.h` declares (add a system call there and in both
+//! `syscalls_<arch>.S`, and serve it in [`crate::user_process`]), then add
+//! the name to `PROGRAMS` in `build.rs` and to [`NAMES`].
+
+use std::path::PathBuf;
+
+use crate::cpu::Arch;
+
+/// Every program.
+pub const NAMES: &[&str] = &["sort", "calls", "recurse", "syscalls", "faults"];
+
+/// Where the build put program `name` for `arch`.
+pub fn path(arch: Arch, name: &str) -> PathBuf {
+    PathBuf::from(env!("KSIM_WORKLOADS_DIR"))
+        .join(arch.name())
+        .join(name)
+}
+
+/// The ELF file of program `name` for `arch`.
+pub fn image(arch: Arch, name: &str) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path(arch, name))
+}

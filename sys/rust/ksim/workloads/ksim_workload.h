@@ -1,0 +1,43 @@
+/*
+ * What the workload programs have instead of a C library: FreeBSD system
+ * calls (syscalls_<arch>.S), the entry point (crt0_<arch>.S) and a few
+ * helpers (ksim_workload.c).  Programs define
+ *
+ *	int main(int argc, char **argv);
+ *
+ * and return their exit status.
+ */
+#ifndef KSIM_WORKLOAD_H
+#define KSIM_WORKLOAD_H
+
+typedef unsigned long size_t;
+typedef long ssize_t;
+typedef unsigned long uint64_t;
+typedef unsigned int uint32_t;
+typedef int pid_t;
+
+extern int errno;
+
+void _exit(int status) __attribute__((noreturn));
+ssize_t write(int fd, const void *buf, size_t len);
+pid_t getpid(void);
+int sched_yield(void);
+long __ksim_syscall_number(long number);
+
+void *memset(void *dst, int c, size_t len);
+void *memcpy(void *dst, const void *src, size_t len);
+size_t strlen(const char *s);
+
+/* Writes a string, or a number in decimal, to standard output. */
+void put_str(const char *s);
+void put_u64(uint64_t v);
+
+/* argv[i] as a decimal number, or def when absent or not a number. */
+uint64_t arg_u64(int argc, char **argv, int i, uint64_t def);
+
+/* A deterministic pseudo-random sequence (xorshift64). */
+uint64_t rand_next(uint64_t *state);
+
+int main(int argc, char **argv);
+
+#endif
