@@ -370,6 +370,21 @@ mod tests {
     use pmc::pmclog::{PMCLOG_FD_NONE, Parser, PmclogState};
     use uapi::pmclog::{PcList, PmclogBody as B, PmclogRecord, Timespec};
 
+    /// One record encoded as the driver writes it, read back by libpmc's
+    /// reader and printed: the dump and the warnings.
+    fn printed(body: B<'_>) -> (Vec<u8>, Vec<u8>) {
+        let rec = PmclogRecord { tsc: 1, body };
+        let mut b = vec![0u8; rec.encoded_len()];
+        rec.encode(&mut b).unwrap();
+        let mut parser = Parser::new(PMCLOG_FD_NONE);
+        parser.feed(&b);
+        let mut ev = PmclogEv::zeroed();
+        assert_eq!(parser.read(&mut ev), PmclogState::Ok);
+        let (mut out, mut warn) = (Vec::new(), Vec::new());
+        print_event(&mut out, &mut warn, &ev);
+        (out, warn)
+    }
+
     /// Every record type through the reader and the printer, against
     /// FreeBSD's formats filled in by hand.
     #[test]
@@ -569,15 +584,7 @@ mod tests {
             ),
         ];
         for (body, want) in cases {
-            let rec = PmclogRecord { tsc: 1, body };
-            let mut b = vec![0u8; rec.encoded_len()];
-            rec.encode(&mut b).unwrap();
-            let mut parser = Parser::new(PMCLOG_FD_NONE);
-            parser.feed(&b);
-            let mut ev = PmclogEv::zeroed();
-            assert_eq!(parser.read(&mut ev), PmclogState::Ok);
-            let (mut out, mut warn) = (Vec::new(), Vec::new());
-            print_event(&mut out, &mut warn, &ev);
+            let (out, _) = printed(body);
             assert_eq!(
                 out,
                 want,
@@ -590,24 +597,13 @@ mod tests {
 
     #[test]
     fn another_major_version_is_warned_about() {
-        let rec = PmclogRecord {
-            tsc: 1,
-            body: B::Initialize {
-                version: 0x0903_0000,
-                cpu: 0,
-                tsc_freq: 0,
-                ts: Timespec::default(),
-                cpuid: b"",
-            },
-        };
-        let mut b = vec![0u8; rec.encoded_len()];
-        rec.encode(&mut b).unwrap();
-        let mut parser = Parser::new(PMCLOG_FD_NONE);
-        parser.feed(&b);
-        let mut ev = PmclogEv::zeroed();
-        assert_eq!(parser.read(&mut ev), PmclogState::Ok);
-        let (mut out, mut warn) = (Vec::new(), Vec::new());
-        print_event(&mut out, &mut warn, &ev);
+        let (out, warn) = printed(B::Initialize {
+            version: 0x0903_0000,
+            cpu: 0,
+            tsc_freq: 0,
+            ts: Timespec::default(),
+            cpuid: b"",
+        });
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "initlog   0x9030000 \"(null)\"\n"
