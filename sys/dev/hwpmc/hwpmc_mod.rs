@@ -182,7 +182,17 @@ impl Pmc {
         *self.vals.lock()
     }
     fn update<R>(&self, f: impl FnOnce(&mut PmcVals) -> R) -> R {
-        f(&mut self.vals.lock())
+        let mut v = self.vals.lock();
+        let published = (v.state, v.reloadcount);
+        let r = f(&mut v);
+        // What the interrupt path reads unlocked changes only through
+        // update_published (checked in test builds).
+        debug_assert!(
+            published == (v.state, v.reloadcount),
+            "PMC {:#x}: state or reload count changed without being published",
+            self.id
+        );
+        r
     }
     /// [`Pmc::update`] for changes of the state or the reload count:
     /// publishes both before the lock is let go.
