@@ -19,8 +19,7 @@
     clippy::disallowed_methods
 )]
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ksim::cpu::Arch;
@@ -63,7 +62,7 @@ fn run(arch: Arch, name: &str, args: &[&str], observer: Observer) -> (Duration, 
     let mut argv = vec![name];
     argv.extend_from_slice(args);
     let mut p = UserProcess::exec(&image, name, &argv, &[], 100, 0).expect("exec");
-    let counts = Rc::new(RefCell::new(Counts::default()));
+    let counts = Arc::new(Mutex::new(Counts::default()));
     match observer {
         Observer::None => {}
         Observer::Counting => {
@@ -81,7 +80,7 @@ fn run(arch: Arch, name: &str, args: &[&str], observer: Observer) -> (Duration, 
     let status = p.run().expect("the CPU runs");
     let elapsed = start.elapsed();
     assert_eq!(status, ExitStatus::Exited(0), "{name}");
-    let n = counts.borrow().instructions;
+    let n = counts.lock().unwrap().instructions;
     (elapsed, (observer == Observer::Counting).then_some(n))
 }
 

@@ -145,6 +145,7 @@ fn kernel_location() -> Location {
             0xffff_ffff_8020_4040,
         ],
         user_stack: vec![0x40_1010, 0x40_2020],
+        user_regs: None,
     }
 }
 

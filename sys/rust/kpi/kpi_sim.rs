@@ -589,14 +589,14 @@ pub fn request_userret() {
 #[inline(never)]
 pub fn interrupted() -> crate::stack::Interrupted {
     let loc = kern::location();
-    let pc = if loc.user_mode {
-        loc.user_stack.first()
-    } else {
-        loc.kernel_stack.first()
+    let pc = match (loc.user_mode, loc.user_regs) {
+        (true, Some(regs)) => Some(regs.pc),
+        (true, None) => loc.user_stack.first().copied(),
+        (false, _) => loc.kernel_stack.first().copied(),
     };
     crate::stack::Interrupted {
         user_mode: loc.user_mode,
-        pc: pc.copied().unwrap_or(0) as usize,
+        pc: pc.unwrap_or(0) as usize,
     }
 }
 fn fill(out: &mut [usize], from: &[u64]) -> usize {
@@ -617,7 +617,130 @@ pub fn kernel_callchain(out: &mut [usize]) -> usize {
 }
 #[inline(never)]
 pub fn user_callchain(out: &mut [usize]) -> usize {
-    fill(out, &kern::location().user_stack)
+    let loc = kern::location();
+    match loc.user_regs {
+        Some(regs) => walk_user_frames(&regs, out),
+        None => fill(out, &loc.user_stack),
+    }
+}
+
+/// A word of the current thread's user memory, through copyin.
+fn user_word(addr: u64) -> Option<u64> {
+    let bytes = kern::copyin(addr, 8).ok()?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// The user call chain of a thread that runs real code, walked from its
+/// trap frame's registers through its frame records with copyin, as
+/// FreeBSD's pmc_save_user_callchain does on each architecture
+/// (sys/dev/hwpmc/hwpmc_x86.c and hwpmc_arm64_md.c).
+fn walk_user_frames(regs: &ksim::UserRegs, out: &mut [usize]) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    if regs.arch == "arm64" {
+        walk_arm64(regs, out)
+    } else {
+        walk_amd64(regs, out)
+    }
+}
+
+/// amd64's VM_MAXUSER_ADDRESS (the LA57 limit, which PMC_IN_USERSPACE
+/// compares with).
+const AMD64_MAXUSER: u64 = 0x0100_0000_0000_0000;
+/// arm64's VM_MAXUSER_ADDRESS (48-bit user addresses).
+const ARM64_MAXUSER: u64 = 0x0001_0000_0000_0000;
+
+fn walk_amd64(regs: &ksim::UserRegs, out: &mut [usize]) -> usize {
+    let user = |va: u64| va <= AMD64_MAXUSER;
+    let mut fp = regs.fp;
+    let mut oldfp = fp;
+    out[0] = regs.pc as usize;
+    let mut n = 1;
+    if !user(regs.pc) {
+        return n;
+    }
+    let Some(insn) = kern::copyin(regs.pc, 4)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+    else {
+        return n;
+    };
+    // At `push %rbp; mov %rsp,%rbp` or at `ret` the return address is
+    // on top of the stack; after the push it is one word up; elsewhere
+    // the frame record at %rbp holds it.
+    let at_push = insn == 0xe589_4855;
+    let at_mov = insn & 0x00ff_ffff == 0x00e5_8948;
+    let at_ret = insn & 0xff == 0xc3;
+    let mut pc = if at_push || at_ret {
+        match user_word(regs.sp) {
+            Some(pc) => pc,
+            None => return n,
+        }
+    } else if at_mov {
+        match user_word(regs.sp + 8) {
+            Some(pc) => pc,
+            None => return n,
+        }
+    } else {
+        match (user_word(fp + 8), user_word(fp)) {
+            (Some(pc), Some(next)) => {
+                fp = next;
+                pc
+            }
+            _ => return n,
+        }
+    };
+    while n < out.len() {
+        if pc == 0 || !user(pc) {
+            break;
+        }
+        out[n] = pc as usize;
+        n += 1;
+        if fp < oldfp {
+            break;
+        }
+        oldfp = fp;
+        match (user_word(fp + 8), user_word(fp)) {
+            (Some(next_pc), Some(next_fp)) => {
+                pc = next_pc;
+                fp = next_fp;
+            }
+            _ => break,
+        }
+    }
+    n
+}
+
+fn walk_arm64(regs: &ksim::UserRegs, out: &mut [usize]) -> usize {
+    let user = |va: u64| va <= ARM64_MAXUSER;
+    out[0] = regs.pc as usize;
+    if out.len() <= 1 {
+        return 1;
+    }
+    let mut fp = regs.fp;
+    if !user(regs.pc) || !user(fp) {
+        return 1;
+    }
+    let mut count = 1;
+    while count < out.len() {
+        // The frame record: the caller's x29, then the saved link register.
+        let Some(pc) = user_word(fp + 8) else {
+            break;
+        };
+        if !user(pc) {
+            break;
+        }
+        out[count] = pc as usize;
+        count += 1;
+        let oldfp = fp;
+        match user_word(fp) {
+            Some(next) if next >= oldfp && user(next) => fp = next,
+            _ => break,
+        }
+    }
+    count
 }
 
 fn mappings_of(from: Vec<ksim::Mapping>, wait: Wait) -> KResult<KVec<crate::proc::Mapping>> {

@@ -70,6 +70,7 @@ fn main() {
             "-nostdlib".into(),
             "-fno-builtin".into(),
             "-fno-omit-frame-pointer".into(),
+            "-mno-omit-leaf-frame-pointer".into(),
             "-fno-stack-protector".into(),
             "-fno-pic".into(),
             "-O2".into(),

@@ -134,6 +134,16 @@ pub enum Stop {
     },
 }
 
+/// What a budgeted run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Run {
+    /// Instructions that retired (the system call instruction included;
+    /// a faulting one not).
+    pub retired: u64,
+    /// Why the run stopped before its budget was spent, if it did.
+    pub stop: Option<Stop>,
+}
+
 /// An error of the emulator or of a request to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CpuError {
@@ -242,13 +252,34 @@ struct Hooks {
     pending: Option<Pending>,
     accesses: Vec<MemAccess>,
     decode: DecodeCache,
+    /// Instructions that started since the CPU was made (each counted
+    /// before it runs; one that faults is taken back).
+    executed: u64,
+    /// The run stops before the instruction that would make `executed`
+    /// pass this (u64::MAX: no limit).
+    limit: u64,
     /// Set by a callback that stopped the run.
+    budget_spent: bool,
     syscall: bool,
     exception: Option<u32>,
     bad_access: Option<Fault>,
 }
 
 impl Hooks {
+    /// Counts the instruction about to run, or stops the run before it
+    /// when the budget is spent (the engine then does not run it).
+    fn count(&mut self, engine: uc::UcEngine) -> bool {
+        if self.executed >= self.limit {
+            self.budget_spent = true;
+            // SAFETY: the engine running this hook; stopping from a hook
+            // is what uc_emu_stop is for.
+            unsafe { (self.api.uc_emu_stop)(engine) };
+            return false;
+        }
+        self.executed += 1;
+        true
+    }
+
     /// Reports the pending instruction, now that execution goes on at
     /// `next_pc`.
     fn retire_pending(&mut self, next_pc: u64) {
@@ -319,8 +350,18 @@ extern "C" fn on_code(engine: uc::UcEngine, pc: u64, len: u32, data: *mut c_void
     // the Cpu leaves alone while the engine runs.
     let h = unsafe { hooks(data) };
     h.retire_pending(pc);
+    if !h.count(engine) {
+        return;
+    }
     let branch = h.classify(engine, pc, len);
     h.pending = Some(Pending { pc, len, branch });
+}
+
+extern "C" fn on_count(engine: uc::UcEngine, _pc: u64, _len: u32, data: *mut c_void) {
+    // SAFETY: registered by Cpu::count_instructions with its Hooks, which
+    // the Cpu leaves alone while the engine runs.
+    let h = unsafe { hooks(data) };
+    h.count(engine);
 }
 
 extern "C" fn on_mem(
@@ -423,8 +464,18 @@ pub struct Cpu {
     hooks: *mut Hooks,
     /// The code and memory hooks, while someone subscribes.
     trace_hooks: Option<[uc::UcHook; 2]>,
+    /// The counting code hook, once a budgeted run needed it and while
+    /// no one subscribes (the trace hook counts then).
+    count_hook: Option<uc::UcHook>,
     next_subscriber: u64,
 }
+
+// SAFETY: the engine and the hooks are used only through `&mut self` (or
+// `&self` for reads while nothing runs), never from two threads at once;
+// Unicorn 2 keeps an engine's whole state in the engine, so it may be
+// driven from another thread than the one that made it, and the hooks'
+// subscribers are Send.
+unsafe impl Send for Cpu {}
 
 impl fmt::Debug for Cpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -471,6 +522,9 @@ impl Cpu {
             pending: None,
             accesses: Vec::with_capacity(8),
             decode: DecodeCache::new(),
+            executed: 0,
+            limit: u64::MAX,
+            budget_spent: false,
             syscall: false,
             exception: None,
             bad_access: None,
@@ -481,6 +535,7 @@ impl Cpu {
             arch,
             hooks,
             trace_hooks: None,
+            count_hook: None,
             next_subscriber: 0,
         };
         cpu.add_hook(
@@ -759,6 +814,10 @@ impl Cpu {
                 }
             };
             self.trace_hooks = Some([code, mem]);
+            if let Some(handle) = self.count_hook.take() {
+                // SAFETY: a handle uc_hook_add gave and not yet deleted.
+                unsafe { (self.api.uc_hook_del)(self.engine, handle) };
+            }
         }
         let id = SubscriberId(self.next_subscriber);
         self.next_subscriber += 1;
@@ -787,22 +846,64 @@ impl Cpu {
 
     /// Runs from the PC until the program makes a system call or faults.
     pub fn run(&mut self) -> Result<Stop, CpuError> {
-        self.execute(0)?.ok_or_else(|| CpuError::Emulator {
-            call: "uc_emu_start",
-            text: "the run stopped with no system call and no fault".into(),
-        })
+        self.execute(u64::MAX)?
+            .stop
+            .ok_or_else(|| CpuError::Emulator {
+                call: "uc_emu_start",
+                text: "the run stopped with no system call and no fault".into(),
+            })
     }
 
     /// Runs one instruction: `None` when it retired without a system call
     /// or a fault.
     pub fn step(&mut self) -> Result<Option<Stop>, CpuError> {
-        self.execute(1)
+        Ok(self.run_for(1)?.stop)
     }
 
-    fn execute(&mut self, count: usize) -> Result<Option<Stop>, CpuError> {
+    /// Runs at most `budget` instructions: until they have all retired
+    /// (`stop` is None), or to the first system call or fault. This is
+    /// how the machine's clock preempts a program at an exact instruction
+    /// count, so that runs are deterministic.
+    pub fn run_for(&mut self, budget: u64) -> Result<Run, CpuError> {
+        if budget == 0 {
+            return Ok(Run {
+                retired: 0,
+                stop: None,
+            });
+        }
+        if self.trace_hooks.is_none() && self.count_hook.is_none() {
+            self.count_hook = Some(self.add_hook(
+                uc::UC_HOOK_CODE,
+                on_count as uc::HookCode as *mut c_void,
+                None,
+            )?);
+        }
+        self.execute(budget)
+    }
+
+    /// Instructions this CPU has retired (counted only while a budgeted
+    /// run or a subscriber has the counting hook installed).
+    pub fn retired(&self) -> u64 {
+        // SAFETY: as in hooks_mut, read only.
+        unsafe { (*self.hooks).executed }
+    }
+
+    /// Renumbers the CPU: the machine's CPU the thread whose registers it
+    /// holds runs on, which its events report.
+    pub fn set_id(&mut self, id: u32) {
+        self.hooks_mut().cpu = id;
+    }
+
+    /// Runs until `budget` more instructions have started (u64::MAX: no
+    /// limit; the counting hook must be installed for any other value).
+    fn execute(&mut self, budget: u64) -> Result<Run, CpuError> {
         let begin = self.pc();
+        let counted = self.trace_hooks.is_some() || self.count_hook.is_some();
+        let start_count = self.retired();
         {
             let h = self.hooks_mut();
+            h.limit = h.executed.saturating_add(budget);
+            h.budget_spent = false;
             h.syscall = false;
             h.exception = None;
             h.bad_access = None;
@@ -810,7 +911,7 @@ impl Cpu {
         // SAFETY: the engine is ours; the callbacks it runs use only the
         // Hooks, which `&mut self` keeps everyone else from touching. No
         // instruction starts at u64::MAX, so `until` is never reached.
-        let err = unsafe { (self.api.uc_emu_start)(self.engine, begin, u64::MAX, 0, count) };
+        let err = unsafe { (self.api.uc_emu_start)(self.engine, begin, u64::MAX, 0, 0) };
         let pc = self.pc();
         let h = self.hooks_mut();
         let fault = match err {
@@ -850,11 +951,28 @@ impl Cpu {
                 } else {
                     h.retire_pending(pc);
                 }
-                Ok(Some(Stop::Fault { pc, fault }))
+                if counted {
+                    h.executed = h.executed.saturating_sub(1).max(start_count);
+                }
+                let retired = h.executed - start_count;
+                Ok(Run {
+                    retired,
+                    stop: Some(Stop::Fault { pc, fault }),
+                })
             }
             None => {
                 h.retire_pending(pc);
-                Ok(h.syscall.then_some(Stop::Syscall))
+                let stop = h.syscall.then_some(Stop::Syscall);
+                if !counted && stop.is_none() {
+                    return Err(CpuError::Emulator {
+                        call: "uc_emu_start",
+                        text: "the run stopped with no system call and no fault".into(),
+                    });
+                }
+                Ok(Run {
+                    retired: h.executed - start_count,
+                    stop,
+                })
             }
         }
     }

@@ -822,7 +822,8 @@ mod tests {
     }
 }
 
-/// The address range of the first PT_LOAD segment of an ELF64 image
+/// The address range of the text of an ELF64 image: its first PT_LOAD
+/// segment that is executable, else its first PT_LOAD segment
 /// (`[p_vaddr, p_vaddr + p_memsz)`), where exec maps it; `None` for
 /// anything that is not a well-formed little-endian ELF64 file.
 pub fn image_span(bytes: &[u8]) -> Option<(u64, u64)> {
@@ -847,15 +848,23 @@ pub fn image_span(bytes: &[u8]) -> Option<(u64, u64)> {
     let phoff = u64_at(0x20)? as usize;
     let phentsize = u16_at(0x36)? as usize;
     let phnum = u16_at(0x38)? as usize;
-    (0..phnum).find_map(|i| {
-        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
-        if u32_at(ph)? != 1 {
-            return None;
-        }
-        let vaddr = u64_at(ph + 0x10)?;
-        let memsz = u64_at(ph + 0x28)?;
-        Some((vaddr, vaddr.checked_add(memsz)?))
-    })
+    const PF_X: u32 = 1;
+    let loads: Vec<(u32, u64, u64)> = (0..phnum)
+        .filter_map(|i| {
+            let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+            if u32_at(ph)? != 1 {
+                return None;
+            }
+            let vaddr = u64_at(ph + 0x10)?;
+            let memsz = u64_at(ph + 0x28)?;
+            Some((u32_at(ph + 4)?, vaddr, vaddr.checked_add(memsz)?))
+        })
+        .collect();
+    loads
+        .iter()
+        .find(|(flags, _, _)| flags & PF_X != 0)
+        .or(loads.first())
+        .map(|&(_, start, end)| (start, end))
 }
 
 #[cfg(test)]

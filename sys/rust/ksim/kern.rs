@@ -262,6 +262,13 @@ pub fn psignal(pid: u32, sig: i32) {
 pub fn copyin(uaddr: u64, len: usize) -> Result<Vec<u8>, i32> {
     let m = current();
     let mut st = m.st();
+    let (_, tid) = st.cur();
+    let mut buf = vec![0; len];
+    match st.thread_copyin(tid, uaddr, &mut buf) {
+        Some(true) => return Ok(buf),
+        Some(false) => return Err(EFAULT),
+        None => {}
+    }
     let pid = st.cur_pid();
     st.umem_read(pid, uaddr, len).ok_or(EFAULT)
 }

@@ -40,7 +40,7 @@ pub use machine::{
     Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Location,
     MAXCOMLEN, Machine, MachineConfig, Mapping, P_HWPMC, P_KPROC, P_SYSTEM, P_WEXIT, PAGE_SIZE,
     ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn, SysctlType, SysctlValue,
-    UserProt, Violation, ctlflag,
+    UserProt, UserRegs, Violation, ctlflag,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

@@ -55,6 +55,10 @@ pub struct MachineConfig {
     /// Whether the kernel has `options EXTERR_STRINGS` (GENERIC has):
     /// without it, extended errors carry no message.
     pub exterr_strings: bool,
+    /// Instructions a thread that runs a real program retires per clock
+    /// tick, user and kernel work together (10,000 at 1000 Hz: a 10 MIPS
+    /// machine, slow enough that the emulator keeps up with the clock).
+    pub insns_per_tick: u64,
 }
 
 impl Default for MachineConfig {
@@ -70,6 +74,7 @@ impl Default for MachineConfig {
             witness: true,
             pid_max: 99_999,
             exterr_strings: true,
+            insns_per_tick: 10_000,
         }
     }
 }
@@ -164,6 +169,10 @@ pub struct ProcInfo {
     pub path: String,
     /// Threads.
     pub threads: Vec<u32>,
+    /// The wait(2) status a program that ended by itself left (exit(2)
+    /// or a fatal signal); None while it runs, or when the machine's
+    /// caller made it exit.
+    pub exit_status: Option<i32>,
 }
 
 /// Calls the scheduler and the VM make into the PMC hook (`pmc_hook`),
@@ -271,6 +280,24 @@ pub struct Location {
     pub kernel_stack: Vec<u64>,
     /// User PCs.
     pub user_stack: Vec<u64>,
+    /// The user registers, for a thread that runs real code: the user
+    /// call chain is then walked from them through its memory, as
+    /// FreeBSD's is, instead of taken from `user_stack`.
+    pub user_regs: Option<UserRegs>,
+}
+
+/// The user registers a trap frame holds, which the call-chain capture
+/// starts from (`PMC_TRAPFRAME_TO_PC`, `_FP`, `_USER_SP`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserRegs {
+    /// The instruction set (FreeBSD's name: `amd64`, `arm64`).
+    pub arch: &'static str,
+    /// The user PC.
+    pub pc: u64,
+    /// The frame pointer (`%rbp`, `x29`).
+    pub fp: u64,
+    /// The stack pointer.
+    pub sp: u64,
 }
 
 /// What a thread does: asked for its next location at every clock tick
@@ -278,6 +305,27 @@ pub struct Location {
 pub trait Activity: Send {
     /// The location for the coming tick.
     fn step(&mut self) -> Location;
+
+    /// Runs one clock tick's worth on the machine's CPU `cpu` and returns
+    /// where the tick leaves the thread; by default [`Activity::step`].
+    fn tick_on(&mut self, cpu: u32) -> Location {
+        let _ = cpu;
+        self.step()
+    }
+
+    /// Reads the thread's own address space (for activities that run real
+    /// code): `None` when it has none, `Some(false)` when `addr` is not
+    /// mapped readable.
+    fn copyin(&self, addr: u64, buf: &mut [u8]) -> Option<bool> {
+        let _ = (addr, buf);
+        None
+    }
+
+    /// The wait(2) status once the program has ended: the machine then
+    /// makes its process exit.
+    fn ended(&self) -> Option<i32> {
+        None
+    }
 }
 
 /// Event handlers (EVENTHANDLER(9)) the driver registers.
@@ -767,7 +815,32 @@ impl Machine {
             (running, Self::clock_hard(&st))
         };
         self.clock_interrupt(cpu, running, ev);
+        self.end_finished(running.into_iter());
         self.settle();
+    }
+
+    /// Makes the processes whose programs ended in this tick exit.
+    fn end_finished(&self, tids: impl Iterator<Item = u32>) {
+        for tid in tids {
+            let ended = {
+                let mut st = self.st();
+                let Some(t) = st.threads.get(&tid) else {
+                    continue;
+                };
+                let pid = t.pid;
+                let status = t.activity.as_ref().and_then(|a| a.ended());
+                match (status, st.procs.get_mut(&pid)) {
+                    (Some(status), Some(p)) if p.info.flags & P_WEXIT == 0 => {
+                        p.info.exit_status = Some(status);
+                        Some(pid)
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(pid) = ended {
+                self.exit(pid);
+            }
+        }
     }
 
     /// One clock tick on every online CPU at once: time advances by one
@@ -786,9 +859,10 @@ impl Machine {
                 .collect();
             (running, Self::clock_hard(&st))
         };
-        for (cpu, tid) in running {
+        for &(cpu, tid) in &running {
             self.clock_interrupt(cpu, tid, ev);
         }
+        self.end_finished(running.iter().filter_map(|&(_, tid)| tid));
         self.settle();
     }
 
@@ -806,7 +880,7 @@ impl Machine {
         let running = st.cpus[cpu as usize].running;
         if let Some(t) = running.and_then(|tid| st.threads.get_mut(&tid)) {
             if let Some(a) = t.activity.as_mut() {
-                t.location = a.step();
+                t.location = a.tick_on(cpu);
             }
         }
         running
@@ -1313,6 +1387,15 @@ impl State {
             .get(&tid)
             .map(|t| t.location.clone())
             .unwrap_or_default()
+    }
+
+    /// copyin from the address space of a thread that runs real code
+    /// (None for other threads: their memory is the process's `umem`).
+    pub(crate) fn thread_copyin(&self, tid: u32, addr: u64, buf: &mut [u8]) -> Option<bool> {
+        self.threads
+            .get(&tid)
+            .and_then(|t| t.activity.as_ref())
+            .and_then(|a| a.copyin(addr, buf))
     }
 
     pub(crate) fn request_ast(&mut self, tid: u32) {

@@ -218,12 +218,14 @@ impl Activity for Program {
                 user_mode: false,
                 kernel_stack: stack,
                 user_stack: self.syscall_stack.clone(),
+                user_regs: None,
             }
         } else {
             Location {
                 user_mode: true,
                 kernel_stack: Vec::new(),
                 user_stack: stack,
+                user_regs: None,
             }
         }
     }

@@ -232,6 +232,7 @@ fn a_pending_sample_of_an_exited_thread_is_logged_without_another_sample() {
             user_mode: false,
             kernel_stack: vec![0xffff_ffff_8020_1010],
             user_stack: vec![0x40_1010],
+            user_regs: None,
         },
     );
     s.m.switch_in(0, w.tid);

@@ -34,6 +34,7 @@ fn kernel_loc() -> Location {
         user_mode: false,
         kernel_stack: KPC.to_vec(),
         user_stack: UPC.to_vec(),
+        user_regs: None,
     }
 }
 
@@ -42,6 +43,7 @@ fn user_loc() -> Location {
         user_mode: true,
         kernel_stack: vec![],
         user_stack: UPC.to_vec(),
+        user_regs: None,
     }
 }
 

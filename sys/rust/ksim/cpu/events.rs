@@ -117,7 +117,7 @@ impl Retired<'_> {
 }
 
 /// A consumer of a CPU's retired instructions.
-pub trait Subscriber {
+pub trait Subscriber: Send {
     /// Called once per retired instruction, in program order.
     fn retired(&mut self, insn: &Retired<'_>);
 }
@@ -189,8 +189,10 @@ impl Subscriber for Counts {
 
 /// A subscriber shared with its owner, so that the owner can read what it
 /// saw while the CPU holds it.
-impl<S: Subscriber> Subscriber for std::rc::Rc<std::cell::RefCell<S>> {
+impl<S: Subscriber> Subscriber for std::sync::Arc<std::sync::Mutex<S>> {
     fn retired(&mut self, insn: &Retired<'_>) {
-        self.borrow_mut().retired(insn);
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retired(insn);
     }
 }

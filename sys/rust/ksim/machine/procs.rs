@@ -3,6 +3,7 @@
 //! and the kernel's modules and files.
 
 use super::*;
+use crate::user_process::{ExecError, UserProcess, UserThread};
 
 impl Machine {
     pub(super) fn insert_proc(
@@ -30,6 +31,7 @@ impl Machine {
                     comm: comm.into(),
                     path: path.into(),
                     threads: vec![tid],
+                    exit_status: None,
                 },
                 umem: BTreeMap::new(),
                 prot: BTreeMap::new(),
@@ -130,6 +132,52 @@ impl Machine {
                 dyn_base: 0x20_0000,
             })
         });
+    }
+
+    /// execve(2) of a real program: the ELF file `image` (installed at
+    /// `path` when nothing is there) is loaded into a new address space
+    /// with `argv`, the exec hooks run as for [`Machine::exec`], and the
+    /// process's thread runs the program from the next clock tick on
+    /// ([`UserThread`], [`MachineConfig::insns_per_tick`] a tick). The
+    /// process exits when the program does, with its status in
+    /// [`ProcInfo::exit_status`]. A file that is not a loadable executable
+    /// is refused before anything changes.
+    pub fn exec_program(
+        &self,
+        pid: u32,
+        path: &str,
+        image: &[u8],
+        argv: &[&str],
+    ) -> Result<(), ExecError> {
+        let per_tick = self.st().cfg.insns_per_tick;
+        let process = UserProcess::exec(image, path, argv, &[], pid as i32, 0)?;
+        self.exec_user_thread(pid, path, image, UserThread::new(process, per_tick));
+        Ok(())
+    }
+
+    /// [`Machine::exec_program`] of a program already loaded into
+    /// `thread` (whose CPU a test may have subscribed to): `image` is its
+    /// ELF file, installed at `path` when nothing is there.
+    pub fn exec_user_thread(&self, pid: u32, path: &str, image: &[u8], mut thread: UserThread) {
+        let ppid = self
+            .st()
+            .procs
+            .get(&pid)
+            .expect("exec of a program in an unknown pid")
+            .info
+            .ppid;
+        thread.process_mut().set_ppid(ppid as i32);
+        {
+            let mut st = self.st();
+            st.vfs.entry(path.into()).or_insert_with(|| image.to_vec());
+            let kernel = crate::user_process::kernel_image();
+            st.vfs
+                .entry(kernel.path.clone())
+                .or_insert_with(|| kernel.bytes.clone());
+        }
+        self.exec(pid, path, None);
+        let tid = self.st().procs[&pid].info.threads[0];
+        self.set_activity(tid, Box::new(thread));
     }
 
     /// thr_new(2): a new thread in `pid`, named after the process. As in

@@ -11,8 +11,7 @@
     clippy::disallowed_methods
 )]
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, Mnemonic, OpAccess};
 use ksim::cpu::events::{AccessKind, BranchKind, Counts, MemAccess, Retired, Subscriber};
@@ -181,14 +180,14 @@ fn runs_are_deterministic() {
         let mut seen = Vec::new();
         for _ in 0..2 {
             let mut p = exec(arch, "sort", &["2"]);
-            let h = Rc::new(RefCell::new(StreamHash::default()));
-            let c = Rc::new(RefCell::new(Counts::default()));
+            let h = Arc::new(Mutex::new(StreamHash::default()));
+            let c = Arc::new(Mutex::new(Counts::default()));
             p.cpu().subscribe(Box::new(h.clone())).unwrap();
             p.cpu().subscribe(Box::new(c.clone())).unwrap();
             assert_eq!(p.run().unwrap(), ExitStatus::Exited(0));
-            let h = h.borrow();
+            let h = h.lock().unwrap();
             assert!(h.count > 100_000, "{}", h.count);
-            seen.push((h.hash, h.count, c.borrow().clone()));
+            seen.push((h.hash, h.count, c.lock().unwrap().clone()));
         }
         assert_eq!(seen[0], seen[1], "{arch:?}");
     }
@@ -344,8 +343,8 @@ fn event_counts_match_an_independent_decode_x86_64() {
     ];
     for &(name, args) in cases {
         let mut p = exec(Arch::X86_64, name, args);
-        let counts = Rc::new(RefCell::new(Counts::default()));
-        let record = Rc::new(RefCell::new(Record::default()));
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let record = Arc::new(Mutex::new(Record::default()));
         p.cpu().subscribe(Box::new(counts.clone())).unwrap();
         p.cpu().subscribe(Box::new(record.clone())).unwrap();
         let status = p.run().unwrap();
@@ -354,7 +353,7 @@ fn event_counts_match_an_independent_decode_x86_64() {
         let (reference, slots) = reference_x86(&mut q);
         assert_eq!(q.status(), Some(status), "{name} {args:?}");
 
-        let record = record.borrow();
+        let record = record.lock().unwrap();
         for (i, (got, want)) in record.0.iter().zip(&reference).enumerate() {
             assert_eq!(got, want, "{name} {args:?}: instruction {i}");
         }
@@ -375,7 +374,7 @@ fn event_counts_match_an_independent_decode_x86_64() {
         assert!(checked > 0, "{name}: pushes, calls, pops and returns");
         assert_eq!(record.0.len(), reference.len(), "{name} {args:?}");
         let want = counts_of(&reference);
-        let got = counts.borrow().clone();
+        let got = counts.lock().unwrap().clone();
         assert_eq!(got, want, "{name} {args:?}");
         assert!(got.instructions > 0 && got.loads > 0 && got.stores > 0);
         if name != "faults" {
@@ -392,13 +391,13 @@ fn event_counts_match_an_independent_decode_x86_64() {
 fn workloads_cover_their_branch_kinds() {
     let count = |name: &str, args: &[&str]| {
         let mut p = exec(Arch::X86_64, name, args);
-        let depth = Rc::new(RefCell::new(Depth::default()));
-        let counts = Rc::new(RefCell::new(Counts::default()));
+        let depth = Arc::new(Mutex::new(Depth::default()));
+        let counts = Arc::new(Mutex::new(Counts::default()));
         p.cpu().subscribe(Box::new(depth.clone())).unwrap();
         p.cpu().subscribe(Box::new(counts.clone())).unwrap();
         assert_eq!(p.run().unwrap(), ExitStatus::Exited(0));
-        let d = depth.borrow().max;
-        let c = counts.borrow().clone();
+        let d = depth.lock().unwrap().max;
+        let c = counts.lock().unwrap().clone();
         (c, d, p.syscalls())
     };
     let (sort, _, _) = count("sort", &["1"]);
@@ -445,17 +444,17 @@ fn subscriptions_come_and_go() {
     for arch in ARCHES {
         let whole = {
             let mut p = exec(arch, "syscalls", &["16"]);
-            let c = Rc::new(RefCell::new(Counts::default()));
+            let c = Arc::new(Mutex::new(Counts::default()));
             p.cpu().subscribe(Box::new(c.clone())).unwrap();
             p.run().unwrap();
-            c.borrow().instructions
+            c.lock().unwrap().instructions
         };
         let mut p = exec(arch, "syscalls", &["16"]);
         let mut total = 0;
         let mut n = 0;
         loop {
             // Observe every other stretch between kernel entries.
-            let c = Rc::new(RefCell::new(Counts::default()));
+            let c = Arc::new(Mutex::new(Counts::default()));
             let id = if n % 2 == 0 {
                 Some(p.cpu().subscribe(Box::new(c.clone())).unwrap())
             } else {
@@ -465,7 +464,7 @@ fn subscriptions_come_and_go() {
             if let Some(id) = id {
                 assert!(p.cpu().unsubscribe(id).is_some());
                 assert!(p.cpu().unsubscribe(id).is_none(), "gone");
-                total += c.borrow().instructions;
+                total += c.lock().unwrap().instructions;
             }
             n += 1;
             if ended.is_some() {
@@ -535,7 +534,7 @@ fn event_counts_match_single_stepping_aarch64() {
     ];
     for &(name, args) in cases {
         let mut p = exec(Arch::Aarch64, name, args);
-        let counts = Rc::new(RefCell::new(Counts::default()));
+        let counts = Arc::new(Mutex::new(Counts::default()));
         p.cpu().subscribe(Box::new(counts.clone())).unwrap();
         let status = p.run().unwrap();
 
@@ -558,7 +557,7 @@ fn event_counts_match_single_stepping_aarch64() {
             }
         }
         assert_eq!(q.status(), Some(status), "{name} {args:?}");
-        let c = counts.borrow();
+        let c = counts.lock().unwrap();
         assert_eq!(
             (c.instructions, c.taken_branches),
             (instructions, taken),
@@ -578,10 +577,10 @@ fn cost_model_on_workloads() {
     use ksim::cpu::cost::{CostCounts, CostModel, RETURN_STACK_DEPTH};
     let cost = |arch: Arch, name: &str, args: &[&str]| -> CostCounts {
         let mut p = exec(arch, name, args);
-        let m = Rc::new(RefCell::new(CostModel::default()));
+        let m = Arc::new(Mutex::new(CostModel::default()));
         p.cpu().subscribe(Box::new(m.clone())).unwrap();
         assert_eq!(p.run().unwrap(), ExitStatus::Exited(0));
-        m.borrow().counts()
+        m.lock().unwrap().counts()
     };
     for arch in ARCHES {
         let sort = cost(arch, "sort", &["2"]);
