@@ -5,7 +5,10 @@
 //! - with a counting subscriber (the event model's `Counts`: every
 //!   retired instruction, its branch and its accesses reported);
 //! - with a tracing subscriber, which does per-instruction work on every
-//!   field of every event (a hash of each PC, next PC and access address).
+//!   field of every event (a hash of each PC, next PC and access address);
+//! - ticked: with no subscriber, as a thread of the machine, which the
+//!   clock preempts every 10,000 instructions (`UserThread`: the counting
+//!   hook that stops the emulator at an exact instruction count).
 //!
 //! The instruction count of each program is taken from a counted run; the
 //! runs are deterministic, so the unobserved run executes exactly as many.
@@ -22,10 +25,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ksim::Activity;
 use ksim::cpu::Arch;
 use ksim::cpu::events::{Counts, Retired, Subscriber};
 use ksim::programs;
-use ksim::user_process::{ExitStatus, UserProcess};
+use ksim::user_process::{ExitStatus, UserProcess, UserThread};
 
 #[derive(Default)]
 struct Trace {
@@ -54,7 +58,13 @@ enum Observer {
     None,
     Counting,
     Tracing,
+    /// No subscriber, run as a thread of the machine: preempted by the
+    /// clock every TICK instructions (the counting hook installed).
+    Ticked,
 }
+
+/// Instructions per clock tick of the ticked runs (the machine's default).
+const TICK: u64 = 10_000;
 
 /// One run: wall time, and the instruction count when counted.
 fn run(arch: Arch, name: &str, args: &[&str], observer: Observer) -> (Duration, Option<u64>) {
@@ -74,6 +84,16 @@ fn run(arch: Arch, name: &str, args: &[&str], observer: Observer) -> (Duration, 
             p.cpu()
                 .subscribe(Box::new(Trace::default()))
                 .expect("subscribe");
+        }
+        Observer::Ticked => {
+            let mut t = UserThread::new(p, TICK);
+            let start = Instant::now();
+            while t.ended().is_none() {
+                t.tick_on(0);
+            }
+            let elapsed = start.elapsed();
+            assert_eq!(t.ended(), Some(0), "{name}");
+            return (elapsed, None);
         }
     }
     let start = Instant::now();
@@ -105,8 +125,15 @@ fn main() {
         ("syscalls", vec![200_000 * scale]),
     ];
     println!(
-        "{:<6} {:<9} {:>13} {:>12} {:>12} {:>12} {:>9}",
-        "arch", "program", "instructions", "none M/s", "counting M/s", "tracing M/s", "syscalls"
+        "{:<6} {:<9} {:>13} {:>12} {:>12} {:>12} {:>12} {:>9}",
+        "arch",
+        "program",
+        "instructions",
+        "none M/s",
+        "counting M/s",
+        "tracing M/s",
+        "ticked M/s",
+        "syscalls"
     );
     for arch in [Arch::X86_64, Arch::Aarch64] {
         for (name, numbers) in &cases {
@@ -127,14 +154,16 @@ fn main() {
             let none = best_of_three(arch, name, args, Observer::None);
             let counting = best_of_three(arch, name, args, Observer::Counting);
             let tracing = best_of_three(arch, name, args, Observer::Tracing);
+            let ticked = best_of_three(arch, name, args, Observer::Ticked);
             println!(
-                "{:<6} {:<9} {:>13} {:>12.1} {:>12.1} {:>12.1} {:>9}",
+                "{:<6} {:<9} {:>13} {:>12.1} {:>12.1} {:>12.1} {:>12.1} {:>9}",
                 arch.name(),
                 name,
                 n,
                 rate(none),
                 rate(counting),
                 rate(tracing),
+                rate(ticked),
                 syscalls
             );
         }

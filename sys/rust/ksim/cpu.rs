@@ -25,10 +25,15 @@ mod aarch64;
 pub mod cost;
 pub mod events;
 mod unicorn;
+mod vmspace;
 mod x86_64;
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use vmspace::{Region, VmSpace};
 
 use events::{AccessKind, Branch, BranchKind, MemAccess, Mode, Retired, Subscriber, SubscriberId};
 use unicorn as uc;
@@ -185,6 +190,14 @@ impl fmt::Display for CpuError {
 }
 
 impl std::error::Error for CpuError {}
+
+fn check_aligned(addr: u64, len: u64) -> Result<(), CpuError> {
+    if addr % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 || len == 0 {
+        return Err(CpuError::Unaligned { addr, len });
+    }
+    usize::try_from(len).map_err(|_| CpuError::Unaligned { addr, len })?;
+    Ok(())
+}
 
 fn check(api: &uc::Api, call: &'static str, code: uc::UcErr) -> Result<(), CpuError> {
     if code == uc::UC_ERR_OK {
@@ -467,6 +480,13 @@ pub struct Cpu {
     /// The counting code hook, once a budgeted run needed it and while
     /// no one subscribes (the trace hook counts then).
     count_hook: Option<uc::UcHook>,
+    /// The address space, shared with the CPUs of the process's other
+    /// threads.
+    space: Arc<Mutex<VmSpace>>,
+    /// The regions the engine maps now, and the space's generation they
+    /// reflect.
+    mapped: BTreeMap<u64, Region>,
+    mapped_generation: u64,
     next_subscriber: u64,
 }
 
@@ -500,6 +520,67 @@ impl Drop for Cpu {
 impl Cpu {
     /// A CPU numbered `id` running `arch` code, with nothing mapped.
     pub fn new(arch: Arch, id: u32) -> Result<Cpu, CpuError> {
+        Cpu::with_space(arch, id, Arc::default())
+    }
+
+    /// A CPU for another thread of this CPU's process: the same address
+    /// space, registers all zero.
+    pub fn new_thread(&self, id: u32) -> Result<Cpu, CpuError> {
+        let mut cpu = Cpu::with_space(self.arch, id, self.space.clone())?;
+        cpu.sync()?;
+        Ok(cpu)
+    }
+
+    fn space(&self) -> std::sync::MutexGuard<'_, VmSpace> {
+        self.space.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Brings the engine's mappings up to date with the address space.
+    fn sync(&mut self) -> Result<(), CpuError> {
+        let (generation, wanted) = {
+            let space = self.space();
+            if space.generation == self.mapped_generation {
+                return Ok(());
+            }
+            (space.generation, space.regions.clone())
+        };
+        self.mapped_generation = generation;
+        let stale: Vec<Region> = self
+            .mapped
+            .values()
+            .filter(|r| !wanted.get(&r.addr).is_some_and(|w| w.same(r)))
+            .cloned()
+            .collect();
+        for r in stale {
+            // SAFETY: plain call on our engine, of a range it maps.
+            check(self.api, "uc_mem_unmap", unsafe {
+                (self.api.uc_mem_unmap)(self.engine, r.addr, r.len as usize)
+            })?;
+            self.mapped.remove(&r.addr);
+        }
+        for r in wanted.values() {
+            if self.mapped.contains_key(&r.addr) {
+                continue;
+            }
+            // SAFETY: the host pages stay allocated while `self.mapped`
+            // holds the region's block, which it does until the engine
+            // unmaps them (above) or is closed (drop).
+            check(self.api, "uc_mem_map_ptr", unsafe {
+                (self.api.uc_mem_map_ptr)(
+                    self.engine,
+                    r.addr,
+                    r.len as usize,
+                    r.prot.0,
+                    r.block.at(r.offset).cast(),
+                )
+            })?;
+            self.mapped.insert(r.addr, r.clone());
+        }
+        self.hooks_mut().decode.clear();
+        Ok(())
+    }
+
+    fn with_space(arch: Arch, id: u32, space: Arc<Mutex<VmSpace>>) -> Result<Cpu, CpuError> {
         let (uc_arch, uc_mode) = match arch {
             Arch::X86_64 => (uc::UC_ARCH_X86, uc::UC_MODE_64),
             Arch::Aarch64 => (uc::UC_ARCH_ARM64, uc::UC_MODE_ARM),
@@ -536,6 +617,9 @@ impl Cpu {
             hooks,
             trace_hooks: None,
             count_hook: None,
+            space,
+            mapped: BTreeMap::new(),
+            mapped_generation: 0,
             next_subscriber: 0,
         };
         cpu.add_hook(
@@ -608,34 +692,37 @@ impl Cpu {
         unsafe { &mut *self.hooks }
     }
 
-    /// Maps `len` bytes at `addr` (both page-aligned), zero-filled.
+    /// Maps `len` bytes at `addr` (both page-aligned), zero-filled, in
+    /// the address space of every thread of the process.
     pub fn map(&mut self, addr: u64, len: u64, prot: Prot) -> Result<(), CpuError> {
-        if addr % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 || len == 0 {
-            return Err(CpuError::Unaligned { addr, len });
-        }
-        let size = usize::try_from(len).map_err(|_| CpuError::Unaligned { addr, len })?;
-        // SAFETY: plain call on our engine.
-        check(self.api, "uc_mem_map", unsafe {
-            (self.api.uc_mem_map)(self.engine, addr, size, prot.0)
-        })?;
-        self.hooks_mut().decode.clear();
-        Ok(())
+        check_aligned(addr, len)?;
+        self.space().map(addr, len, prot)?;
+        self.sync()
     }
 
     /// Changes the rights of mapped pages.
     pub fn protect(&mut self, addr: u64, len: u64, prot: Prot) -> Result<(), CpuError> {
-        if addr % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 || len == 0 {
-            return Err(CpuError::Unaligned { addr, len });
-        }
-        let size = usize::try_from(len).map_err(|_| CpuError::Unaligned { addr, len })?;
-        // SAFETY: plain call on our engine.
-        check(self.api, "uc_mem_protect", unsafe {
-            (self.api.uc_mem_protect)(self.engine, addr, size, prot.0)
-        })
+        check_aligned(addr, len)?;
+        self.space().protect(addr, len, prot)?;
+        self.sync()
+    }
+
+    /// Unmaps pages (munmap(2)); every page of the range must be mapped.
+    pub fn unmap(&mut self, addr: u64, len: u64) -> Result<(), CpuError> {
+        check_aligned(addr, len)?;
+        self.space().unmap(addr, len)?;
+        self.sync()
+    }
+
+    /// The lowest free range of `len` bytes from `hint` on, where mmap(2)
+    /// without MAP_FIXED puts a mapping.
+    pub fn find_free(&self, hint: u64, len: u64) -> Option<u64> {
+        self.space().find_free(hint, len)
     }
 
     /// Writes mapped memory, whatever its rights (as the kernel does).
     pub fn write(&mut self, addr: u64, bytes: &[u8]) -> Result<(), CpuError> {
+        self.sync()?;
         // SAFETY: `bytes` is valid for its length.
         let err = unsafe {
             (self.api.uc_mem_write)(self.engine, addr, bytes.as_ptr().cast(), bytes.len())
@@ -650,17 +737,37 @@ impl Cpu {
         Ok(())
     }
 
-    /// Reads mapped memory, whatever its rights.
+    /// Reads mapped memory, whatever its rights, from the address space
+    /// itself (so it sees what every thread wrote).
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), CpuError> {
-        // SAFETY: `buf` is valid for writes of its length.
-        let err = unsafe {
-            (self.api.uc_mem_read)(self.engine, addr, buf.as_mut_ptr().cast(), buf.len())
+        let bad = CpuError::BadAddress {
+            addr,
+            len: buf.len() as u64,
         };
-        if err != uc::UC_ERR_OK {
-            return Err(CpuError::BadAddress {
-                addr,
-                len: buf.len() as u64,
-            });
+        let space = self.space();
+        let mut at = addr;
+        let mut done = 0;
+        while done < buf.len() {
+            let r = space
+                .regions
+                .range(..=at)
+                .next_back()
+                .map(|(_, r)| r)
+                .filter(|r| r.addr + r.len > at)
+                .ok_or_else(|| bad.clone())?;
+            let off = (at - r.addr) as usize;
+            let n = (r.len as usize - off).min(buf.len() - done);
+            // SAFETY: `off + n` is within the region, whose block has
+            // `r.offset + r.len` bytes; `buf[done..done + n]` is ours.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    r.block.at(r.offset + off),
+                    buf[done..].as_mut_ptr(),
+                    n,
+                );
+            }
+            done += n;
+            at += n as u64;
         }
         Ok(())
     }
@@ -897,6 +1004,7 @@ impl Cpu {
     /// Runs until `budget` more instructions have started (u64::MAX: no
     /// limit; the counting hook must be installed for any other value).
     fn execute(&mut self, budget: u64) -> Result<Run, CpuError> {
+        self.sync()?;
         let begin = self.pc();
         let counted = self.trace_hooks.is_some() || self.count_hook.is_some();
         let start_count = self.retired();

@@ -93,8 +93,8 @@ pub const LIBRARY: &str = "libunicorn.so.2";
 type UcOpenFn = unsafe extern "C" fn(c_int, c_int, *mut UcEngine) -> UcErr;
 type UcCloseFn = unsafe extern "C" fn(UcEngine) -> UcErr;
 type UcStrerrorFn = unsafe extern "C" fn(UcErr) -> *const c_char;
-type UcMemMapFn = unsafe extern "C" fn(UcEngine, u64, usize, u32) -> UcErr;
-type UcMemProtectFn = unsafe extern "C" fn(UcEngine, u64, usize, u32) -> UcErr;
+type UcMemMapPtrFn = unsafe extern "C" fn(UcEngine, u64, usize, u32, *mut c_void) -> UcErr;
+type UcMemUnmapFn = unsafe extern "C" fn(UcEngine, u64, usize) -> UcErr;
 type UcMemWriteFn = unsafe extern "C" fn(UcEngine, u64, *const c_void, usize) -> UcErr;
 type UcMemReadFn = unsafe extern "C" fn(UcEngine, u64, *mut c_void, usize) -> UcErr;
 type UcRegWriteFn = unsafe extern "C" fn(UcEngine, c_int, *const c_void) -> UcErr;
@@ -126,8 +126,8 @@ pub struct Api {
     pub uc_open: UcOpenFn,
     pub uc_close: UcCloseFn,
     pub uc_strerror: UcStrerrorFn,
-    pub uc_mem_map: UcMemMapFn,
-    pub uc_mem_protect: UcMemProtectFn,
+    pub uc_mem_map_ptr: UcMemMapPtrFn,
+    pub uc_mem_unmap: UcMemUnmapFn,
     pub uc_mem_write: UcMemWriteFn,
     pub uc_mem_read: UcMemReadFn,
     pub uc_reg_write: UcRegWriteFn,
@@ -211,8 +211,8 @@ fn load() -> Result<Api, String> {
         uc_open: function!(uc_open: UcOpenFn),
         uc_close: function!(uc_close: UcCloseFn),
         uc_strerror: function!(uc_strerror: UcStrerrorFn),
-        uc_mem_map: function!(uc_mem_map: UcMemMapFn),
-        uc_mem_protect: function!(uc_mem_protect: UcMemProtectFn),
+        uc_mem_map_ptr: function!(uc_mem_map_ptr: UcMemMapPtrFn),
+        uc_mem_unmap: function!(uc_mem_unmap: UcMemUnmapFn),
         uc_mem_write: function!(uc_mem_write: UcMemWriteFn),
         uc_mem_read: function!(uc_mem_read: UcMemReadFn),
         uc_reg_write: function!(uc_reg_write: UcRegWriteFn),
