@@ -25,11 +25,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ksim::Activity;
 use ksim::cpu::Arch;
 use ksim::cpu::events::{Counts, Retired, Subscriber};
 use ksim::programs;
 use ksim::user_process::{ExitStatus, UserProcess, UserThread};
+use ksim::{Activity, TickContext};
 
 #[derive(Default)]
 struct Trace {
@@ -89,7 +89,7 @@ fn run(arch: Arch, name: &str, args: &[&str], observer: Observer) -> (Duration, 
             let mut t = UserThread::new(p, TICK);
             let start = Instant::now();
             while t.ended().is_none() {
-                t.tick_on(0);
+                t.tick_on(&mut TickContext::standalone(0));
             }
             let elapsed = start.elapsed();
             assert_eq!(t.ended(), Some(0), "{name}");

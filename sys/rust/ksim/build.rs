@@ -22,7 +22,12 @@ use std::process::Command;
 
 /// Programs: each is `<name>.c` linked with the crt, the system call
 /// stubs and the small library.
-const PROGRAMS: &[&str] = &["sort", "calls", "recurse", "syscalls", "faults"];
+const PROGRAMS: &[&str] = &[
+    "sort", "calls", "recurse", "syscalls", "faults", "threads", "mapobj",
+];
+
+/// Shared objects: file name, source, entry symbol.
+const SHARED_OBJECTS: &[(&str, &str, &str)] = &[("libsecond.so", "second.c", "second_entry")];
 
 /// FreeBSD's architecture name, clang's target triple.
 const ARCHES: &[(&str, &str)] = &[
@@ -96,6 +101,31 @@ fn main() {
             let object = dir.join(format!("{name}.o"));
             compile(&workloads.join(&name), &object);
             runtime.push(object);
+        }
+        // The shared object mapobj maps at run time: position-independent,
+        // its entry point the function it exports.
+        for (object, source, entry) in SHARED_OBJECTS {
+            let compiled = dir.join(format!("{object}.o"));
+            let pic: Vec<String> = common
+                .iter()
+                .map(|f| {
+                    if f == "-fno-pic" {
+                        "-fPIC".into()
+                    } else {
+                        f.clone()
+                    }
+                })
+                .collect();
+            run(Command::new(&clang)
+                .args(&pic)
+                .arg("-c")
+                .arg(workloads.join(source))
+                .arg("-o")
+                .arg(&compiled));
+            run(Command::new(&lld)
+                .args(["-shared", "--build-id=none", "-e", entry, "-o"])
+                .arg(dir.join(object))
+                .arg(&compiled));
         }
         for program in PROGRAMS {
             let object = dir.join(format!("{program}.o"));

@@ -714,6 +714,14 @@ impl Cpu {
         self.sync()
     }
 
+    /// Unmaps whatever is mapped of the pages of a range (munmap(2) and
+    /// MAP_FIXED, which accept holes).
+    pub fn unmap_holes(&mut self, addr: u64, len: u64) -> Result<(), CpuError> {
+        check_aligned(addr, len)?;
+        self.space().unmap_holes(addr, len)?;
+        self.sync()
+    }
+
     /// The lowest free range of `len` bytes from `hint` on, where mmap(2)
     /// without MAP_FIXED puts a mapping.
     pub fn find_free(&self, hint: u64, len: u64) -> Option<u64> {
@@ -837,6 +845,29 @@ impl Cpu {
             Arch::Aarch64 => {
                 self.set_reg(uc::UC_ARM64_REG_SP, stack & !0xf);
                 self.set_reg(uc::UC_ARM64_REG_X0, stack);
+            }
+        }
+        self.set_pc(entry);
+    }
+
+    /// Sets the registers a new thread starts with, as FreeBSD's
+    /// cpu_set_upcall does: the PC at `entry`, its argument in the first
+    /// argument register, the stack pointer at the top of the stack
+    /// (`stack_top`, aligned; on amd64 one word below, where a call would
+    /// have put the return address) and no frame pointer.
+    pub fn set_thread_registers(&mut self, entry: u64, arg: u64, stack_top: u64) {
+        match self.arch {
+            Arch::X86_64 => {
+                self.set_reg(uc::UC_X86_REG_RBP, 0);
+                self.set_reg(uc::UC_X86_REG_RSP, (stack_top & !0xf).wrapping_sub(8));
+                self.set_reg(uc::UC_X86_REG_RDI, arg);
+                self.set_reg(uc::UC_X86_REG_EFLAGS, 0x202);
+            }
+            Arch::Aarch64 => {
+                self.set_reg(uc::UC_ARM64_REG_SP, stack_top & !0xf);
+                self.set_reg(uc::UC_ARM64_REG_X0, arg);
+                self.set_reg(uc::UC_ARM64_REG_X29, 0);
+                self.set_reg(uc::UC_ARM64_REG_X30, 0);
             }
         }
         self.set_pc(entry);

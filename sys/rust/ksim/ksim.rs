@@ -37,10 +37,10 @@ pub mod machine_guard {
 }
 
 pub use machine::{
-    Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KprocFn, Location,
-    MAXCOMLEN, Machine, MachineConfig, Mapping, P_HWPMC, P_KPROC, P_SYSTEM, P_WEXIT, PAGE_SIZE,
-    ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn, SysctlType, SysctlValue,
-    UserProt, UserRegs, Violation, ctlflag,
+    Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KernelRequest, KprocFn,
+    Location, MAXCOMLEN, Machine, MachineConfig, Mapping, P_HWPMC, P_KPROC, P_SYSTEM, P_WEXIT,
+    PAGE_SIZE, ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn, SysctlType,
+    SysctlValue, TickContext, UserProt, UserRegs, Violation, ctlflag,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

@@ -306,10 +306,11 @@ pub trait Activity: Send {
     /// The location for the coming tick.
     fn step(&mut self) -> Location;
 
-    /// Runs one clock tick's worth on the machine's CPU `cpu` and returns
-    /// where the tick leaves the thread; by default [`Activity::step`].
-    fn tick_on(&mut self, cpu: u32) -> Location {
-        let _ = cpu;
+    /// Runs one clock tick's worth on the CPU `ctx` names, with the
+    /// kernel services `ctx` offers, and returns where the tick leaves
+    /// the thread; by default [`Activity::step`].
+    fn tick_on(&mut self, ctx: &mut TickContext<'_>) -> Location {
+        let _ = ctx;
         self.step()
     }
 
@@ -325,6 +326,123 @@ pub trait Activity: Send {
     /// makes its process exit.
     fn ended(&self) -> Option<i32> {
         None
+    }
+}
+
+/// What a thread's system calls during a tick ask of the machine, done
+/// when the tick's clock interrupt has been taken.
+pub enum KernelRequest {
+    /// thr_new(2): a thread of the same process, with the id
+    /// [`TickContext::new_tid`] reserved, running `activity`.
+    NewThread {
+        /// The new thread's id.
+        tid: u32,
+        /// What it runs.
+        activity: Box<dyn Activity>,
+    },
+    /// thr_exit(2) of the calling thread (the process's last thread makes
+    /// the process exit with status 0).
+    ThreadExit,
+    /// mmap(2) of an executable mapping of file `path` (PMC_FN_MMAP).
+    Mmap {
+        /// The file.
+        path: String,
+        /// First address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// What write(2) put on descriptor 1 or 2 (the machine keeps each
+    /// process's output: [`Machine::program_output`]).
+    Output {
+        /// 1 or 2.
+        fd: i32,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
+    /// munmap(2) of a range holding an executable mapping
+    /// (PMC_FN_MUNMAP).
+    Munmap {
+        /// First address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+}
+
+impl std::fmt::Debug for KernelRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelRequest::NewThread { tid, .. } => write!(f, "NewThread({tid})"),
+            KernelRequest::ThreadExit => f.write_str("ThreadExit"),
+            KernelRequest::Mmap { path, addr, len } => {
+                write!(f, "Mmap({path}, {addr:#x}, {len:#x})")
+            }
+            KernelRequest::Munmap { addr, len } => write!(f, "Munmap({addr:#x}, {len:#x})"),
+            KernelRequest::Output { fd, bytes } => write!(f, "Output({fd}, {} bytes)", bytes.len()),
+        }
+    }
+}
+
+/// A thread that ran in a tick, and the requests it left.
+type TickDone = (u32, Vec<KernelRequest>);
+
+/// The kernel as a thread's activity sees it during a clock tick: the
+/// CPU it runs on, the machine's files, thread ids, and the requests its
+/// system calls leave for the machine.
+#[derive(Debug)]
+pub struct TickContext<'a> {
+    cpu: u32,
+    insns_per_tick: u64,
+    files: Option<&'a BTreeMap<String, Vec<u8>>>,
+    next_tid: Option<&'a mut u32>,
+    requests: Vec<KernelRequest>,
+}
+
+impl TickContext<'_> {
+    /// A context with no machine around: no files, no new threads.
+    pub fn standalone(cpu: u32) -> TickContext<'static> {
+        TickContext {
+            cpu,
+            insns_per_tick: MachineConfig::default().insns_per_tick,
+            files: None,
+            next_tid: None,
+            requests: Vec::new(),
+        }
+    }
+
+    /// The CPU the tick runs on.
+    pub fn cpu(&self) -> u32 {
+        self.cpu
+    }
+
+    /// The machine's [`MachineConfig::insns_per_tick`].
+    pub fn insns_per_tick(&self) -> u64 {
+        self.insns_per_tick
+    }
+
+    /// A file of the machine.
+    pub fn read_file(&self, path: &str) -> Option<&[u8]> {
+        self.files?.get(path).map(Vec::as_slice)
+    }
+
+    /// Reserves the id of a thread to be created (None: no threads can
+    /// be made here).
+    pub fn new_tid(&mut self) -> Option<u32> {
+        let next = self.next_tid.as_deref_mut()?;
+        let tid = *next;
+        *next += 1;
+        Some(tid)
+    }
+
+    /// Leaves a request for the machine.
+    pub fn request(&mut self, r: KernelRequest) {
+        self.requests.push(r);
+    }
+
+    /// The requests left so far.
+    pub fn take_requests(&mut self) -> Vec<KernelRequest> {
+        std::mem::take(&mut self.requests)
     }
 }
 
@@ -456,6 +574,8 @@ struct Proc {
     next_uaddr: u64,
     fds: BTreeMap<i32, u64>,
     maps: Vec<Mapping>,
+    /// What a program wrote to descriptors 1 and 2.
+    output: [Vec<u8>; 2],
 }
 
 #[derive(Debug)]
@@ -503,7 +623,7 @@ pub(crate) struct State {
     procs: BTreeMap<u32, Proc>,
     threads: BTreeMap<u32, Thread>,
     next_pid: u32,
-    next_tid: u32,
+    pub(crate) next_tid: u32,
     /// (cpu, thread) the kernel code is running on behalf of.
     pub(crate) ctx: Option<(u32, u32)>,
     pub(crate) in_intr: bool,
@@ -808,14 +928,14 @@ impl Machine {
     /// on in its activity, CLOCK.HARD fires, hardclock processes pending
     /// PMC samples, and a thread in user mode takes its pending AST.
     pub fn tick(&self, cpu: u32) {
-        let (running, ev) = {
+        let (ran, ev) = {
             let mut st = self.st();
             Self::advance_clock(&mut st);
-            let running = Self::step_running(&mut st, cpu);
-            (running, Self::clock_hard(&st))
+            let ran = Self::step_running(&mut st, cpu);
+            (ran, Self::clock_hard(&st))
         };
-        self.clock_interrupt(cpu, running, ev);
-        self.end_finished(running.into_iter());
+        self.clock_interrupt(cpu, ran.as_ref().map(|r| r.0), ev);
+        self.after_ticks(ran.into_iter().collect());
         self.settle();
     }
 
@@ -853,16 +973,16 @@ impl Machine {
             let cpus: Vec<u32> = (0..st.cpus.len() as u32)
                 .filter(|&c| st.cpus[c as usize].state == CpuState::Online)
                 .collect();
-            let running: Vec<(u32, Option<u32>)> = cpus
+            let running: Vec<(u32, Option<TickDone>)> = cpus
                 .into_iter()
                 .map(|c| (c, Self::step_running(&mut st, c)))
                 .collect();
             (running, Self::clock_hard(&st))
         };
-        for &(cpu, tid) in &running {
-            self.clock_interrupt(cpu, tid, ev);
+        for (cpu, ran) in &running {
+            self.clock_interrupt(*cpu, ran.as_ref().map(|r| r.0), ev);
         }
-        self.end_finished(running.iter().filter_map(|&(_, tid)| tid));
+        self.after_ticks(running.into_iter().filter_map(|(_, ran)| ran).collect());
         self.settle();
     }
 
@@ -875,15 +995,73 @@ impl Machine {
         st.time_ns += 1_000_000_000 / st.cfg.hz;
     }
 
-    /// Moves the thread running on `cpu` on in its activity.
-    fn step_running(st: &mut State, cpu: u32) -> Option<u32> {
-        let running = st.cpus[cpu as usize].running;
-        if let Some(t) = running.and_then(|tid| st.threads.get_mut(&tid)) {
+    /// Moves the thread running on `cpu` on in its activity; returns it
+    /// with the requests its tick left.
+    fn step_running(st: &mut State, cpu: u32) -> Option<TickDone> {
+        let running = st.cpus[cpu as usize].running?;
+        let State {
+            threads,
+            vfs,
+            next_tid,
+            cfg,
+            ..
+        } = st;
+        let mut requests = Vec::new();
+        if let Some(t) = threads.get_mut(&running) {
             if let Some(a) = t.activity.as_mut() {
-                t.location = a.tick_on(cpu);
+                let mut ctx = TickContext {
+                    cpu,
+                    insns_per_tick: cfg.insns_per_tick,
+                    files: Some(vfs),
+                    next_tid: Some(next_tid),
+                    requests: Vec::new(),
+                };
+                t.location = a.tick_on(&mut ctx);
+                requests = ctx.requests;
             }
         }
-        running
+        Some((running, requests))
+    }
+
+    /// Does what the ticks' system calls asked (in CPU order), then makes
+    /// the processes whose programs ended exit.
+    fn after_ticks(&self, ran: Vec<TickDone>) {
+        for (tid, requests) in ran {
+            for r in requests {
+                self.serve_request(tid, r);
+            }
+            self.end_finished(std::iter::once(tid));
+        }
+    }
+
+    fn serve_request(&self, tid: u32, r: KernelRequest) {
+        let Some(pid) = self.st().thread_pid(tid) else {
+            return;
+        };
+        match r {
+            KernelRequest::NewThread { tid: new, activity } => {
+                self.thread_create_reserved(pid, new, tid);
+                self.set_activity(new, activity);
+            }
+            KernelRequest::ThreadExit => {
+                let last = self.st().procs[&pid].info.threads.len() == 1;
+                if last {
+                    if let Some(p) = self.st().procs.get_mut(&pid) {
+                        p.info.exit_status = Some(0);
+                    }
+                    self.exit(pid);
+                } else {
+                    self.thread_exit(tid);
+                }
+            }
+            KernelRequest::Mmap { path, addr, len } => self.mmap(pid, &path, addr, len),
+            KernelRequest::Munmap { addr, len } => self.munmap(pid, addr, len),
+            KernelRequest::Output { fd, bytes } => {
+                if let Some(p) = self.st().procs.get_mut(&pid) {
+                    p.output[usize::from(fd == 2)].extend_from_slice(&bytes);
+                }
+            }
+        }
     }
 
     /// The CLOCK.HARD soft event: its code and how many PMCs use it.
@@ -1336,6 +1514,12 @@ impl State {
     fn new_thread(&mut self, pid: u32, name: &str) -> u32 {
         let tid = self.next_tid;
         self.next_tid += 1;
+        self.insert_thread(pid, name, tid);
+        tid
+    }
+
+    /// A thread with an id reserved before.
+    pub(crate) fn insert_thread(&mut self, pid: u32, name: &str, tid: u32) {
         self.threads.insert(
             tid,
             Thread {
@@ -1349,7 +1533,6 @@ impl State {
                 kexterr: None,
             },
         );
-        tid
     }
 
     pub(crate) fn live_pids(&self) -> Vec<u32> {

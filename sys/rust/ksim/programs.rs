@@ -13,7 +13,15 @@ use std::path::PathBuf;
 use crate::cpu::Arch;
 
 /// Every program.
-pub const NAMES: &[&str] = &["sort", "calls", "recurse", "syscalls", "faults"];
+pub const NAMES: &[&str] = &[
+    "sort", "calls", "recurse", "syscalls", "faults", "threads", "mapobj",
+];
+
+/// The shared object `mapobj` maps (built from `workloads/second.c`),
+/// and where on the machine it expects it.
+pub const SECOND_OBJECT: &str = "libsecond.so";
+/// Where `mapobj` looks for [`SECOND_OBJECT`] by default.
+pub const SECOND_OBJECT_PATH: &str = "/usr/lib/libsecond.so";
 
 /// Where the build put program `name` for `arch`.
 pub fn path(arch: Arch, name: &str) -> PathBuf {
@@ -22,7 +30,7 @@ pub fn path(arch: Arch, name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The ELF file of program `name` for `arch`.
+/// The ELF file of program (or shared object) `name` for `arch`.
 pub fn image(arch: Arch, name: &str) -> std::io::Result<Vec<u8>> {
     std::fs::read(path(arch, name))
 }

@@ -13,23 +13,38 @@
 //! thread in user mode at its real PC or in the kernel under a
 //! meaningful kernel call chain.
 
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::cpu::{Arch, Cpu, CpuError, Fault, Stop};
+use crate::cpu::{Arch, Cpu, CpuError, Fault, PAGE_SIZE, Prot, Stop};
 use crate::elf::{Image, ImageBuilder, ImageKind, PROLOGUE};
 use crate::imgact_elf::{self, ElfError};
-use crate::machine::{Activity, Location, UserRegs};
+use crate::machine::{Activity, KernelRequest, Location, TickContext, UserRegs};
 
 /// FreeBSD's system call numbers, of the calls implemented here.
 pub mod sys {
     /// exit(2).
     pub const EXIT: u64 = 1;
+    /// read(2).
+    pub const READ: u64 = 3;
     /// write(2).
     pub const WRITE: u64 = 4;
+    /// open(2).
+    pub const OPEN: u64 = 5;
+    /// close(2).
+    pub const CLOSE: u64 = 6;
     /// getpid(2).
     pub const GETPID: u64 = 20;
+    /// munmap(2).
+    pub const MUNMAP: u64 = 73;
     /// sched_yield(2).
     pub const SCHED_YIELD: u64 = 331;
+    /// thr_exit(2).
+    pub const THR_EXIT: u64 = 431;
+    /// thr_new(2).
+    pub const THR_NEW: u64 = 455;
+    /// mmap(2).
+    pub const MMAP: u64 = 477;
 }
 
 /// FreeBSD's signal numbers the simulated kernel sends.
@@ -52,8 +67,18 @@ pub mod signal {
 
 /// errno values the system calls return.
 pub mod errno {
+    /// No such file or directory.
+    pub const ENOENT: i32 = 2;
     /// Bad file descriptor.
     pub const EBADF: i32 = 9;
+    /// Resource temporarily unavailable.
+    pub const EAGAIN: i32 = 35;
+    /// Cannot allocate memory.
+    pub const ENOMEM: i32 = 12;
+    /// Read-only file system.
+    pub const EROFS: i32 = 30;
+    /// File name too long.
+    pub const ENAMETOOLONG: i32 = 63;
     /// Bad address.
     pub const EFAULT: i32 = 14;
     /// Invalid argument.
@@ -94,18 +119,45 @@ impl std::error::Error for ExecError {}
 /// the host allocate without bound.
 const MAX_WRITE: u64 = 16 << 20;
 
-/// A process running one program on its own CPU.
+/// What the threads of a process share: its descriptors, its output
+/// and how it ended.
+#[derive(Debug, Default)]
+struct ProcShared {
+    status: Option<ExitStatus>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    files: BTreeMap<i32, OpenFile>,
+    /// Executable mappings of files, for munmap's PMC_FN_MUNMAP.
+    exec_maps: Vec<(u64, u64)>,
+}
+
+/// A file opened with open(2): read-only, from the machine's files.
+#[derive(Debug)]
+struct OpenFile {
+    path: String,
+    bytes: Vec<u8>,
+    offset: u64,
+}
+
+/// A thread of a process running a program on a CPU of its own (the
+/// registers and the engine; the address space and the rest are the
+/// process's, shared by its threads).
 #[derive(Debug)]
 pub struct UserProcess {
     cpu: Cpu,
     pid: i32,
     ppid: i32,
-    status: Option<ExitStatus>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
+    shared: Arc<Mutex<ProcShared>>,
+    /// The thread called thr_exit(2).
+    thread_exited: bool,
     syscalls: u64,
     fault: Option<(u64, Fault)>,
 }
+
+/// The lowest address mmap(2) picks without MAP_FIXED.
+const MMAP_BASE: u64 = 0x0000_0008_0000_0000;
+/// The longest path open(2) reads (MAXPATHLEN).
+const MAXPATHLEN: usize = 1024;
 
 impl UserProcess {
     /// Loads the executable `image` (the bytes of its file, which claims
@@ -126,12 +178,15 @@ impl UserProcess {
             cpu,
             pid,
             ppid: 1,
-            status: None,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
+            shared: Arc::default(),
+            thread_exited: false,
             syscalls: 0,
             fault: None,
         })
+    }
+
+    fn shared(&self) -> MutexGuard<'_, ProcShared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sets the parent's pid, which getpid(2) returns second.
@@ -149,89 +204,139 @@ impl UserProcess {
         self.cpu.arch()
     }
 
-    /// What it wrote to descriptor 1.
-    pub fn stdout(&self) -> &[u8] {
-        &self.stdout
+    /// What the process wrote to descriptor 1.
+    pub fn stdout(&self) -> Vec<u8> {
+        self.shared().stdout.clone()
     }
 
-    /// What it wrote to descriptor 2.
-    pub fn stderr(&self) -> &[u8] {
-        &self.stderr
+    /// What the process wrote to descriptor 2.
+    pub fn stderr(&self) -> Vec<u8> {
+        self.shared().stderr.clone()
     }
 
-    /// System calls it made.
+    /// System calls this thread made.
     pub fn syscalls(&self) -> u64 {
         self.syscalls
     }
 
-    /// The fault that ended it, with the faulting PC.
+    /// The fault that ended the process in this thread, with the
+    /// faulting PC.
     pub fn fault(&self) -> Option<(u64, Fault)> {
         self.fault
     }
 
-    /// How it ended, once it has.
+    /// How the process ended, once it has.
     pub fn status(&self) -> Option<ExitStatus> {
-        self.status
+        self.shared().status
+    }
+
+    /// Whether this thread has ended: by thr_exit(2), or with its process.
+    pub fn thread_ended(&self) -> bool {
+        self.thread_exited || self.status().is_some()
+    }
+
+    fn end(&mut self, status: ExitStatus) {
+        let mut sh = self.shared();
+        if sh.status.is_none() {
+            sh.status = Some(status);
+        }
     }
 
     /// Runs until the next system call or fault and serves it; returns the
-    /// exit status once the process has ended.
+    /// exit status once the process has ended. Without a machine around
+    /// it there are no files and no other threads: open(2) fails with
+    /// ENOENT and thr_new(2) with EAGAIN.
     pub fn run_to_kernel_entry(&mut self) -> Result<Option<ExitStatus>, CpuError> {
-        if self.status.is_some() {
-            return Ok(self.status);
+        if self.thread_ended() {
+            return Ok(self.status());
         }
         match self.cpu.run()? {
-            Stop::Syscall => self.syscall(),
+            Stop::Syscall => self.syscall(&mut TickContext::standalone(0)),
             Stop::Fault { pc, fault } => self.end_by_fault(pc, fault),
         }
-        Ok(self.status)
+        Ok(self.status())
     }
 
     /// Runs one instruction (serving the system call it makes, or ending
     /// the process on its fault); returns the exit status once the
     /// process has ended.
     pub fn step(&mut self) -> Result<Option<ExitStatus>, CpuError> {
-        if self.status.is_some() {
-            return Ok(self.status);
+        if self.thread_ended() {
+            return Ok(self.status());
         }
         match self.cpu.step()? {
             None => {}
-            Some(Stop::Syscall) => self.syscall(),
+            Some(Stop::Syscall) => self.syscall(&mut TickContext::standalone(0)),
             Some(Stop::Fault { pc, fault }) => self.end_by_fault(pc, fault),
         }
-        Ok(self.status)
+        Ok(self.status())
     }
 
     fn end_by_fault(&mut self, pc: u64, fault: Fault) {
         self.fault = Some((pc, fault));
-        self.status = Some(ExitStatus::Signaled(signal_for(self.cpu.arch(), fault)));
+        self.end(ExitStatus::Signaled(signal_for(self.cpu.arch(), fault)));
     }
 
-    /// Runs the process to its end.
+    /// Runs the process to its end (a single-threaded one: see
+    /// [`UserProcess::run_to_kernel_entry`]).
     pub fn run(&mut self) -> Result<ExitStatus, CpuError> {
         loop {
             if let Some(status) = self.run_to_kernel_entry()? {
                 return Ok(status);
             }
+            if self.thread_exited {
+                // thr_exit of the only thread: the process exits with 0.
+                self.end(ExitStatus::Exited(0));
+            }
         }
     }
 
-    fn syscall(&mut self) {
+    fn syscall(&mut self, ctx: &mut TickContext<'_>) {
         self.syscalls += 1;
         let req = self.cpu.syscall_request();
+        let a = req.args;
         let result = match req.number {
             sys::EXIT => {
-                self.status = Some(ExitStatus::Exited(i32::from(req.args[0] as u8)));
+                self.end(ExitStatus::Exited(i32::from(a[0] as u8)));
                 return;
             }
-            sys::WRITE => self.write(req.args[0], req.args[1], req.args[2]),
+            sys::READ => self.read(a[0], a[1], a[2]),
+            sys::WRITE => {
+                let r = self.write(a[0], a[1], a[2]);
+                if r.is_ok() {
+                    let sh = self.shared();
+                    let out = if a[0] == 1 { &sh.stdout } else { &sh.stderr };
+                    let bytes = out[out.len() - a[2] as usize..].to_vec();
+                    drop(sh);
+                    ctx.request(KernelRequest::Output {
+                        fd: a[0] as i32,
+                        bytes,
+                    });
+                }
+                r
+            }
+            sys::OPEN => self.open(a[0], a[1], ctx),
+            sys::CLOSE => self.close(a[0]),
             // The parent's pid in the second register, as FreeBSD's
             // getpid does with COMPAT_43 (GENERIC has it).
             sys::GETPID => Ok([self.pid as u64, self.ppid as u64]),
+            sys::MUNMAP => self.munmap(a[0], a[1], ctx),
             sys::SCHED_YIELD => Ok([0, 0]),
+            sys::THR_EXIT => {
+                if a[0] != 0 {
+                    // The kernel stores 1 in *state for thread joiners;
+                    // a bad address is ignored, as suword's failure is.
+                    let _ = self.cpu.write(a[0], &1u64.to_le_bytes());
+                }
+                self.thread_exited = true;
+                ctx.request(KernelRequest::ThreadExit);
+                return;
+            }
+            sys::THR_NEW => self.thr_new(a[0], a[1], ctx),
+            sys::MMAP => self.mmap([a[0], a[1], a[2], a[3], a[4], a[5]], ctx),
             _ => {
                 // nosys: SIGSYS, whose default action ends the process.
-                self.status = Some(ExitStatus::Signaled(signal::SIGSYS));
+                self.end(ExitStatus::Signaled(signal::SIGSYS));
                 return;
             }
         };
@@ -239,18 +344,232 @@ impl UserProcess {
     }
 
     fn write(&mut self, fd: u64, buf: u64, len: u64) -> Result<[u64; 2], i32> {
-        let out = match fd {
-            1 => &mut self.stdout,
-            2 => &mut self.stderr,
-            _ => return Err(errno::EBADF),
-        };
+        // Descriptors 1 and 2 are the output; the others are files
+        // opened read-only, or none.
+        if fd != 1 && fd != 2 {
+            return Err(errno::EBADF);
+        }
         if len > MAX_WRITE {
             return Err(errno::EINVAL);
         }
         let mut bytes = vec![0u8; len as usize];
         self.cpu.read(buf, &mut bytes).map_err(|_| errno::EFAULT)?;
+        let mut sh = self.shared();
+        let out = if fd == 1 {
+            &mut sh.stdout
+        } else {
+            &mut sh.stderr
+        };
         out.extend_from_slice(&bytes);
         Ok([len, 0])
+    }
+
+    fn read(&mut self, fd: u64, buf: u64, len: u64) -> Result<[u64; 2], i32> {
+        if len > MAX_WRITE {
+            return Err(errno::EINVAL);
+        }
+        let chunk = {
+            let sh = self.shared();
+            let f = sh.files.get(&(fd as i32)).ok_or(errno::EBADF)?;
+            let start = (f.offset as usize).min(f.bytes.len());
+            let end = start.saturating_add(len as usize).min(f.bytes.len());
+            f.bytes[start..end].to_vec()
+        };
+        self.cpu.write(buf, &chunk).map_err(|_| errno::EFAULT)?;
+        if let Some(f) = self.shared().files.get_mut(&(fd as i32)) {
+            f.offset += chunk.len() as u64;
+        }
+        Ok([chunk.len() as u64, 0])
+    }
+
+    /// A NUL-terminated string of user memory (copyinstr).
+    fn user_string(&self, addr: u64) -> Result<String, i32> {
+        let mut out = Vec::new();
+        let mut byte = [0u8];
+        loop {
+            self.cpu
+                .read(addr + out.len() as u64, &mut byte)
+                .map_err(|_| errno::EFAULT)?;
+            if byte[0] == 0 {
+                return String::from_utf8(out).map_err(|_| errno::ENOENT);
+            }
+            out.push(byte[0]);
+            if out.len() >= MAXPATHLEN {
+                return Err(errno::ENAMETOOLONG);
+            }
+        }
+    }
+
+    fn open(&mut self, path: u64, flags: u64, ctx: &TickContext<'_>) -> Result<[u64; 2], i32> {
+        const O_ACCMODE: u64 = 3;
+        let path = self.user_string(path)?;
+        let bytes = ctx.read_file(&path).ok_or(errno::ENOENT)?.to_vec();
+        if flags & O_ACCMODE != 0 {
+            // The machine's files are read-only to programs.
+            return Err(errno::EROFS);
+        }
+        let mut sh = self.shared();
+        let fd = (3..).find(|fd| !sh.files.contains_key(fd)).unwrap_or(3);
+        sh.files.insert(
+            fd,
+            OpenFile {
+                path,
+                bytes,
+                offset: 0,
+            },
+        );
+        Ok([fd as u64, 0])
+    }
+
+    fn close(&mut self, fd: u64) -> Result<[u64; 2], i32> {
+        match self.shared().files.remove(&(fd as i32)) {
+            Some(_) => Ok([0, 0]),
+            None if fd <= 2 => Ok([0, 0]),
+            None => Err(errno::EBADF),
+        }
+    }
+
+    /// mmap(addr, len, prot, flags, fd, pos): anonymous memory, or a
+    /// private copy of a file's bytes; an executable mapping of a file is
+    /// reported to the machine (PMC_FN_MMAP).
+    fn mmap(&mut self, a: [u64; 6], ctx: &mut TickContext<'_>) -> Result<[u64; 2], i32> {
+        const PROT_READ: u64 = 1;
+        const PROT_WRITE: u64 = 2;
+        const PROT_EXEC: u64 = 4;
+        const MAP_FIXED: u64 = 0x10;
+        const MAP_ANON: u64 = 0x1000;
+        let [addr, len, prot, flags, fd, pos] = a;
+        // prot, flags and fd are C ints: only their low 32 bits count.
+        let (prot, flags, fd) = (prot & 0xffff_ffff, flags & 0xffff_ffff, fd as i32);
+        if len == 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 {
+            return Err(errno::EINVAL);
+        }
+        let size = len
+            .checked_next_multiple_of(PAGE_SIZE)
+            .ok_or(errno::ENOMEM)?;
+        let file = if flags & MAP_ANON != 0 {
+            if fd != -1 || pos != 0 {
+                return Err(errno::EINVAL);
+            }
+            None
+        } else {
+            if pos % PAGE_SIZE != 0 {
+                return Err(errno::EINVAL);
+            }
+            let sh = self.shared();
+            let f = sh.files.get(&fd).ok_or(errno::EBADF)?;
+            let start = (pos as usize).min(f.bytes.len());
+            let end = start.saturating_add(len as usize).min(f.bytes.len());
+            Some((f.path.clone(), f.bytes[start..end].to_vec()))
+        };
+        let at = if flags & MAP_FIXED != 0 {
+            if addr % PAGE_SIZE != 0 {
+                return Err(errno::EINVAL);
+            }
+            let _ = self.cpu.unmap_holes(addr, size);
+            addr
+        } else {
+            self.cpu
+                .find_free(addr.max(MMAP_BASE), size)
+                .ok_or(errno::ENOMEM)?
+        };
+        let rw = Prot::READ.union(Prot::WRITE);
+        self.cpu.map(at, size, rw).map_err(|_| errno::ENOMEM)?;
+        if let Some((_, bytes)) = &file {
+            self.cpu.write(at, bytes).map_err(|_| errno::EFAULT)?;
+        }
+        let mut want = Prot::NONE;
+        for (bit, p) in [
+            (PROT_READ, Prot::READ),
+            (PROT_WRITE, Prot::WRITE),
+            (PROT_EXEC, Prot::EXEC),
+        ] {
+            if prot & bit != 0 {
+                want = want.union(p);
+            }
+        }
+        self.cpu
+            .protect(at, size, want)
+            .map_err(|_| errno::ENOMEM)?;
+        if let (Some((path, _)), true) = (file, prot & PROT_EXEC != 0) {
+            self.shared().exec_maps.push((at, at + size));
+            ctx.request(KernelRequest::Mmap {
+                path,
+                addr: at,
+                len: size,
+            });
+        }
+        Ok([at, 0])
+    }
+
+    fn munmap(&mut self, addr: u64, len: u64, ctx: &mut TickContext<'_>) -> Result<[u64; 2], i32> {
+        if addr % PAGE_SIZE != 0 || len == 0 {
+            return Err(errno::EINVAL);
+        }
+        let size = len
+            .checked_next_multiple_of(PAGE_SIZE)
+            .ok_or(errno::EINVAL)?;
+        let end = addr.checked_add(size).ok_or(errno::EINVAL)?;
+        self.cpu
+            .unmap_holes(addr, size)
+            .map_err(|_| errno::EINVAL)?;
+        let executable = {
+            let mut sh = self.shared();
+            let before = sh.exec_maps.len();
+            sh.exec_maps.retain(|&(s, e)| e <= addr || s >= end);
+            sh.exec_maps.len() != before
+        };
+        if executable {
+            ctx.request(KernelRequest::Munmap { addr, len: size });
+        }
+        Ok([0, 0])
+    }
+
+    /// thr_new(param, param_size): a thread of this process starting at
+    /// `start_func(arg)` on the stack the parameters give, set up as
+    /// FreeBSD's cpu_set_upcall does.
+    fn thr_new(
+        &mut self,
+        param: u64,
+        size: u64,
+        ctx: &mut TickContext<'_>,
+    ) -> Result<[u64; 2], i32> {
+        const THR_PARAM_SIZE: u64 = 104;
+        if size > THR_PARAM_SIZE {
+            return Err(errno::EINVAL);
+        }
+        let mut raw = [0u8; THR_PARAM_SIZE as usize];
+        self.cpu
+            .read(param, &mut raw[..size as usize])
+            .map_err(|_| errno::EFAULT)?;
+        let word =
+            |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        let (start, arg, stack_base, stack_size) = (word(0), word(1), word(2), word(3));
+        let (child_tid, parent_tid) = (word(6), word(7));
+        let tid = ctx.new_tid().ok_or(errno::EAGAIN)?;
+        let mut cpu = self.cpu.new_thread(ctx.cpu()).map_err(|_| errno::ENOMEM)?;
+        cpu.set_thread_registers(start, arg, stack_base.wrapping_add(stack_size));
+        for at in [child_tid, parent_tid] {
+            if at != 0 {
+                self.cpu
+                    .write(at, &u64::from(tid).to_le_bytes())
+                    .map_err(|_| errno::EFAULT)?;
+            }
+        }
+        let thread = UserProcess {
+            cpu,
+            pid: self.pid,
+            ppid: self.ppid,
+            shared: self.shared.clone(),
+            thread_exited: false,
+            syscalls: 0,
+            fault: None,
+        };
+        ctx.request(KernelRequest::NewThread {
+            tid,
+            activity: Box::new(UserThread::new(thread, ctx.insns_per_tick())),
+        });
+        Ok([0, 0])
     }
 }
 
@@ -299,16 +618,25 @@ fn entry_path(arch: Arch) -> &'static [&'static str] {
 /// for a call with arguments `args`, entry and return included.
 ///
 /// The cost model: 150 instructions to enter and leave the kernel, plus
-/// the call's own work: 20 for getpid, 400 for sched_yield (a pass of the
-/// scheduler), 250 for write plus one per 8 bytes copied, 300 for exit,
-/// 50 for nosys.
+/// the call's own work: 20 for getpid, 100 for close, 400 for sched_yield
+/// (a pass of the scheduler) and munmap, 250 for read and write plus one
+/// per 8 bytes copied, 300 for exit, 500 for thr_exit, 600 for mmap plus
+/// one per 64 bytes mapped, 800 for open (a path lookup), 1500 for
+/// thr_new, 50 for nosys.
 pub fn syscall_handler(number: u64, args: &[u64; 6]) -> (&'static str, u64) {
     const ENTRY_AND_RETURN: u64 = 150;
     let (name, work) = match number {
         sys::EXIT => ("sys_exit", 300),
+        sys::READ => ("sys_read", 250 + args[2].min(MAX_WRITE) / 8),
         sys::WRITE => ("sys_write", 250 + args[2].min(MAX_WRITE) / 8),
+        sys::OPEN => ("sys_open", 800),
+        sys::CLOSE => ("sys_close", 100),
         sys::GETPID => ("sys_getpid", 20),
+        sys::MUNMAP => ("sys_munmap", 400),
         sys::SCHED_YIELD => ("sys_sched_yield", 400),
+        sys::THR_EXIT => ("sys_thr_exit", 500),
+        sys::THR_NEW => ("sys_thr_new", 1500),
+        sys::MMAP => ("sys_mmap", 600 + args[1].min(MAX_WRITE) / 64),
         _ => ("nosys", 50),
     };
     (name, ENTRY_AND_RETURN + work)
@@ -327,9 +655,16 @@ pub fn kernel_image() -> &'static Image {
             .chain(entry_path(Arch::Aarch64))
             .chain(&[
                 "sys_exit",
+                "sys_read",
                 "sys_write",
+                "sys_open",
+                "sys_close",
                 "sys_getpid",
+                "sys_munmap",
                 "sys_sched_yield",
+                "sys_thr_exit",
+                "sys_thr_new",
+                "sys_mmap",
                 "nosys",
                 "hardclock",
             ])
@@ -424,10 +759,10 @@ impl UserThread {
         }
     }
 
-    /// Runs one tick's budget; returns where the thread is.
-    fn run_budget(&mut self) {
+    /// Runs one tick's budget.
+    fn run_budget(&mut self, ctx: &mut TickContext<'_>) {
         let mut left = self.insns_per_tick;
-        while left > 0 && self.process.status.is_none() {
+        while left > 0 && !self.process.thread_ended() {
             if let Some(k) = self.in_kernel.as_mut() {
                 let n = left.min(k.total - k.done);
                 k.done += n;
@@ -442,7 +777,7 @@ impl UserThread {
                 Ok(run) => run,
                 Err(e) => {
                     self.error = Some(e);
-                    self.process.status = Some(ExitStatus::Signaled(signal::SIGKILL));
+                    self.process.end(ExitStatus::Signaled(signal::SIGKILL));
                     return;
                 }
             };
@@ -453,7 +788,7 @@ impl UserThread {
                 Some(Stop::Syscall) => {
                     let req = self.process.cpu.syscall_request();
                     let (handler, total) = syscall_handler(req.number, &req.args);
-                    self.process.syscall();
+                    self.process.syscall(ctx);
                     self.in_kernel = Some(KernelWork {
                         handler,
                         done: 0,
@@ -468,7 +803,7 @@ impl UserThread {
     fn location(&self) -> Location {
         let regs = self.user_regs();
         match self.in_kernel {
-            Some(k) if self.process.status.is_none() => {
+            Some(k) if !self.process.thread_ended() => {
                 let path = entry_path(self.process.arch());
                 // Innermost first: the handler where the work has got to,
                 // then the return addresses into the entry path (a fixed
@@ -494,12 +829,12 @@ impl UserThread {
 
 impl Activity for UserThread {
     fn step(&mut self) -> Location {
-        self.tick_on(0)
+        self.tick_on(&mut TickContext::standalone(0))
     }
 
-    fn tick_on(&mut self, cpu: u32) -> Location {
-        self.process.cpu.set_id(cpu);
-        self.run_budget();
+    fn tick_on(&mut self, ctx: &mut TickContext<'_>) -> Location {
+        self.process.cpu.set_id(ctx.cpu());
+        self.run_budget(ctx);
         self.location()
     }
 
@@ -508,6 +843,6 @@ impl Activity for UserThread {
     }
 
     fn ended(&self) -> Option<i32> {
-        self.process.status.map(wait_status)
+        self.process.status().map(wait_status)
     }
 }

@@ -73,6 +73,7 @@ pub const UC_ARM64_REG_NZCV: c_int = 3;
 pub const UC_ARM64_REG_SP: c_int = 4;
 pub const UC_ARM64_REG_X0: c_int = 199;
 pub const UC_ARM64_REG_X8: c_int = 207;
+pub const UC_ARM64_REG_X30: c_int = 2;
 pub const UC_ARM64_REG_PC: c_int = 260;
 
 /// `uc_cb_hookcode_t`.

@@ -207,6 +207,21 @@ impl VmSpace {
         Ok(())
     }
 
+    /// Unmaps whatever is mapped in `[addr, addr + len)`.
+    pub(super) fn unmap_holes(&mut self, addr: u64, len: u64) -> Result<(), CpuError> {
+        let end = addr
+            .checked_add(len)
+            .ok_or(CpuError::BadAddress { addr, len })?;
+        self.split_at(addr);
+        self.split_at(end);
+        let inside: Vec<u64> = self.regions.range(addr..end).map(|(&a, _)| a).collect();
+        for a in inside {
+            self.regions.remove(&a);
+        }
+        self.generation += 1;
+        Ok(())
+    }
+
     /// The lowest page-aligned address from `hint` on with `len` bytes
     /// free (mmap(2) without MAP_FIXED).
     pub(super) fn find_free(&self, hint: u64, len: u64) -> Option<u64> {

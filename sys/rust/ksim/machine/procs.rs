@@ -38,6 +38,7 @@ impl Machine {
                 next_uaddr: 0x1000_0000,
                 fds: BTreeMap::new(),
                 maps: Vec::new(),
+                output: Default::default(),
             },
         );
         tid
@@ -185,24 +186,34 @@ impl Machine {
     /// uses PMCs, else PMC_FN_THR_CREATE_LOG while system-wide sampling is
     /// active, else nothing.
     pub fn thread_create(&self, pid: u32) -> u32 {
-        let (tid, creator) = {
+        let tid = {
+            let mut st = self.st();
+            let tid = st.next_tid;
+            st.next_tid += 1;
+            tid
+        };
+        // As on FreeBSD, the creator (here the process's first thread)
+        // runs the hook about the new one.
+        let creator = self.st().procs[&pid].info.threads.first().copied();
+        self.thread_create_reserved(pid, tid, creator.unwrap_or(tid));
+        tid
+    }
+
+    /// thr_new(2) by thread `creator` of `pid`, of a thread whose id `tid`
+    /// was reserved.
+    pub(crate) fn thread_create_reserved(&self, pid: u32, tid: u32, creator: u32) {
+        {
             let mut st = self.st();
             let comm = st.procs[&pid].info.comm.clone();
-            let tid = st.new_thread(pid, &comm);
-            let threads = &mut st.procs.get_mut(&pid).unwrap().info.threads;
-            // As on FreeBSD, the creator (here the process's first thread)
-            // runs the hook about the new one.
-            let creator = threads.first().copied().unwrap_or(tid);
-            threads.push(tid);
-            (tid, creator)
-        };
+            st.insert_thread(pid, &comm, tid);
+            st.procs.get_mut(&pid).unwrap().info.threads.push(tid);
+        }
         if self.thread_uses_pmcs(tid) {
             self.with_ctx(creator, || self.hook(&HookCall::ThrCreate { tid }));
         } else if self.system_sampling_active() {
             let call = self.thr_create_log(tid);
             self.with_ctx(creator, || self.hook(&call));
         }
-        tid
     }
 
     /// The PMC_FN_THR_CREATE_LOG call about `tid`, with what the hook
@@ -359,6 +370,11 @@ impl Machine {
             .activity = Some(activity);
     }
 
+    /// Where the last tick left a thread.
+    pub fn location_of(&self, tid: u32) -> Location {
+        self.st().location(tid)
+    }
+
     /// Puts a thread at a location (for interrupts between ticks).
     pub fn set_location(&self, tid: u32, location: Location) {
         self.st()
@@ -437,6 +453,23 @@ impl Machine {
             .into_iter()
             .filter_map(|pid| st.procs.get(&pid).map(|p| (pid, p.info.comm.clone())))
             .collect()
+    }
+
+    /// What the program process `pid` runs wrote to descriptor `fd` (1
+    /// or 2) so far, zombies included.
+    pub fn program_output(&self, pid: u32, fd: i32) -> Vec<u8> {
+        self.0
+            .st()
+            .procs
+            .get(&pid)
+            .map(|p| p.output[usize::from(fd == 2)].clone())
+            .unwrap_or_default()
+    }
+
+    /// The mappings of process `pid` (what kernel code sees of its
+    /// executable objects).
+    pub fn mappings(&self, pid: u32) -> Vec<Mapping> {
+        self.st().maps(pid)
     }
 
     /// Installs a file (an executable, a library, a kernel module).

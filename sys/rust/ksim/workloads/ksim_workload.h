@@ -22,6 +22,40 @@ void _exit(int status) __attribute__((noreturn));
 ssize_t write(int fd, const void *buf, size_t len);
 pid_t getpid(void);
 int sched_yield(void);
+ssize_t read(int fd, void *buf, size_t len);
+int open(const char *path, int flags);
+int close(int fd);
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, long pos);
+int munmap(void *addr, size_t len);
+
+/* FreeBSD's values (sys/mman.h, sys/fcntl.h). */
+#define	O_RDONLY	0
+#define	PROT_NONE	0
+#define	PROT_READ	1
+#define	PROT_WRITE	2
+#define	PROT_EXEC	4
+#define	MAP_PRIVATE	0x0002
+#define	MAP_FIXED	0x0010
+#define	MAP_ANON	0x1000
+#define	MAP_FAILED	((void *)-1)
+
+/* FreeBSD's struct thr_param (sys/thr.h), as thr_new(2) reads it. */
+struct thr_param {
+	void	(*start_func)(void *);
+	void	*arg;
+	char	*stack_base;
+	size_t	stack_size;
+	char	*tls_base;
+	size_t	tls_size;
+	long	*child_tid;
+	long	*parent_tid;
+	int	flags;
+	void	*rtp;
+	void	*spare[3];
+};
+
+int thr_new(struct thr_param *param, int param_size);
+void thr_exit(long *state) __attribute__((noreturn));
 long __ksim_syscall_number(long number);
 
 void *memset(void *dst, int c, size_t len);
