@@ -16,7 +16,9 @@ use core::mem::size_of;
 use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
 
+use ksim::cpu::Arch;
 use ksim::elf::{ImageBuilder, ImageKind};
+use ksim::programs;
 use ksim::workload::Program;
 use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
 use uapi::exterr::{EXTERRCTL_ENABLE, UEXTERROR_VER, Uexterror};
@@ -28,7 +30,8 @@ use crate::transport::{Transport, host_errno};
 /// Environment variable with the simulated machine's CPU count.
 pub const CPUS_ENV: &str = "LIBPMC_SIM_CPUS";
 /// Environment variable naming a workload to run on the machine:
-/// `work` or `work:THREADS` (see [`Workload`]).
+/// `work` or `work:THREADS`, or a real program `[arm64/]NAME[:ARG,...]`
+/// (see [`Workload`]).
 pub const WORKLOAD_ENV: &str = "LIBPMC_SIM_WORKLOAD";
 /// Environment variable that, when set and not empty, makes the machine
 /// say on standard error what it is (CPUs, processes) when it boots.
@@ -68,7 +71,7 @@ pub struct SimConfig {
 }
 
 /// The workloads the simulated machine can run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Workload {
     /// `/usr/bin/work`: a process of `threads` threads computing in
     /// `compute` (50%), `hash` called from `compute` (30%), `io` (15%)
@@ -77,32 +80,100 @@ pub enum Workload {
         /// Threads of the process (1 to 64).
         threads: u32,
     },
+    /// One of ksim's real workload programs (`ksim::programs`), compiled
+    /// for amd64 or arm64, run by the machine's CPUs as `/usr/bin/NAME`
+    /// with the arguments given, until it exits.
+    Program {
+        /// The program's name.
+        name: String,
+        /// amd64 or arm64.
+        arch: Arch,
+        /// Its arguments after its name.
+        args: Vec<String>,
+    },
 }
 
 impl Workload {
-    /// Parses `work` or `work:THREADS`.
+    /// Parses `work` or `work:THREADS`, or `[arm64/]NAME[:ARG[,ARG...]]`
+    /// for a program of ksim's.
     pub fn parse(spec: &str) -> Option<Workload> {
-        let (name, threads) = spec
+        let (name, rest) = spec
             .split_once(':')
             .map_or((spec, None), |(n, t)| (n, Some(t)));
-        match name {
-            "work" => {
-                let threads = match threads {
-                    None => 4,
-                    Some(t) => t.parse().ok().filter(|n| (1..=64).contains(n))?,
-                };
-                Some(Workload::Work { threads })
-            }
-            _ => None,
+        if name == "work" {
+            let threads = match rest {
+                None => 4,
+                Some(t) => t.parse().ok().filter(|n| (1..=64).contains(n))?,
+            };
+            return Some(Workload::Work { threads });
         }
+        let (arch, name) = match name.split_once('/') {
+            Some(("amd64", n)) => (Arch::X86_64, n),
+            Some(("arm64", n)) => (Arch::Aarch64, n),
+            Some(_) => return None,
+            None => (Arch::X86_64, name),
+        };
+        if !programs::NAMES.contains(&name) {
+            return None;
+        }
+        let args = match rest {
+            None => Vec::new(),
+            Some(a) => a.split(',').map(String::from).collect(),
+        };
+        if args.iter().any(|a| a.is_empty() || a.len() > 64) || args.len() > 16 {
+            return None;
+        }
+        Some(Workload::Program {
+            name: name.into(),
+            arch,
+            args,
+        })
     }
 
     /// Starts the workload on `m`: its process and threads, each with its
     /// program. Returns the process and its threads.
-    fn start(self, m: &Machine) -> (u32, Vec<u32>) {
-        let Workload::Work { threads } = self;
-        let (pid, _) = m.spawn(Cred::root(), "work");
-        (pid, run_work(m, pid, threads))
+    fn start(&self, m: &Machine) -> Result<(u32, Vec<u32>), String> {
+        match self {
+            Workload::Work { threads } => {
+                let (pid, _) = m.spawn(Cred::root(), "work");
+                Ok((pid, run_work(m, pid, *threads)))
+            }
+            Workload::Program { name, arch, args } => {
+                let image = programs::image(*arch, name)
+                    .map_err(|e| format!("program {name} for {}: {e}", arch.name()))?;
+                if name == "mapobj" {
+                    let object = programs::image(*arch, programs::SECOND_OBJECT)
+                        .map_err(|e| format!("{}: {e}", programs::SECOND_OBJECT))?;
+                    m.install(programs::SECOND_OBJECT_PATH, object);
+                }
+                let (pid, tid) = m.spawn(Cred::root(), name);
+                let mut argv = vec![name.as_str()];
+                argv.extend(args.iter().map(String::as_str));
+                m.exec_program(pid, &format!("/usr/bin/{name}"), &image, &argv)
+                    .map_err(|e| format!("exec of {name}: {e}"))?;
+                Ok((pid, vec![tid]))
+            }
+        }
+    }
+
+    /// What it is, for the machine's description.
+    fn describe(&self, pid: u32) -> String {
+        match self {
+            Workload::Work { threads } => {
+                format!("workload /usr/bin/work is pid {pid} with {threads} threads")
+            }
+            Workload::Program { name, arch, args } => {
+                let mut argv = name.clone();
+                for a in args {
+                    argv += " ";
+                    argv += a;
+                }
+                format!(
+                    "workload /usr/bin/{name} ({} program: {argv}) is pid {pid}",
+                    arch.name()
+                )
+            }
+        }
     }
 }
 
@@ -160,7 +231,15 @@ struct Scheduler {
 const SLICE_TICKS: u32 = 10;
 
 impl Scheduler {
-    fn runnable(&self) -> Vec<u32> {
+    /// The threads of the jobs still running: a program's process may
+    /// have made threads or ended them, or ended.
+    fn runnable(&mut self, m: &Machine) -> Vec<u32> {
+        for j in self.jobs.iter_mut().filter(|j| !j.exited) {
+            match m.proc_info(j.pid) {
+                Some(p) if !p.zombie => j.threads = p.threads,
+                _ => j.exited = true,
+            }
+        }
         self.jobs
             .iter()
             .filter(|j| !j.exited)
@@ -173,7 +252,7 @@ impl Scheduler {
     fn run(&mut self, m: &Machine, ticks: u32) {
         let mut left = u64::from(ticks);
         while left > 0 {
-            let threads = self.runnable();
+            let threads = self.runnable(m);
             let n = threads.len().min(self.cpus as usize);
             let placed: Vec<(u32, u32)> = (0..n)
                 .map(|i| (i as u32, threads[(self.next + i) % threads.len()]))
@@ -208,7 +287,10 @@ impl Scheduler {
                 .iter_mut()
                 .filter(|j| !j.exited && j.ends_at.is_some_and(|t| t <= self.now))
             {
-                m.exit(j.pid);
+                // A program may have ended by itself before its time.
+                if m.proc_info(j.pid).is_some_and(|p| !p.zombie) {
+                    m.exit(j.pid);
+                }
                 j.exited = true;
             }
         }
@@ -491,7 +573,11 @@ impl SimTransport {
                 refuse(
                     WORKLOAD_ENV,
                     &v,
-                    "work or work:THREADS, THREADS from 1 to 64",
+                    &format!(
+                        "work or work:THREADS (THREADS from 1 to 64), or a program \
+                         [arm64/]NAME[:ARG,...] with NAME one of {}",
+                        programs::NAMES.join(", ")
+                    ),
                 )
             })?);
         }
@@ -551,8 +637,15 @@ impl SimTransport {
                     next: 0,
                     now: 0,
                 };
-                if let Some(w) = cfg.workload {
-                    let (wpid, threads) = w.start(&m);
+                if let Some(w) = &cfg.workload {
+                    let (wpid, threads) = match w.start(&m) {
+                        Ok(started) => started,
+                        Err(e) => {
+                            eprintln!("libpmc: simulated machine: workload: {e}");
+                            let _ = ready_tx.send(Err(libc::EINVAL));
+                            return;
+                        }
+                    };
                     sched.jobs.push(Job {
                         pid: wpid,
                         threads,
@@ -565,20 +658,16 @@ impl SimTransport {
                         "libpmc: simulated machine: {} CPUs; {} is pid {pid}",
                         cfg.cpus, cfg.comm
                     );
-                    if let (Some(Workload::Work { threads }), Some(j)) =
-                        (cfg.workload, sched.jobs.first())
-                    {
-                        what += &format!(
-                            "; workload /usr/bin/work is pid {} with {threads} threads",
-                            j.pid
-                        );
+                    if let (Some(w), Some(j)) = (&cfg.workload, sched.jobs.first()) {
+                        what += "; ";
+                        what += &w.describe(j.pid);
                     }
                     eprintln!("{what}");
                 }
                 // Time passes: the jobs run if any can, else the program
                 // itself, on CPU 0.
                 let pass = |m: &Machine, sched: &mut Scheduler, ticks: u32| {
-                    if sched.runnable().is_empty() {
+                    if sched.runnable(m).is_empty() {
                         m.run(tid, 0, ticks);
                         sched.now += u64::from(ticks);
                     } else {

@@ -369,7 +369,33 @@ fn workload_names() {
         Workload::parse("work:64"),
         Some(Workload::Work { threads: 64 })
     );
-    for bad in ["work:0", "work:65", "work:x", "make", ""] {
+    assert_eq!(
+        Workload::parse("threads:8,1000"),
+        Some(Workload::Program {
+            name: "threads".into(),
+            arch: ksim::cpu::Arch::X86_64,
+            args: vec!["8".into(), "1000".into()],
+        })
+    );
+    assert_eq!(
+        Workload::parse("arm64/sort"),
+        Some(Workload::Program {
+            name: "sort".into(),
+            arch: ksim::cpu::Arch::Aarch64,
+            args: Vec::new(),
+        })
+    );
+    for bad in [
+        "work:0",
+        "work:65",
+        "work:x",
+        "make",
+        "",
+        "riscv/sort",
+        "sort:",
+        "sort:1,,2",
+        "amd64/",
+    ] {
         assert_eq!(Workload::parse(bad), None, "{bad:?}");
     }
 }
@@ -645,4 +671,86 @@ fn the_driver_says_why_a_request_failed() {
     // A failure without an extended error: the text is gone.
     assert_eq!(pmc.release(0x00ff_0000).unwrap_err(), libc::EINVAL);
     assert_eq!(pmc::uexterr::gettext(), "");
+}
+
+#[test]
+fn sampling_a_real_program_workload() {
+    // The threads program on the machine's CPUs: samples of its process,
+    // with call chains, land in its text or in the kernel's, and the user
+    // chains walked from its frames end in its entry code.
+    use std::os::fd::AsRawFd;
+    use uapi::pmclog::{PmclogBody, records};
+    let pmc = boot(SimConfig {
+        comm: "pmc_api".into(),
+        workload: Some(pmc::libpmc_sim::Workload::parse("threads:2,100000").unwrap()),
+        // Sampling counts as small as 1 (kern.hwpmc.mincount is 1000 by
+        // default).
+        kenv: vec![("kern.hwpmc.mincount".into(), "1".into())],
+        ..SimConfig::default()
+    });
+    let path = std::env::temp_dir().join(format!("pmc-api-program-{}", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    pmc.configure_logfile(file.as_raw_fd()).unwrap();
+    let id = pmc
+        .allocate(
+            "SOFT-CLOCK.HARD",
+            PmcMode::Ts.raw(),
+            PmcFlags::CALLCHAIN.bits(),
+            -1,
+            1000,
+        )
+        .unwrap();
+    // A sample at every tick of the process's threads.
+    pmc.set(id, 1).unwrap();
+    pmc.attach(id, 102).unwrap();
+    pmc.start(id).unwrap();
+    pmc.transport().simulator().unwrap().advance(1_000);
+    pmc.stop(id).unwrap();
+    pmc.close_logfile().unwrap();
+    let log = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let image = ksim::programs::image(ksim::cpu::Arch::X86_64, "threads").unwrap();
+    let (text_start, text_end) = ksim::elf::image_span(&image).unwrap();
+    let symbols = ksim::elf::parse_symbols(&image).unwrap();
+    let name_of = |pc: u64| {
+        symbols
+            .iter()
+            .find(|(_, start, size)| (*start..start + size).contains(&pc))
+            .map(|(n, _, _)| n.as_str())
+    };
+    let (mut user, mut kernel, mut compute) = (0, 0, 0);
+    for rec in records(&log) {
+        let PmclogBody::Callchain { pid, pcs, .. } = rec.unwrap().body else {
+            continue;
+        };
+        assert_eq!(pid, 102);
+        let pcs: Vec<u64> = pcs.iter().map(|pc| pc as u64).collect();
+        // A sample in the kernel carries the kernel chain; the user part
+        // is captured at the return to user mode, as on FreeBSD.
+        let Some(first_user) = pcs.iter().position(|&pc| pc < ksim::elf::KERNEL_BASE) else {
+            kernel += 1;
+            continue;
+        };
+        if first_user > 0 {
+            kernel += 1;
+        } else {
+            user += 1;
+        }
+        for &pc in &pcs[first_user..] {
+            assert!(
+                (text_start..text_end).contains(&pc) || pc == 0,
+                "{pc:#x} outside the text in {pcs:x?}"
+            );
+        }
+        let names: Vec<Option<&str>> = pcs[first_user..].iter().map(|&pc| name_of(pc)).collect();
+        if names.first() == Some(&Some("mix")) {
+            // mix is called by compute, which the worker calls.
+            assert_eq!(names.get(1), Some(&Some("compute")), "{names:?}");
+            assert_eq!(names.get(2), Some(&Some("worker")), "{names:?}");
+            compute += 1;
+        }
+    }
+    assert!(user > 1000 && compute > 100, "{user} {kernel} {compute}");
+    eprintln!("{user} user samples, {kernel} kernel, {compute} in mix");
+    assert!(kernel > 10, "the main thread's sched_yield calls: {kernel}");
 }
