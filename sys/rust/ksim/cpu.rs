@@ -917,16 +917,25 @@ impl Cpu {
             ),
         };
         let f = self.reg(flags);
-        match result {
+        let f = match result {
             Ok([v0, v1]) => {
                 self.set_reg(ret0, v0);
                 self.set_reg(ret1, v1);
-                self.set_reg(flags, f & !carry);
+                f & !carry
             }
             Err(errno) => {
                 self.set_reg(ret0, errno as u64);
-                self.set_reg(flags, f | carry);
+                f | carry
             }
+        };
+        self.set_reg(flags, f);
+        if self.arch == Arch::X86_64 {
+            // The kernel returns with sysretq, which takes the return
+            // address from %rcx and the flags from %r11: both are
+            // clobbered, as a program sees on FreeBSD.
+            let pc = self.pc();
+            self.set_reg(uc::UC_X86_REG_RCX, pc);
+            self.set_reg(uc::UC_X86_REG_R11, f);
         }
     }
 

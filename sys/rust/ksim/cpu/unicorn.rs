@@ -66,6 +66,8 @@ pub const UC_X86_REG_RSP: c_int = 44;
 pub const UC_X86_REG_R8: c_int = 106;
 pub const UC_X86_REG_R9: c_int = 107;
 pub const UC_X86_REG_R10: c_int = 108;
+pub const UC_X86_REG_R11: c_int = 109;
+pub const UC_X86_REG_RCX: c_int = 38;
 pub const UC_X86_INS_SYSCALL: c_int = 699;
 
 pub const UC_ARM64_REG_X29: c_int = 1;
@@ -170,13 +172,18 @@ fn dlerror() -> String {
 }
 
 fn load() -> Result<Api, String> {
-    let name = CString::new(LIBRARY).expect("no NUL in the name");
+    load_from(LIBRARY)
+}
+
+/// Loads Unicorn 2 from the shared library `library`.
+fn load_from(library: &str) -> Result<Api, String> {
+    let name = CString::new(library).map_err(|_| format!("{library:?}: a NUL in the name"))?;
     // SAFETY: a NUL-terminated name; the handle is kept for the life of
     // the process (never closed), so the functions stay valid.
     let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if lib.is_null() {
         return Err(format!(
-            "cannot load {LIBRARY} ({}); Debian: apt-get install libunicorn2 (tools/setup does)",
+            "cannot load {library} ({}); Debian: apt-get install libunicorn2 (tools/setup does)",
             dlerror()
         ));
     }
@@ -185,7 +192,7 @@ fn load() -> Result<Api, String> {
         // SAFETY: a live handle and a NUL-terminated name.
         let f = unsafe { libc::dlsym(lib, c.as_ptr()) };
         if f.is_null() {
-            Err(format!("{LIBRARY} has no {sym}: {}", dlerror()))
+            Err(format!("{library} has no {sym}: {}", dlerror()))
         } else {
             Ok(f)
         }
@@ -206,7 +213,7 @@ fn load() -> Result<Api, String> {
     };
     // The constants of this module are Unicorn 2's.
     if version >> 24 != 2 {
-        return Err(format!("{LIBRARY} is version {version:#010x}, not 2"));
+        return Err(format!("{library} is version {version:#010x}, not 2"));
     }
     Ok(Api {
         uc_open: function!(uc_open: UcOpenFn),
@@ -223,4 +230,27 @@ fn load() -> Result<Api, String> {
         uc_hook_add: function!(uc_hook_add: UcHookAddFn),
         uc_hook_del: function!(uc_hook_del: UcHookDelFn),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_a_clear_error() {
+        let Err(e) = load_from("libunicorn-not-here.so.2") else {
+            panic!("a library that does not exist loaded");
+        };
+        assert!(e.starts_with("cannot load libunicorn-not-here.so.2 ("), "{e}");
+        assert!(e.contains("apt-get install libunicorn2"), "{e}");
+    }
+
+    #[test]
+    fn a_library_without_unicorn_is_a_clear_error() {
+        // The C library is loaded in every process and has no uc_version.
+        let Err(e) = load_from("libc.so.6") else {
+            panic!("libc passed for Unicorn");
+        };
+        assert!(e.starts_with("libc.so.6 has no uc_version"), "{e}");
+    }
 }
