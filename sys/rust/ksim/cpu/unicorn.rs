@@ -241,7 +241,10 @@ mod tests {
         let Err(e) = load_from("libunicorn-not-here.so.2") else {
             panic!("a library that does not exist loaded");
         };
-        assert!(e.starts_with("cannot load libunicorn-not-here.so.2 ("), "{e}");
+        assert!(
+            e.starts_with("cannot load libunicorn-not-here.so.2 ("),
+            "{e}"
+        );
         assert!(e.contains("apt-get install libunicorn2"), "{e}");
     }
 
