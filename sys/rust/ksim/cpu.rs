@@ -145,6 +145,9 @@ pub struct Run {
     /// Instructions that retired (the system call instruction included;
     /// a faulting one not).
     pub retired: u64,
+    /// Instructions of kernel work of the system calls served without
+    /// stopping ([`FastSyscalls`]), which the budget paid for too.
+    pub kernel_work: u64,
     /// Why the run stopped before its budget was spent, if it did.
     pub stop: Option<Stop>,
 }
@@ -254,6 +257,105 @@ impl DecodeCache {
     }
 }
 
+/// System calls a CPU serves inside the emulator's hook, without stopping
+/// the run: the short ones whose kernel work fits in what is left of the
+/// run's budget. Served so, a call has the same effect and cost as when
+/// the run stops for it; only the emulator's stop and restart are saved.
+pub trait FastSyscalls: Send {
+    /// The kernel work, in instructions, of `req` if it can be served
+    /// without stopping; None to stop the run for it.
+    fn fast_cost(&self, req: &SyscallRequest) -> Option<u64>;
+
+    /// Serves `req` (one `fast_cost` accepted).
+    fn serve(&mut self, req: &SyscallRequest) -> Result<[u64; 2], i32>;
+}
+
+/// Register access to an engine: the [`Cpu`]'s, or the one running a hook.
+struct Regs {
+    api: &'static uc::Api,
+    engine: uc::UcEngine,
+    arch: Arch,
+}
+
+impl Regs {
+    fn get(&self, id: c_int) -> u64 {
+        let mut v = 0u64;
+        // SAFETY: every register this module names is 64 bits wide (NZCV
+        // and EFLAGS are read into the low bits of the u64); reading
+        // registers from a hook is allowed.
+        let err = unsafe { (self.api.uc_reg_read)(self.engine, id, (&raw mut v).cast()) };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
+        v
+    }
+
+    fn set(&self, id: c_int, v: u64) {
+        // SAFETY: as in get; the engine reads as many bytes as the
+        // register has, at most 8.
+        let err = unsafe { (self.api.uc_reg_write)(self.engine, id, (&raw const v).cast()) };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
+    }
+
+    fn syscall_request(&self) -> SyscallRequest {
+        match self.arch {
+            Arch::X86_64 => SyscallRequest {
+                number: self.get(uc::UC_X86_REG_RAX),
+                args: [
+                    uc::UC_X86_REG_RDI,
+                    uc::UC_X86_REG_RSI,
+                    uc::UC_X86_REG_RDX,
+                    uc::UC_X86_REG_R10,
+                    uc::UC_X86_REG_R8,
+                    uc::UC_X86_REG_R9,
+                ]
+                .map(|r| self.get(r)),
+            },
+            Arch::Aarch64 => SyscallRequest {
+                number: self.get(uc::UC_ARM64_REG_X8),
+                args: [0, 1, 2, 3, 4, 5].map(|i| self.get(uc::UC_ARM64_REG_X0 + i)),
+            },
+        }
+    }
+
+    /// Sets the result registers; `return_pc` is where the program goes
+    /// on (amd64's sysretq takes it from %rcx).
+    fn set_syscall_result(&self, result: Result<[u64; 2], i32>, return_pc: u64) {
+        let (ret0, ret1, flags, carry) = match self.arch {
+            Arch::X86_64 => (
+                uc::UC_X86_REG_RAX,
+                uc::UC_X86_REG_RDX,
+                uc::UC_X86_REG_EFLAGS,
+                1u64, // PSL_C
+            ),
+            Arch::Aarch64 => (
+                uc::UC_ARM64_REG_X0,
+                uc::UC_ARM64_REG_X0 + 1,
+                uc::UC_ARM64_REG_NZCV,
+                1u64 << 29, // PSR_C
+            ),
+        };
+        let f = self.get(flags);
+        let f = match result {
+            Ok([v0, v1]) => {
+                self.set(ret0, v0);
+                self.set(ret1, v1);
+                f & !carry
+            }
+            Err(errno) => {
+                self.set(ret0, errno as u64);
+                f | carry
+            }
+        };
+        self.set(flags, f);
+        if self.arch == Arch::X86_64 {
+            // The kernel returns with sysretq, which takes the return
+            // address from %rcx and the flags from %r11: both are
+            // clobbered, as a program sees on FreeBSD.
+            self.set(uc::UC_X86_REG_RCX, return_pc);
+            self.set(uc::UC_X86_REG_R11, f);
+        }
+    }
+}
+
 /// What the emulator's callbacks share with the [`Cpu`]. It lives on the
 /// heap at a fixed address, passed to every hook as its user data.
 struct Hooks {
@@ -268,8 +370,14 @@ struct Hooks {
     /// Instructions that started since the CPU was made (each counted
     /// before it runs; one that faults is taken back).
     executed: u64,
+    /// Instructions of kernel work of the system calls served in the
+    /// hook.
+    kernel_work: u64,
+    /// System calls served in the hook.
+    fast_served: u64,
+    fast: Option<Box<dyn FastSyscalls>>,
     /// The run stops before the instruction that would make `executed`
-    /// pass this (u64::MAX: no limit).
+    /// plus `kernel_work` pass this (u64::MAX: no limit).
     limit: u64,
     /// Set by a callback that stopped the run.
     budget_spent: bool,
@@ -282,7 +390,7 @@ impl Hooks {
     /// Counts the instruction about to run, or stops the run before it
     /// when the budget is spent (the engine then does not run it).
     fn count(&mut self, engine: uc::UcEngine) -> bool {
-        if self.executed >= self.limit {
+        if self.executed + self.kernel_work >= self.limit {
             self.budget_spent = true;
             // SAFETY: the engine running this hook; stopping from a hook
             // is what uc_emu_stop is for.
@@ -290,6 +398,32 @@ impl Hooks {
             return false;
         }
         self.executed += 1;
+        true
+    }
+
+    /// Serves the system call the engine stopped at in the hook, if the
+    /// fast path takes it and its kernel work fits in the budget.
+    /// `return_pc` is the address after the instruction.
+    fn try_fast(&mut self, engine: uc::UcEngine, return_pc: impl Fn(&Regs) -> u64) -> bool {
+        let Some(fast) = self.fast.as_mut() else {
+            return false;
+        };
+        let regs = Regs {
+            api: self.api,
+            engine,
+            arch: self.arch,
+        };
+        let req = regs.syscall_request();
+        let Some(cost) = fast.fast_cost(&req) else {
+            return false;
+        };
+        if self.executed + self.kernel_work + cost > self.limit {
+            return false;
+        }
+        let result = fast.serve(&req);
+        regs.set_syscall_result(result, return_pc(&regs));
+        self.kernel_work += cost;
+        self.fast_served += 1;
         true
     }
 
@@ -443,6 +577,10 @@ extern "C" fn on_invalid_mem(
 extern "C" fn on_syscall(engine: uc::UcEngine, data: *mut c_void) {
     // SAFETY: registered by Cpu::new with its Hooks.
     let h = unsafe { hooks(data) };
+    // In the hook %rip is still at the two-byte `syscall`.
+    if h.try_fast(engine, |r| r.get(uc::UC_X86_REG_RIP) + 2) {
+        return;
+    }
     h.syscall = true;
     // SAFETY: the engine running this hook; stopping from a hook is what
     // uc_emu_stop is for.
@@ -460,6 +598,10 @@ extern "C" fn on_interrupt(engine: uc::UcEngine, vector: u32, data: *mut c_void)
     // SAFETY: registered by Cpu::new with its Hooks.
     let h = unsafe { hooks(data) };
     if h.arch == Arch::Aarch64 && vector == AARCH64_EXCP_SWI {
+        // The PC is past the `svc` already.
+        if h.try_fast(engine, |r| r.get(uc::UC_ARM64_REG_PC)) {
+            return;
+        }
         h.syscall = true;
     } else {
         h.exception = Some(vector);
@@ -604,6 +746,9 @@ impl Cpu {
             accesses: Vec::with_capacity(8),
             decode: DecodeCache::new(),
             executed: 0,
+            kernel_work: 0,
+            fast_served: 0,
+            fast: None,
             limit: u64::MAX,
             budget_spent: false,
             syscall: false,
@@ -780,20 +925,20 @@ impl Cpu {
         Ok(())
     }
 
+    fn regs(&self) -> Regs {
+        Regs {
+            api: self.api,
+            engine: self.engine,
+            arch: self.arch,
+        }
+    }
+
     fn reg(&self, id: c_int) -> u64 {
-        let mut v = 0u64;
-        // SAFETY: every register this module names is 64 bits wide (NZCV
-        // and EFLAGS are read into the low bits of the u64).
-        let err = unsafe { (self.api.uc_reg_read)(self.engine, id, (&raw mut v).cast()) };
-        debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
-        v
+        self.regs().get(id)
     }
 
     fn set_reg(&mut self, id: c_int, v: u64) {
-        // SAFETY: as in reg; the engine reads as many bytes as the
-        // register has, at most 8.
-        let err = unsafe { (self.api.uc_reg_write)(self.engine, id, (&raw const v).cast()) };
-        debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
+        self.regs().set(id, v);
     }
 
     /// The program counter.
@@ -878,65 +1023,28 @@ impl Cpu {
     /// `%rdi, %rsi, %rdx, %r10, %r8, %r9` on amd64; the number in `x8`
     /// and the arguments in `x0`-`x5` on arm64.
     pub fn syscall_request(&self) -> SyscallRequest {
-        match self.arch {
-            Arch::X86_64 => SyscallRequest {
-                number: self.reg(uc::UC_X86_REG_RAX),
-                args: [
-                    uc::UC_X86_REG_RDI,
-                    uc::UC_X86_REG_RSI,
-                    uc::UC_X86_REG_RDX,
-                    uc::UC_X86_REG_R10,
-                    uc::UC_X86_REG_R8,
-                    uc::UC_X86_REG_R9,
-                ]
-                .map(|r| self.reg(r)),
-            },
-            Arch::Aarch64 => SyscallRequest {
-                number: self.reg(uc::UC_ARM64_REG_X8),
-                args: [0, 1, 2, 3, 4, 5].map(|i| self.reg(uc::UC_ARM64_REG_X0 + i)),
-            },
-        }
+        self.regs().syscall_request()
     }
 
     /// Returns from a system call as FreeBSD does: on success the two
     /// values in `%rax`/`%rdx` (`x0`/`x1`) and the carry flag clear; on
-    /// failure the errno value in `%rax` (`x0`) and the carry flag set.
+    /// failure the errno value in `%rax` (`x0`) and the carry flag set
+    /// (and on amd64 `%rcx` and `%r11` as sysretq leaves them).
     pub fn set_syscall_result(&mut self, result: Result<[u64; 2], i32>) {
-        let (ret0, ret1, flags, carry) = match self.arch {
-            Arch::X86_64 => (
-                uc::UC_X86_REG_RAX,
-                uc::UC_X86_REG_RDX,
-                uc::UC_X86_REG_EFLAGS,
-                1u64, // PSL_C
-            ),
-            Arch::Aarch64 => (
-                uc::UC_ARM64_REG_X0,
-                uc::UC_ARM64_REG_X0 + 1,
-                uc::UC_ARM64_REG_NZCV,
-                1u64 << 29, // PSR_C
-            ),
-        };
-        let f = self.reg(flags);
-        let f = match result {
-            Ok([v0, v1]) => {
-                self.set_reg(ret0, v0);
-                self.set_reg(ret1, v1);
-                f & !carry
-            }
-            Err(errno) => {
-                self.set_reg(ret0, errno as u64);
-                f | carry
-            }
-        };
-        self.set_reg(flags, f);
-        if self.arch == Arch::X86_64 {
-            // The kernel returns with sysretq, which takes the return
-            // address from %rcx and the flags from %r11: both are
-            // clobbered, as a program sees on FreeBSD.
-            let pc = self.pc();
-            self.set_reg(uc::UC_X86_REG_RCX, pc);
-            self.set_reg(uc::UC_X86_REG_R11, f);
-        }
+        let pc = self.pc();
+        self.regs().set_syscall_result(result, pc);
+    }
+
+    /// Serves the system calls `fast` takes inside the emulator's hook,
+    /// without stopping the run (None: every call stops it).
+    pub fn set_fast_syscalls(&mut self, fast: Option<Box<dyn FastSyscalls>>) {
+        self.hooks_mut().fast = fast;
+    }
+
+    /// System calls served without stopping, so far.
+    pub fn fast_syscalls_served(&self) -> u64 {
+        // SAFETY: as in hooks_mut, read only.
+        unsafe { (*self.hooks).fast_served }
     }
 
     /// Reports every instruction this CPU retires from now on to `s`.
@@ -1015,6 +1123,7 @@ impl Cpu {
         if budget == 0 {
             return Ok(Run {
                 retired: 0,
+                kernel_work: 0,
                 stop: None,
             });
         }
@@ -1048,9 +1157,11 @@ impl Cpu {
         let begin = self.pc();
         let counted = self.trace_hooks.is_some() || self.count_hook.is_some();
         let start_count = self.retired();
+        // SAFETY: as in hooks_mut, read only.
+        let start_kernel = unsafe { (*self.hooks).kernel_work };
         {
             let h = self.hooks_mut();
-            h.limit = h.executed.saturating_add(budget);
+            h.limit = (h.executed + h.kernel_work).saturating_add(budget);
             h.budget_spent = false;
             h.syscall = false;
             h.exception = None;
@@ -1105,6 +1216,7 @@ impl Cpu {
                 let retired = h.executed - start_count;
                 Ok(Run {
                     retired,
+                    kernel_work: h.kernel_work - start_kernel,
                     stop: Some(Stop::Fault { pc, fault }),
                 })
             }
@@ -1119,6 +1231,7 @@ impl Cpu {
                 }
                 Ok(Run {
                     retired: h.executed - start_count,
+                    kernel_work: h.kernel_work - start_kernel,
                     stop,
                 })
             }

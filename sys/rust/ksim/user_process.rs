@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::cpu::{Arch, Cpu, CpuError, Fault, PAGE_SIZE, Prot, Stop};
+use crate::cpu::{Arch, Cpu, CpuError, FastSyscalls, Fault, PAGE_SIZE, Prot, Stop, SyscallRequest};
 use crate::elf::{Image, ImageBuilder, ImageKind, PROLOGUE};
 use crate::imgact_elf::{self, ElfError};
 use crate::machine::{Activity, KernelRequest, Location, TickContext, UserRegs};
@@ -119,6 +119,31 @@ impl std::error::Error for ExecError {}
 /// the host allocate without bound.
 const MAX_WRITE: u64 = 16 << 20;
 
+/// The system calls served without stopping the CPU: getpid(2) and
+/// sched_yield(2), which only read the process's ids or give up the CPU
+/// (a no-op for a thread that the clock preempts anyway), with the kernel
+/// work [`syscall_handler`] gives them.
+#[derive(Debug)]
+struct FastPath {
+    pid: i32,
+    ppid: i32,
+}
+
+impl FastSyscalls for FastPath {
+    fn fast_cost(&self, req: &SyscallRequest) -> Option<u64> {
+        matches!(req.number, sys::GETPID | sys::SCHED_YIELD)
+            .then(|| syscall_handler(req.number, &req.args).1)
+    }
+
+    fn serve(&mut self, req: &SyscallRequest) -> Result<[u64; 2], i32> {
+        match req.number {
+            // As in UserProcess::syscall.
+            sys::GETPID => Ok([self.pid as u64, self.ppid as u64]),
+            _ => Ok([0, 0]),
+        }
+    }
+}
+
 /// What the threads of a process share: its descriptors, its output
 /// and how it ended.
 #[derive(Debug, Default)]
@@ -174,6 +199,7 @@ impl UserProcess {
         let exe = imgact_elf::parse(image).map_err(ExecError::Elf)?;
         let mut cpu = Cpu::new(exe.arch, cpu_id).map_err(ExecError::Cpu)?;
         imgact_elf::load(&mut cpu, &exe, image, path, argv, envp).map_err(ExecError::Elf)?;
+        cpu.set_fast_syscalls(Some(Box::new(FastPath { pid, ppid: 1 })));
         Ok(UserProcess {
             cpu,
             pid,
@@ -192,6 +218,10 @@ impl UserProcess {
     /// Sets the parent's pid, which getpid(2) returns second.
     pub fn set_ppid(&mut self, ppid: i32) {
         self.ppid = ppid;
+        self.cpu.set_fast_syscalls(Some(Box::new(FastPath {
+            pid: self.pid,
+            ppid,
+        })));
     }
 
     /// The CPU the process runs on (to subscribe to its events).
@@ -216,7 +246,7 @@ impl UserProcess {
 
     /// System calls this thread made.
     pub fn syscalls(&self) -> u64 {
-        self.syscalls
+        self.syscalls + self.cpu.fast_syscalls_served()
     }
 
     /// The fault that ended the process in this thread, with the
@@ -556,6 +586,10 @@ impl UserProcess {
                     .map_err(|_| errno::EFAULT)?;
             }
         }
+        cpu.set_fast_syscalls(Some(Box::new(FastPath {
+            pid: self.pid,
+            ppid: self.ppid,
+        })));
         let thread = UserProcess {
             cpu,
             pid: self.pid,
@@ -781,8 +815,9 @@ impl UserThread {
                     return;
                 }
             };
-            left -= run.retired.min(left);
+            left -= (run.retired + run.kernel_work).min(left);
             self.user_instructions += run.retired;
+            self.kernel_instructions += run.kernel_work;
             match run.stop {
                 None => {}
                 Some(Stop::Syscall) => {

@@ -280,3 +280,51 @@ fn a_machine_of_several_programs_runs_the_same_way_twice() {
     assert_eq!(first.1, (Some(0), Some(0)));
     assert_eq!(first, run());
 }
+
+#[test]
+fn system_calls_served_without_a_stop_change_nothing_a_tick_sees() {
+    use ksim::user_process::{UserProcess, UserThread};
+    use ksim::{Activity, TickContext};
+    for arch in ARCHES {
+        let run = |fast: bool| {
+            let image = programs::image(arch, "syscalls").unwrap();
+            let mut p =
+                UserProcess::exec(&image, "/usr/bin/syscalls", &["syscalls", "400"], &[], 7, 0)
+                    .unwrap();
+            if !fast {
+                p.cpu().set_fast_syscalls(None);
+            }
+            let mut t = UserThread::new(p, 313);
+            let mut ticks = Vec::new();
+            while t.ended().is_none() {
+                ticks.push(t.tick_on(&mut TickContext::standalone(0)));
+                assert!(ticks.len() < 100_000);
+            }
+            let served = t.process().syscalls();
+            let fast_served = {
+                let p = t.process_mut();
+                p.cpu().fast_syscalls_served()
+            };
+            (
+                ticks,
+                t.ended(),
+                t.user_instructions(),
+                t.kernel_instructions(),
+                served,
+                fast_served,
+            )
+        };
+        let (slow, fast) = (run(false), run(true));
+        assert_eq!(slow.1, Some(0), "{arch:?}");
+        assert_eq!(slow.5, 0, "{arch:?}");
+        // getpid and sched_yield twice a round, mostly without a stop.
+        assert!(fast.5 > 400, "{arch:?}: {}", fast.5);
+        assert_eq!(slow.0, fast.0, "{arch:?}: the ticks found the same places");
+        assert_eq!(
+            (slow.1, slow.2, slow.3, slow.4),
+            (fast.1, fast.2, fast.3, fast.4),
+            "{arch:?}"
+        );
+        assert!(slow.0.iter().any(|l| !l.user_mode), "{arch:?}");
+    }
+}
