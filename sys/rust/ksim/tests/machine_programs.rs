@@ -294,7 +294,7 @@ fn system_calls_served_without_a_stop_change_nothing_a_tick_sees() {
             if !fast {
                 p.cpu().set_fast_syscalls(None);
             }
-            let mut t = UserThread::new(p, 313);
+            let mut t = UserThread::new(p, 4_999);
             let mut ticks = Vec::new();
             while t.ended().is_none() {
                 ticks.push(t.tick_on(&mut TickContext::standalone(0)));
