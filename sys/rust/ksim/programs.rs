@@ -4,8 +4,8 @@
 //! `workloads/`; with symbols, frame pointers and DWARF line information).
 //!
 //! To add one: write `workloads/<name>.c` with a `main` that uses only
-//! what `ksim_workload.h` declares (add a system call there and in both
-//! `syscalls_<arch>.S`, serve it in [`crate::user_process`] and give it a
+//! what `ksim_workload.h` declares (add a system call there and in
+//! `syscall_list.h`, serve it in [`crate::user_process`] and give it a
 //! kernel function and cost there), then add the name to `PROGRAMS` in
 //! `build.rs`, to [`NAMES`] and to `tools/sim-run`'s list of workloads.
 

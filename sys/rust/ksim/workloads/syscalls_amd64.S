@@ -18,17 +18,7 @@ name:					\
 	ret;				\
 	.size	name, . - name
 
-SYSCALL(_exit, 1)
-SYSCALL(write, 4)
-SYSCALL(getpid, 20)
-SYSCALL(sched_yield, 331)
-SYSCALL(read, 3)
-SYSCALL(open, 5)
-SYSCALL(close, 6)
-SYSCALL(munmap, 73)
-SYSCALL(thr_exit, 431)
-SYSCALL(thr_new, 455)
-SYSCALL(mmap, 477)
+#include "syscall_list.h"
 
 /* A system call by number, without arguments: for numbers the kernel
  * does not implement. */
