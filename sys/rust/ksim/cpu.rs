@@ -1035,6 +1035,61 @@ impl Cpu {
         self.regs().set_syscall_result(result, pc);
     }
 
+    /// Puts a system call's number and arguments where the program would
+    /// (the inverse of [`Cpu::syscall_request`]).
+    pub fn set_syscall_request(&mut self, req: &SyscallRequest) {
+        let regs = self.regs();
+        match self.arch {
+            Arch::X86_64 => {
+                regs.set(uc::UC_X86_REG_RAX, req.number);
+                for (r, v) in [
+                    uc::UC_X86_REG_RDI,
+                    uc::UC_X86_REG_RSI,
+                    uc::UC_X86_REG_RDX,
+                    uc::UC_X86_REG_R10,
+                    uc::UC_X86_REG_R8,
+                    uc::UC_X86_REG_R9,
+                ]
+                .into_iter()
+                .zip(req.args)
+                {
+                    regs.set(r, v);
+                }
+            }
+            Arch::Aarch64 => {
+                regs.set(uc::UC_ARM64_REG_X8, req.number);
+                for (i, v) in req.args.into_iter().enumerate() {
+                    regs.set(uc::UC_ARM64_REG_X0 + i as c_int, v);
+                }
+            }
+        }
+    }
+
+    /// The result registers as the program reads them after a system
+    /// call: the values on success, the errno value when the carry flag
+    /// is set.
+    pub fn syscall_result(&self) -> Result<[u64; 2], i32> {
+        let (ret0, ret1, flags, carry) = match self.arch {
+            Arch::X86_64 => (
+                uc::UC_X86_REG_RAX,
+                uc::UC_X86_REG_RDX,
+                uc::UC_X86_REG_EFLAGS,
+                1u64,
+            ),
+            Arch::Aarch64 => (
+                uc::UC_ARM64_REG_X0,
+                uc::UC_ARM64_REG_X0 + 1,
+                uc::UC_ARM64_REG_NZCV,
+                1u64 << 29,
+            ),
+        };
+        if self.reg(flags) & carry != 0 {
+            Err(self.reg(ret0) as i32)
+        } else {
+            Ok([self.reg(ret0), self.reg(ret1)])
+        }
+    }
+
     /// Serves the system calls `fast` takes inside the emulator's hook,
     /// without stopping the run (None: every call stops it).
     pub fn set_fast_syscalls(&mut self, fast: Option<Box<dyn FastSyscalls>>) {

@@ -399,7 +399,23 @@ pub struct TickContext<'a> {
     requests: Vec<KernelRequest>,
 }
 
-impl TickContext<'_> {
+impl<'a> TickContext<'a> {
+    /// A context with the files `files` and thread ids from `next_tid`
+    /// but no machine around (tests and fuzzing of system calls).
+    pub fn detached(
+        cpu: u32,
+        files: &'a BTreeMap<String, Vec<u8>>,
+        next_tid: &'a mut u32,
+    ) -> TickContext<'a> {
+        TickContext {
+            cpu,
+            insns_per_tick: MachineConfig::default().insns_per_tick,
+            files: Some(files),
+            next_tid: Some(next_tid),
+            requests: Vec::new(),
+        }
+    }
+
     /// A context with no machine around: no files, no new threads.
     pub fn standalone(cpu: u32) -> TickContext<'static> {
         TickContext {

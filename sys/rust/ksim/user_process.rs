@@ -181,6 +181,10 @@ pub struct UserProcess {
 
 /// The lowest address mmap(2) picks without MAP_FIXED.
 const MMAP_BASE: u64 = 0x0000_0008_0000_0000;
+/// The largest mmap(2) served: a simulated process's memory is host
+/// memory, so a mapping larger than this fails with ENOMEM, as one past
+/// the process's resource limit does.
+const MAX_MMAP: u64 = 256 << 20;
 /// The longest path open(2) reads (MAXPATHLEN).
 const MAXPATHLEN: usize = 1024;
 
@@ -319,6 +323,22 @@ impl UserProcess {
                 self.end(ExitStatus::Exited(0));
             }
         }
+    }
+
+    /// Makes system call `req` as if the program had, with the kernel
+    /// `ctx` offers: the result the program would read, or None when the
+    /// call ended the thread or the process (exit, thr_exit, SIGSYS).
+    pub fn make_syscall(
+        &mut self,
+        req: &SyscallRequest,
+        ctx: &mut TickContext<'_>,
+    ) -> Option<Result<[u64; 2], i32>> {
+        if self.thread_ended() {
+            return None;
+        }
+        self.cpu.set_syscall_request(req);
+        self.syscall(ctx);
+        (!self.thread_ended()).then(|| self.cpu.syscall_result())
     }
 
     fn syscall(&mut self, ctx: &mut TickContext<'_>) {
@@ -477,6 +497,9 @@ impl UserProcess {
         let size = len
             .checked_next_multiple_of(PAGE_SIZE)
             .ok_or(errno::ENOMEM)?;
+        if size > MAX_MMAP {
+            return Err(errno::ENOMEM);
+        }
         let file = if flags & MAP_ANON != 0 {
             if fd != -1 || pos != 0 {
                 return Err(errno::EINVAL);
@@ -880,4 +903,111 @@ impl Activity for UserThread {
     fn ended(&self) -> Option<i32> {
         self.process.status().map(wait_status)
     }
+}
+
+/// The errno values the system calls served here may return.
+pub const SYSCALL_ERRNOS: &[i32] = &[
+    errno::ENOENT,
+    errno::EBADF,
+    errno::ENOMEM,
+    errno::EFAULT,
+    errno::EINVAL,
+    errno::EROFS,
+    errno::EAGAIN,
+    errno::ENAMETOOLONG,
+];
+
+/// Replays system calls decoded from `bytes` against a fresh process of
+/// `image` (fuzzing and random tests of the system call layer): each call
+/// is a byte choosing the number, then a byte per argument choosing an
+/// interesting value (addresses of mapped and unmapped memory, a path of
+/// an existing file, sizes, flags, -1) or, for the high values, the next
+/// eight bytes as the raw argument. Panics if a call panics, returns an
+/// errno outside [`SYSCALL_ERRNOS`] or leaves the process in a state that
+/// cannot run; returns the calls made.
+pub fn replay_syscalls(image: &[u8], mut bytes: &[u8]) -> usize {
+    const NUMBERS: [u64; 12] = [
+        sys::READ,
+        sys::WRITE,
+        sys::OPEN,
+        sys::CLOSE,
+        sys::GETPID,
+        sys::MUNMAP,
+        sys::SCHED_YIELD,
+        sys::THR_NEW,
+        sys::MMAP,
+        sys::THR_EXIT,
+        sys::EXIT,
+        9999,
+    ];
+    const PATH: &str = "/lib/replay.so";
+    let mut p = UserProcess::exec(image, "/replay", &["replay"], &[], 42, 0).expect("exec");
+    let text = imgact_elf::parse(image).expect("an executable").entry & !(PAGE_SIZE - 1);
+    // A page of scratch memory with the file's path at its start, and
+    // room for a thr_param after it.
+    let scratch = 0x0000_0007_0000_0000;
+    p.cpu
+        .map(scratch, 4 * PAGE_SIZE, Prot::READ.union(Prot::WRITE))
+        .expect("scratch memory");
+    p.cpu
+        .write(scratch, format!("{PATH}\0").as_bytes())
+        .expect("scratch memory");
+    let mut files = BTreeMap::new();
+    files.insert(PATH.to_string(), (0..=255u8).cycle().take(9000).collect());
+    let mut next_tid = 100_000;
+    let interesting = [
+        0,
+        1,
+        2,
+        3,
+        u64::MAX,
+        scratch,
+        scratch + 64,
+        text,
+        PAGE_SIZE,
+        3 * PAGE_SIZE,
+        104,
+        0x1012,
+        7,
+        1 << 47,
+        u64::MAX - PAGE_SIZE + 1,
+        0x0000_0008_0000_0000,
+    ];
+    let mut calls = 0;
+    while let Some((&pick, rest)) = bytes.split_first() {
+        bytes = rest;
+        let number = NUMBERS[usize::from(pick) % NUMBERS.len()];
+        let mut args = [0u64; 6];
+        for a in &mut args {
+            let Some((&sel, rest)) = bytes.split_first() else {
+                break;
+            };
+            bytes = rest;
+            *a = match interesting.get(usize::from(sel)) {
+                Some(&v) => v,
+                None if bytes.len() >= 8 => {
+                    let (raw, rest) = bytes.split_at(8);
+                    bytes = rest;
+                    u64::from_le_bytes(raw.try_into().expect("eight bytes"))
+                }
+                None => u64::from(sel),
+            };
+        }
+        let req = SyscallRequest { number, args };
+        let mut ctx = TickContext::detached(0, &files, &mut next_tid);
+        let pc = p.cpu.pc();
+        let result = p.make_syscall(&req, &mut ctx);
+        calls += 1;
+        // A system call returns to where it was made.
+        assert_eq!(p.cpu.pc(), pc, "{req:?} moved the PC");
+        match result {
+            None => return calls,
+            Some(Err(e)) => assert!(
+                SYSCALL_ERRNOS.contains(&e),
+                "{req:?} failed with errno {e}, which it should not return"
+            ),
+            Some(Ok(_)) => {}
+        }
+    }
+    calls
 }

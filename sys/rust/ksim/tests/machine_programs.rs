@@ -328,3 +328,26 @@ fn system_calls_served_without_a_stop_change_nothing_a_tick_sees() {
         assert!(slow.0.iter().any(|l| !l.user_mode), "{arch:?}");
     }
 }
+
+#[test]
+fn random_system_calls_fail_cleanly() {
+    // Seeded random byte strings decoded into system calls with bad and
+    // good arguments (ksim/fuzz's syscalls target runs the same replay).
+    let mut state = 0x5eed_u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as u8
+    };
+    for arch in ARCHES {
+        let image = programs::image(arch, "calls").unwrap();
+        let mut calls = 0;
+        for _ in 0..150 {
+            let len = usize::from(next()) % 96;
+            let bytes: Vec<u8> = (0..len).map(|_| next()).collect();
+            calls += ksim::user_process::replay_syscalls(&image, &bytes);
+        }
+        assert!(calls > 150, "{arch:?}: {calls}");
+    }
+}
