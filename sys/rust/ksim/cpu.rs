@@ -890,9 +890,44 @@ impl Cpu {
         Ok(())
     }
 
+    /// Writes memory as copyout(9) does for the kernel: every byte must
+    /// be mapped writable (BadAddress otherwise, and nothing is written).
+    pub fn write_user(&mut self, addr: u64, bytes: &[u8]) -> Result<(), CpuError> {
+        let bad = CpuError::BadAddress {
+            addr,
+            len: bytes.len() as u64,
+        };
+        let end = addr.checked_add(bytes.len() as u64).ok_or(bad.clone())?;
+        {
+            let space = self.space();
+            let mut at = addr;
+            while at < end {
+                let r = space
+                    .regions
+                    .range(..=at)
+                    .next_back()
+                    .map(|(_, r)| r)
+                    .filter(|r| r.addr + r.len > at && r.prot.contains(Prot::WRITE))
+                    .ok_or_else(|| bad.clone())?;
+                at = r.addr + r.len;
+            }
+        }
+        self.write(addr, bytes)
+    }
+
     /// Reads mapped memory, whatever its rights, from the address space
     /// itself (so it sees what every thread wrote).
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), CpuError> {
+        self.read_with(addr, buf, Prot::NONE)
+    }
+
+    /// Reads memory as copyin(9) does for the kernel: every byte must be
+    /// mapped readable (BadAddress otherwise).
+    pub fn read_user(&self, addr: u64, buf: &mut [u8]) -> Result<(), CpuError> {
+        self.read_with(addr, buf, Prot::READ)
+    }
+
+    fn read_with(&self, addr: u64, buf: &mut [u8], need: Prot) -> Result<(), CpuError> {
         let bad = CpuError::BadAddress {
             addr,
             len: buf.len() as u64,
@@ -906,7 +941,7 @@ impl Cpu {
                 .range(..=at)
                 .next_back()
                 .map(|(_, r)| r)
-                .filter(|r| r.addr + r.len > at)
+                .filter(|r| r.addr + r.len > at && r.prot.contains(need))
                 .ok_or_else(|| bad.clone())?;
             let off = (at - r.addr) as usize;
             let n = (r.len as usize - off).min(buf.len() - done);

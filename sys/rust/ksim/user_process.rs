@@ -376,7 +376,7 @@ impl UserProcess {
                 if a[0] != 0 {
                     // The kernel stores 1 in *state for thread joiners;
                     // a bad address is ignored, as suword's failure is.
-                    let _ = self.cpu.write(a[0], &1u64.to_le_bytes());
+                    let _ = self.cpu.write_user(a[0], &1u64.to_le_bytes());
                 }
                 self.thread_exited = true;
                 ctx.request(KernelRequest::ThreadExit);
@@ -403,7 +403,9 @@ impl UserProcess {
             return Err(errno::EINVAL);
         }
         let mut bytes = vec![0u8; len as usize];
-        self.cpu.read(buf, &mut bytes).map_err(|_| errno::EFAULT)?;
+        self.cpu
+            .read_user(buf, &mut bytes)
+            .map_err(|_| errno::EFAULT)?;
         let mut sh = self.shared();
         let out = if fd == 1 {
             &mut sh.stdout
@@ -425,7 +427,9 @@ impl UserProcess {
             let end = start.saturating_add(len as usize).min(f.bytes.len());
             f.bytes[start..end].to_vec()
         };
-        self.cpu.write(buf, &chunk).map_err(|_| errno::EFAULT)?;
+        self.cpu
+            .write_user(buf, &chunk)
+            .map_err(|_| errno::EFAULT)?;
         if let Some(f) = self.shared().files.get_mut(&(fd as i32)) {
             f.offset += chunk.len() as u64;
         }
@@ -438,7 +442,7 @@ impl UserProcess {
         let mut byte = [0u8];
         loop {
             self.cpu
-                .read(addr + out.len() as u64, &mut byte)
+                .read_user(addr + out.len() as u64, &mut byte)
                 .map_err(|_| errno::EFAULT)?;
             if byte[0] == 0 {
                 return String::from_utf8(out).map_err(|_| errno::ENOENT);
@@ -593,7 +597,7 @@ impl UserProcess {
         }
         let mut raw = [0u8; THR_PARAM_SIZE as usize];
         self.cpu
-            .read(param, &mut raw[..size as usize])
+            .read_user(param, &mut raw[..size as usize])
             .map_err(|_| errno::EFAULT)?;
         let word =
             |i: usize| u64::from_le_bytes(raw[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
@@ -605,7 +609,7 @@ impl UserProcess {
         for at in [child_tid, parent_tid] {
             if at != 0 {
                 self.cpu
-                    .write(at, &u64::from(tid).to_le_bytes())
+                    .write_user(at, &u64::from(tid).to_le_bytes())
                     .map_err(|_| errno::EFAULT)?;
             }
         }
@@ -897,7 +901,7 @@ impl Activity for UserThread {
     }
 
     fn copyin(&self, addr: u64, buf: &mut [u8]) -> Option<bool> {
-        Some(self.process.cpu.read(addr, buf).is_ok())
+        Some(self.process.cpu.read_user(addr, buf).is_ok())
     }
 
     fn ended(&self) -> Option<i32> {

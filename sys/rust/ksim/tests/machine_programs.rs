@@ -351,3 +351,31 @@ fn random_system_calls_fail_cleanly() {
         assert!(calls > 150, "{arch:?}: {calls}");
     }
 }
+
+#[test]
+fn the_kernel_copies_user_memory_only_where_the_rights_allow() {
+    use ksim::cpu::{Cpu, Prot};
+    let mut cpu = Cpu::new(Arch::X86_64, 0).unwrap();
+    let (none, ro, rw) = (0x10_0000, 0x20_0000, 0x30_0000);
+    cpu.map(none, 0x1000, Prot::NONE).unwrap();
+    cpu.map(ro, 0x1000, Prot::READ).unwrap();
+    cpu.map(rw, 0x2000, Prot::READ.union(Prot::WRITE)).unwrap();
+    let mut buf = [0u8; 8];
+    // The kernel's own view reads anything mapped; copyin does not read
+    // a PROT_NONE page, nor past the end of a mapping.
+    assert!(cpu.read(none, &mut buf).is_ok());
+    assert!(cpu.read_user(none, &mut buf).is_err());
+    assert!(cpu.read_user(ro, &mut buf).is_ok());
+    assert!(cpu.read_user(rw + 0x1ffc, &mut buf).is_err());
+    // copyout writes only writable pages, and nothing when a page is not.
+    assert!(cpu.write_user(ro, &[1; 8]).is_err());
+    cpu.read(ro, &mut buf).unwrap();
+    assert_eq!(buf, [0; 8]);
+    assert!(cpu.write_user(rw + 0x1000 - 4, &[2; 8]).is_ok());
+    cpu.read(rw + 0x1000 - 4, &mut buf).unwrap();
+    assert_eq!(buf, [2; 8]);
+    cpu.protect(rw + 0x1000, 0x1000, Prot::READ).unwrap();
+    assert!(cpu.write_user(rw + 0x1000 - 4, &[3; 8]).is_err());
+    cpu.read(rw + 0x1000 - 4, &mut buf).unwrap();
+    assert_eq!(buf, [2; 8]);
+}
