@@ -270,6 +270,35 @@ pub trait FastSyscalls: Send {
     fn serve(&mut self, req: &SyscallRequest) -> Result<[u64; 2], i32>;
 }
 
+/// FreeBSD/amd64's system call argument registers, in order.
+const X86_SYSCALL_ARGS: [c_int; 6] = [
+    uc::UC_X86_REG_RDI,
+    uc::UC_X86_REG_RSI,
+    uc::UC_X86_REG_RDX,
+    uc::UC_X86_REG_R10,
+    uc::UC_X86_REG_R8,
+    uc::UC_X86_REG_R9,
+];
+
+/// The registers of a system call's result: the two values, the flags,
+/// and the carry bit that says it failed.
+fn result_registers(arch: Arch) -> (c_int, c_int, c_int, u64) {
+    match arch {
+        Arch::X86_64 => (
+            uc::UC_X86_REG_RAX,
+            uc::UC_X86_REG_RDX,
+            uc::UC_X86_REG_EFLAGS,
+            1, // PSL_C
+        ),
+        Arch::Aarch64 => (
+            uc::UC_ARM64_REG_X0,
+            uc::UC_ARM64_REG_X0 + 1,
+            uc::UC_ARM64_REG_NZCV,
+            1 << 29, // PSR_C
+        ),
+    }
+}
+
 /// Register access to an engine: the [`Cpu`]'s, or the one running a hook.
 struct Regs {
     api: &'static uc::Api,
@@ -299,15 +328,7 @@ impl Regs {
         match self.arch {
             Arch::X86_64 => SyscallRequest {
                 number: self.get(uc::UC_X86_REG_RAX),
-                args: [
-                    uc::UC_X86_REG_RDI,
-                    uc::UC_X86_REG_RSI,
-                    uc::UC_X86_REG_RDX,
-                    uc::UC_X86_REG_R10,
-                    uc::UC_X86_REG_R8,
-                    uc::UC_X86_REG_R9,
-                ]
-                .map(|r| self.get(r)),
+                args: X86_SYSCALL_ARGS.map(|r| self.get(r)),
             },
             Arch::Aarch64 => SyscallRequest {
                 number: self.get(uc::UC_ARM64_REG_X8),
@@ -319,20 +340,7 @@ impl Regs {
     /// Sets the result registers; `return_pc` is where the program goes
     /// on (amd64's sysretq takes it from %rcx).
     fn set_syscall_result(&self, result: Result<[u64; 2], i32>, return_pc: u64) {
-        let (ret0, ret1, flags, carry) = match self.arch {
-            Arch::X86_64 => (
-                uc::UC_X86_REG_RAX,
-                uc::UC_X86_REG_RDX,
-                uc::UC_X86_REG_EFLAGS,
-                1u64, // PSL_C
-            ),
-            Arch::Aarch64 => (
-                uc::UC_ARM64_REG_X0,
-                uc::UC_ARM64_REG_X0 + 1,
-                uc::UC_ARM64_REG_NZCV,
-                1u64 << 29, // PSR_C
-            ),
-        };
+        let (ret0, ret1, flags, carry) = result_registers(self.arch);
         let f = self.get(flags);
         let f = match result {
             Ok([v0, v1]) => {
@@ -1077,17 +1085,7 @@ impl Cpu {
         match self.arch {
             Arch::X86_64 => {
                 regs.set(uc::UC_X86_REG_RAX, req.number);
-                for (r, v) in [
-                    uc::UC_X86_REG_RDI,
-                    uc::UC_X86_REG_RSI,
-                    uc::UC_X86_REG_RDX,
-                    uc::UC_X86_REG_R10,
-                    uc::UC_X86_REG_R8,
-                    uc::UC_X86_REG_R9,
-                ]
-                .into_iter()
-                .zip(req.args)
-                {
+                for (r, v) in X86_SYSCALL_ARGS.into_iter().zip(req.args) {
                     regs.set(r, v);
                 }
             }
@@ -1104,20 +1102,7 @@ impl Cpu {
     /// call: the values on success, the errno value when the carry flag
     /// is set.
     pub fn syscall_result(&self) -> Result<[u64; 2], i32> {
-        let (ret0, ret1, flags, carry) = match self.arch {
-            Arch::X86_64 => (
-                uc::UC_X86_REG_RAX,
-                uc::UC_X86_REG_RDX,
-                uc::UC_X86_REG_EFLAGS,
-                1u64,
-            ),
-            Arch::Aarch64 => (
-                uc::UC_ARM64_REG_X0,
-                uc::UC_ARM64_REG_X0 + 1,
-                uc::UC_ARM64_REG_NZCV,
-                1u64 << 29,
-            ),
-        };
+        let (ret0, ret1, flags, carry) = result_registers(self.arch);
         if self.reg(flags) & carry != 0 {
             Err(self.reg(ret0) as i32)
         } else {
