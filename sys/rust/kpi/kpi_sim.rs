@@ -630,6 +630,12 @@ fn user_word(addr: u64) -> Option<u64> {
     Some(u64::from_le_bytes(bytes.try_into().ok()?))
 }
 
+/// The frame record at `fp`: the return address above it, and the
+/// caller's frame pointer in it.
+fn frame_record(fp: u64) -> Option<(u64, u64)> {
+    Some((user_word(fp + 8)?, user_word(fp)?))
+}
+
 /// The user call chain of a thread that runs real code, walked from its
 /// trap frame's registers through its frame records with copyin, as
 /// FreeBSD's pmc_save_user_callchain does on each architecture
@@ -673,24 +679,18 @@ fn walk_amd64(regs: &ksim::UserRegs, out: &mut [usize]) -> usize {
     let at_push = insn == 0xe589_4855;
     let at_mov = insn & 0x00ff_ffff == 0x00e5_8948;
     let at_ret = insn & 0xff == 0xc3;
-    let mut pc = if at_push || at_ret {
-        match user_word(regs.sp) {
-            Some(pc) => pc,
-            None => return n,
-        }
+    let first = if at_push || at_ret {
+        user_word(regs.sp)
     } else if at_mov {
-        match user_word(regs.sp + 8) {
-            Some(pc) => pc,
-            None => return n,
-        }
+        user_word(regs.sp + 8)
     } else {
-        match (user_word(fp + 8), user_word(fp)) {
-            (Some(pc), Some(next)) => {
-                fp = next;
-                pc
-            }
-            _ => return n,
-        }
+        frame_record(fp).map(|(pc, next)| {
+            fp = next;
+            pc
+        })
+    };
+    let Some(mut pc) = first else {
+        return n;
     };
     while n < out.len() {
         if pc == 0 || !user(pc) {
@@ -702,12 +702,12 @@ fn walk_amd64(regs: &ksim::UserRegs, out: &mut [usize]) -> usize {
             break;
         }
         oldfp = fp;
-        match (user_word(fp + 8), user_word(fp)) {
-            (Some(next_pc), Some(next_fp)) => {
+        match frame_record(fp) {
+            Some((next_pc, next_fp)) => {
                 pc = next_pc;
                 fp = next_fp;
             }
-            _ => break,
+            None => break,
         }
     }
     n

@@ -911,11 +911,7 @@ impl Cpu {
             let mut at = addr;
             while at < end {
                 let r = space
-                    .regions
-                    .range(..=at)
-                    .next_back()
-                    .map(|(_, r)| r)
-                    .filter(|r| r.addr + r.len > at && r.prot.contains(Prot::WRITE))
+                    .region_at(at, Prot::WRITE)
                     .ok_or_else(|| bad.clone())?;
                 at = r.addr + r.len;
             }
@@ -944,13 +940,7 @@ impl Cpu {
         let mut at = addr;
         let mut done = 0;
         while done < buf.len() {
-            let r = space
-                .regions
-                .range(..=at)
-                .next_back()
-                .map(|(_, r)| r)
-                .filter(|r| r.addr + r.len > at && r.prot.contains(need))
-                .ok_or_else(|| bad.clone())?;
+            let r = space.region_at(at, need).ok_or_else(|| bad.clone())?;
             let off = (at - r.addr) as usize;
             let n = (r.len as usize - off).min(buf.len() - done);
             // SAFETY: `off + n` is within the region, whose block has

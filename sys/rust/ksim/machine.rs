@@ -455,11 +455,6 @@ impl<'a> TickContext<'a> {
     pub fn request(&mut self, r: KernelRequest) {
         self.requests.push(r);
     }
-
-    /// The requests left so far.
-    pub fn take_requests(&mut self) -> Vec<KernelRequest> {
-        std::mem::take(&mut self.requests)
-    }
 }
 
 /// Event handlers (EVENTHANDLER(9)) the driver registers.
@@ -955,27 +950,25 @@ impl Machine {
         self.settle();
     }
 
-    /// Makes the processes whose programs ended in this tick exit.
-    fn end_finished(&self, tids: impl Iterator<Item = u32>) {
-        for tid in tids {
-            let ended = {
-                let mut st = self.st();
-                let Some(t) = st.threads.get(&tid) else {
-                    continue;
-                };
-                let pid = t.pid;
-                let status = t.activity.as_ref().and_then(|a| a.ended());
-                match (status, st.procs.get_mut(&pid)) {
-                    (Some(status), Some(p)) if p.info.flags & P_WEXIT == 0 => {
-                        p.info.exit_status = Some(status);
-                        Some(pid)
-                    }
-                    _ => None,
-                }
+    /// Makes the process of `tid` exit if its program ended in this tick.
+    fn end_if_finished(&self, tid: u32) {
+        let ended = {
+            let mut st = self.st();
+            let Some(t) = st.threads.get(&tid) else {
+                return;
             };
-            if let Some(pid) = ended {
-                self.exit(pid);
+            let pid = t.pid;
+            let status = t.activity.as_ref().and_then(|a| a.ended());
+            match (status, st.procs.get_mut(&pid)) {
+                (Some(status), Some(p)) if p.info.flags & P_WEXIT == 0 => {
+                    p.info.exit_status = Some(status);
+                    Some(pid)
+                }
+                _ => None,
             }
+        };
+        if let Some(pid) = ended {
+            self.exit(pid);
         }
     }
 
@@ -1046,7 +1039,7 @@ impl Machine {
             for r in requests {
                 self.serve_request(tid, r);
             }
-            self.end_finished(std::iter::once(tid));
+            self.end_if_finished(tid);
         }
     }
 

@@ -351,20 +351,7 @@ impl UserProcess {
                 return;
             }
             sys::READ => self.read(a[0], a[1], a[2]),
-            sys::WRITE => {
-                let r = self.write(a[0], a[1], a[2]);
-                if r.is_ok() {
-                    let sh = self.shared();
-                    let out = if a[0] == 1 { &sh.stdout } else { &sh.stderr };
-                    let bytes = out[out.len() - a[2] as usize..].to_vec();
-                    drop(sh);
-                    ctx.request(KernelRequest::Output {
-                        fd: a[0] as i32,
-                        bytes,
-                    });
-                }
-                r
-            }
+            sys::WRITE => self.write(a[0], a[1], a[2], ctx),
             sys::OPEN => self.open(a[0], a[1], ctx),
             sys::CLOSE => self.close(a[0]),
             // The parent's pid in the second register, as FreeBSD's
@@ -393,7 +380,15 @@ impl UserProcess {
         self.cpu.set_syscall_result(result);
     }
 
-    fn write(&mut self, fd: u64, buf: u64, len: u64) -> Result<[u64; 2], i32> {
+    /// write(2) to descriptor 1 or 2: the bytes go to the process's
+    /// output and, as a request, to the machine's record of it.
+    fn write(
+        &mut self,
+        fd: u64,
+        buf: u64,
+        len: u64,
+        ctx: &mut TickContext<'_>,
+    ) -> Result<[u64; 2], i32> {
         // Descriptors 1 and 2 are the output; the others are files
         // opened read-only, or none.
         if fd != 1 && fd != 2 {
@@ -413,6 +408,11 @@ impl UserProcess {
             &mut sh.stderr
         };
         out.extend_from_slice(&bytes);
+        drop(sh);
+        ctx.request(KernelRequest::Output {
+            fd: fd as i32,
+            bytes,
+        });
         Ok([len, 0])
     }
 

@@ -115,6 +115,15 @@ pub(super) struct VmSpace {
 }
 
 impl VmSpace {
+    /// The region holding `at`, if its rights include `need`.
+    pub(super) fn region_at(&self, at: u64, need: Prot) -> Option<&Region> {
+        self.regions
+            .range(..=at)
+            .next_back()
+            .map(|(_, r)| r)
+            .filter(|r| r.end() > at && r.prot.contains(need))
+    }
+
     fn overlaps(&self, addr: u64, end: u64) -> bool {
         self.regions
             .range(..end)
