@@ -75,13 +75,7 @@ impl ProcessControl for SimProcesses<'_> {
         let cmd =
             Command::parse(argv, SimTransport::hz()).ok_or(CreateError::Exec(libc::ENOENT))?;
         // The child of the program, held before its exec: not runnable.
-        let pid = self
-            .sim
-            .with_world(|w| {
-                let (child, _) = w.machine().fork(w.program_pid());
-                child as Pid
-            })
-            .map_err(CreateError::Fork)?;
+        let pid = self.sim.fork_held().map_err(CreateError::Fork)? as Pid;
         self.held().insert(pid, cmd);
         Ok(pid)
     }
@@ -92,7 +86,7 @@ impl ProcessControl for SimProcesses<'_> {
             .remove(&pid)
             .ok_or(StartError::Token(libc::ESRCH))?;
         self.sim
-            .with_world(move |w| w.run_work(pid as u32, cmd.threads, cmd.ticks))
+            .run_work(pid as u32, cmd.threads, cmd.ticks)
             .map_err(StartError::Token)
     }
 
@@ -101,17 +95,13 @@ impl ProcessControl for SimProcesses<'_> {
             return false;
         }
         // A process the scheduler never ran is not one of ours: gone.
-        self.sim
-            .with_world(move |w| w.job_exited(pid as u32).unwrap_or(true))
-            .unwrap_or(true)
+        self.sim.job_exited(pid as u32).unwrap_or(true)
     }
 
     fn kill_process(&self, pid: Pid) -> Result<(), c_int> {
         // The work program does not catch SIGINT: it exits at once.
         let held = self.held().remove(&pid).is_some();
-        self.sim
-            .with_world(move |w| w.kill(pid as u32, held))
-            .map_err(|_| libc::ESRCH)?
+        self.sim.kill(pid as u32, held)
     }
 
     fn wait(&self, duration: Duration) {
@@ -119,12 +109,11 @@ impl ProcessControl for SimProcesses<'_> {
     }
 
     fn processes(&self) -> Result<Vec<(Pid, String)>, c_int> {
-        self.sim.with_world(|w| {
-            w.machine()
-                .processes()
-                .into_iter()
-                .map(|(p, c)| (p as Pid, c))
-                .collect()
-        })
+        Ok(self
+            .sim
+            .processes()?
+            .into_iter()
+            .map(|(p, c)| (p as Pid, c))
+            .collect())
     }
 }

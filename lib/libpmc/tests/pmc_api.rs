@@ -19,6 +19,18 @@ fn boot(cfg: SimConfig) -> Pmc {
     Pmc::init(Box::new(t)).expect("pmc_init on the simulator")
 }
 
+/// The pid of the machine's process named `comm` (its workload).
+fn pid_of(pmc: &Pmc, comm: &str) -> i32 {
+    let procs = pmc.transport().simulator().unwrap().processes().unwrap();
+    let found: Vec<u32> = procs
+        .iter()
+        .filter(|(_, c)| c == comm)
+        .map(|&(p, _)| p)
+        .collect();
+    assert_eq!(found.len(), 1, "one {comm} among {procs:?}");
+    found[0] as i32
+}
+
 /// Runs `session` with the log on a new temporary file, then closes the
 /// log: the CALLCHAIN records the file holds.
 fn logged_samples(pmc: &Pmc, session: impl FnOnce()) -> usize {
@@ -415,8 +427,7 @@ fn process_sampling_of_the_workload() {
             if with_set {
                 pmc.set(id, 1000).unwrap();
             }
-            // The workload's process comes right after the program's.
-            pmc.attach(id, 102).unwrap();
+            pmc.attach(id, pid_of(&pmc, "work")).unwrap();
             pmc.start(id).unwrap();
             pmc.transport().simulator().unwrap().advance(3500);
             pmc.stop(id).unwrap();
@@ -702,7 +713,8 @@ fn sampling_a_real_program_workload() {
         .unwrap();
     // A sample at every tick of the process's threads.
     pmc.set(id, 1).unwrap();
-    pmc.attach(id, 102).unwrap();
+    let workload = pid_of(&pmc, "threads");
+    pmc.attach(id, workload).unwrap();
     pmc.start(id).unwrap();
     pmc.transport().simulator().unwrap().advance(1_000);
     pmc.stop(id).unwrap();
@@ -723,7 +735,7 @@ fn sampling_a_real_program_workload() {
         let PmclogBody::Callchain { pid, pcs, .. } = rec.unwrap().body else {
             continue;
         };
-        assert_eq!(pid, 102);
+        assert_eq!(pid, workload as u32);
         let pcs: Vec<u64> = pcs.iter().map(|pc| pc as u64).collect();
         // A sample in the kernel carries the kernel chain; the user part
         // is captured at the return to user mode, as on FreeBSD.

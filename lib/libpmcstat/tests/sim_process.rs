@@ -69,12 +69,7 @@ fn targets_are_found_by_command_name() {
     procs.start_process(pid).unwrap();
     let by = |re: &str| find_targets(&*procs, &[Regex::new(re).unwrap()]).unwrap();
     assert_eq!(by("^work$"), vec![pid]);
-    let program = pmc
-        .transport()
-        .simulator()
-        .unwrap()
-        .with_world(|w| w.program_pid() as i32)
-        .unwrap();
+    let program = pmc.transport().simulator().unwrap().program_pid() as i32;
     // The command's process took its name at its exec.
     assert_eq!(by("^sim_proc"), vec![program]);
     assert!(by("^nosuch$").is_empty());

@@ -585,11 +585,14 @@ pub fn fget_write(fd: i32) -> Result<u64, i32> {
 /// `fdrop`.
 pub fn fdrop(id: u64) {
     if let Some(m) = crate::machine::try_current() {
-        if let Some(f) = m.st().files.get_mut(&id) {
-            f.refs = f.refs.saturating_sub(1);
-        }
+        m.st().unref_file(id);
     }
 }
+
+/// How long a kernel writer's last pass waits for a host descriptor to
+/// take its bytes before it gives up (EAGAIN) rather than hang the
+/// machine for ever on a reader that is gone without closing.
+const HOST_LAST_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// `fo_write` of `data`: how much the file took, which may be less than
 /// all of it (a short write), or why it took nothing. A full device fails
@@ -615,6 +618,28 @@ pub fn file_write(id: u64, data: &[u8]) -> Result<usize, i32> {
     f.writes += 1;
     let n = match f.kind {
         FileKind::Full => return Err(ENOSPC),
+        FileKind::Host { fd } => {
+            // A writer's last pass waits for the host's reader, as the
+            // kernel's writer sleeps on a full pipe; the others never hold
+            // the machine up.
+            let last_pass = writer.is_some_and(|w| w.1);
+            let r = if last_pass {
+                crate::host_file::write_waiting(fd, data, HOST_LAST_WRITE_WAIT)
+            } else {
+                crate::host_file::write(fd, data)
+            };
+            return match r {
+                Err(EAGAIN) => {
+                    if let Some((k, _)) = writer {
+                        if !f.waiters.contains(&k) {
+                            f.waiters.push(k);
+                        }
+                    }
+                    Err(EAGAIN)
+                }
+                r => r,
+            };
+        }
         FileKind::Failing { after, errno } => {
             let n = after.saturating_sub(f.data.len()).min(data.len());
             if n == 0 && !data.is_empty() {

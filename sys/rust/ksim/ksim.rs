@@ -22,6 +22,7 @@
 
 pub mod cpu;
 pub mod elf;
+pub mod host_file;
 pub mod imgact_elf;
 pub mod kern;
 mod machine;

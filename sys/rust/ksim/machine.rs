@@ -50,8 +50,12 @@ pub struct MachineConfig {
     /// to measure the kernel code rather than the checker).
     pub witness: bool,
     /// The largest pid (`pid_max`); past it pids wrap around and the
-    /// lowest free one from 100 on is reused, as on FreeBSD.
+    /// lowest free one from `first_pid` on is reused, as on FreeBSD.
     pub pid_max: u32,
+    /// The first pid the machine hands out (100, as FreeBSD). A machine
+    /// that mirrors a host's processes under their own pids (ksimd) puts
+    /// its own processes above the host's pid range.
+    pub first_pid: u32,
     /// Whether the kernel has `options EXTERR_STRINGS` (GENERIC has):
     /// without it, extended errors carry no message.
     pub exterr_strings: bool,
@@ -73,6 +77,7 @@ impl Default for MachineConfig {
             cpuid: "GenuineIntel-6-55-4".into(),
             witness: true,
             pid_max: 99_999,
+            first_pid: FIRST_PID,
             exterr_strings: true,
             insns_per_tick: 10_000,
         }
@@ -526,6 +531,16 @@ pub enum FileKind {
         /// Unread bytes the pipe holds.
         capacity: usize,
     },
+    /// A descriptor of the host's (ksimd's clients pass their log
+    /// descriptors): writes go to it with write(2) and nothing is kept;
+    /// its errors are the host's, in FreeBSD's numbers. A write never
+    /// blocks the machine: a pipe or socket with no room is EAGAIN and
+    /// the writer waits for [`Machine::retry_host_writers`]. The machine
+    /// owns the descriptor and closes it with the file's last reference.
+    Host {
+        /// The host's descriptor.
+        fd: i32,
+    },
 }
 
 #[derive(Debug)]
@@ -790,12 +805,13 @@ impl Machine {
                 running: 0,
             })
             .collect();
+        let first_pid = cfg.first_pid;
         let st = State {
             cfg,
             cpus,
             procs: BTreeMap::new(),
             threads: BTreeMap::new(),
-            next_pid: FIRST_PID,
+            next_pid: first_pid,
             next_tid: FIRST_TID,
             ctx: None,
             in_intr: false,
@@ -1441,17 +1457,43 @@ impl Machine {
 }
 
 impl State {
+    /// The pid `want` when it is free, else the next free one.
+    pub(crate) fn pid_for(&mut self, want: Option<u32>) -> u32 {
+        match want {
+            Some(pid) if pid > 1 && !self.procs.contains_key(&pid) => pid,
+            _ => self.alloc_pid(),
+        }
+    }
+
+    /// Drops a reference to file `id`; a host descriptor is closed with
+    /// the last one.
+    pub(crate) fn unref_file(&mut self, id: u64) {
+        if let Some(f) = self.files.get_mut(&id) {
+            f.refs = f.refs.saturating_sub(1);
+            if let (0, FileKind::Host { fd }) = (f.refs, f.kind) {
+                if fd >= 0 {
+                    // SAFETY: the machine owns the host descriptor of a
+                    // Host file and closes it once, with its last
+                    // reference (fd is -1 afterwards).
+                    unsafe { libc::close(fd) };
+                    f.kind = FileKind::Host { fd: -1 };
+                }
+            }
+        }
+    }
+
     /// A free pid: the next one, or past `pid_max` the lowest free one
     /// from the first (pids of live processes and zombies are taken).
     pub(crate) fn alloc_pid(&mut self) -> u32 {
-        let max = self.cfg.pid_max.max(FIRST_PID);
-        if self.next_pid > max {
-            self.next_pid = FIRST_PID;
+        let first = self.cfg.first_pid.max(2);
+        let max = self.cfg.pid_max.max(first);
+        if self.next_pid > max || self.next_pid < first {
+            self.next_pid = first;
         }
         let start = self.next_pid;
         let mut pid = start;
         while self.procs.contains_key(&pid) {
-            pid = if pid >= max { FIRST_PID } else { pid + 1 };
+            pid = if pid >= max { first } else { pid + 1 };
             assert!(pid != start, "no free pid below pid_max {max}");
         }
         self.next_pid = pid + 1;

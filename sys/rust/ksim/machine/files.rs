@@ -33,9 +33,35 @@ impl Machine {
     pub fn close(&self, pid: u32, fd: i32) {
         let mut st = self.st();
         let id = st.procs.get_mut(&pid).and_then(|p| p.fds.remove(&fd));
-        if let Some(f) = id.and_then(|id| st.files.get_mut(&id)) {
-            f.refs -= 1;
+        if let Some(id) = id {
+            st.unref_file(id);
         }
+    }
+
+    /// Kernel processes blocked writing to a host descriptor try again
+    /// (the host's reader may have made room): ksimd calls it as time
+    /// passes and before each request.
+    pub fn retry_host_writers(&self) {
+        let woken: Vec<u64> = {
+            let mut st = self.st();
+            st.files
+                .values_mut()
+                .filter(|f| matches!(f.kind, FileKind::Host { .. }))
+                .flat_map(|f| std::mem::take(&mut f.waiters))
+                .collect()
+        };
+        if woken.is_empty() {
+            return;
+        }
+        {
+            let mut st = self.st();
+            for k in woken {
+                if let Some(k) = st.kprocs.get_mut(&k) {
+                    k.pending = true;
+                }
+            }
+        }
+        self.settle();
     }
 
     /// The reader of a pipe reads everything written so far: writers

@@ -47,7 +47,13 @@ impl Machine {
     /// Creates a process as if it existed before the test started (no
     /// fork event), child of init. Returns (pid, main thread id).
     pub fn spawn(&self, cred: Cred, comm: &str) -> (u32, u32) {
-        let pid = self.st().alloc_pid();
+        self.spawn_as(None, cred, comm)
+    }
+
+    /// [`Machine::spawn`] with the pid `want` when it is free (a host
+    /// process mirrored under its own pid), else the next free one.
+    pub fn spawn_as(&self, want: Option<u32>, cred: Cred, comm: &str) -> (u32, u32) {
+        let pid = self.st().pid_for(want);
         let tid = self.insert_proc(pid, 1, cred, comm, &format!("/usr/bin/{comm}"), false);
         (pid, tid)
     }
@@ -55,13 +61,18 @@ impl Machine {
     /// fork(2): a child with the parent's credentials and image; runs the
     /// process_fork event handlers in the parent's context.
     pub fn fork(&self, parent: u32) -> (u32, u32) {
+        self.fork_as(parent, None)
+    }
+
+    /// [`Machine::fork`] with the child's pid `want` when it is free.
+    pub fn fork_as(&self, parent: u32, want: Option<u32>) -> (u32, u32) {
         self.advance_ns(1000);
         let (info, ptid) = {
             let st = self.st();
             let p = &st.procs[&parent];
             (p.info.clone(), p.info.threads[0])
         };
-        let pid = self.st().alloc_pid();
+        let pid = self.st().pid_for(want);
         let tid = self.insert_proc(pid, parent, info.cred, &info.comm, &info.path, false);
         {
             let mut st = self.st();
@@ -75,6 +86,19 @@ impl Machine {
             self.event(&Event::ProcessFork { parent, child: pid })
         });
         (pid, tid)
+    }
+
+    /// setuid(2) and setgid(2) to `cred` (a mirrored host process changed
+    /// its credentials): the process is marked set-id (`P_SUGID`) when
+    /// they change, as the kernel marks it.
+    pub fn set_cred(&self, pid: u32, cred: Cred) {
+        let mut st = self.st();
+        if let Some(p) = st.procs.get_mut(&pid) {
+            if p.info.cred != cred {
+                p.info.cred = cred;
+                p.info.sugid = true;
+            }
+        }
     }
 
     /// execve(2) of `path`; `setid` gives the credentials of a set-id
@@ -332,9 +356,7 @@ impl Machine {
         p.umem.clear();
         let fds: Vec<u64> = std::mem::take(&mut p.fds).into_values().collect();
         for id in fds {
-            if let Some(f) = st.files.get_mut(&id) {
-                f.refs -= 1;
-            }
+            st.unref_file(id);
         }
         // Orphans are reparented to init.
         for q in st.procs.values_mut() {

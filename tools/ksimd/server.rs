@@ -1,0 +1,1225 @@
+//! The daemon's machine: one simulated FreeBSD machine with hwpmc loaded,
+//! served to the host processes that connect to it.
+//!
+//! The machine is not shareable, so one thread owns it and serves the
+//! work that the connection threads (one per client) and the clock send
+//! it over a channel, one piece at a time, in the order it came.
+//!
+//! Host processes are mirrored: a connecting process becomes a simulated
+//! process under its own host pid (when the machine has it free; the
+//! machine's own processes have pids above the host's range), with its
+//! uid and gid from the credentials the host's kernel attaches to every
+//! packet (a setuid(2) shows on the next one). A child that forked from a
+//! client connects naming its parent and becomes the simulated child of
+//! that process (the fork hooks run: PMC inheritance, PMC_F_DESCENDANTS);
+//! a child that has not connected yet is mirrored as soon as a client
+//! attaches a PMC to it. A process ends, with its exit hooks, when its
+//! last connection closes or the host says it is gone.
+
+use core::ffi::c_int;
+use core::mem::size_of;
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use ksim::cpu::Arch;
+use ksim::elf::{ImageBuilder, ImageKind};
+use ksim::programs;
+use ksim::workload::Program;
+use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
+use uapi::exterr::{EXTERRCTL_ENABLE, EXTERRCTLF_FORCE, UEXTERROR_VER, Uexterror};
+use uapi::pmc::{PmcOp, PmcOpConfigurelog, PmcOpPmcattach};
+use uapi::{AsBytes, Plain};
+
+use crate::proto::{Reply, Request, Status};
+use crate::sock::{self, PeerCred};
+
+/// FreeBSD's errno values the daemon answers with.
+mod errno {
+    pub const EPERM: i32 = 1;
+    pub const ESRCH: i32 = 3;
+    pub const EBADF: i32 = 9;
+    pub const EINVAL: i32 = 22;
+    pub const EPROTO: i32 = 92;
+}
+
+/// What the simulated machine looks like.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Number of CPUs, all present.
+    pub cpus: u32,
+    /// Name of the client's simulated process (a private machine's).
+    pub comm: String,
+    /// Clock ticks a client runs (on CPU 0) before each of its calls.
+    pub ticks_per_call: u32,
+    /// A workload to run while time passes.
+    pub workload: Option<Workload>,
+    /// Describe the machine on standard error when it boots.
+    pub verbose: bool,
+    /// The CPU key `kern.hwpmc.cpuid` reports, which picks libpmc's
+    /// PMU event table.
+    pub cpuid: String,
+    /// Kernel environment variables set before hwpmc loads.
+    pub kenv: Vec<(String, String)>,
+    /// Simulated seconds per host second: 0 lets time pass only when a
+    /// client asks for it (or makes a call with `ticks_per_call`).
+    pub rate: f64,
+}
+
+/// The simulated machine's CPU key by default: a Skylake client part,
+/// one of the models whose event tables the test data carries.
+pub const DEFAULT_CPUID: &str = "GenuineIntel-6-5E-3";
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            cpus: 4,
+            comm: "pmcclient".into(),
+            ticks_per_call: 0,
+            workload: None,
+            verbose: false,
+            cpuid: DEFAULT_CPUID.into(),
+            kenv: Vec::new(),
+            rate: 0.0,
+        }
+    }
+}
+
+/// The workloads the simulated machine can run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Workload {
+    /// `/usr/bin/work`: a process of `threads` threads computing in
+    /// `compute` (50%), `hash` called from `compute` (30%), `io` (15%)
+    /// and `main` (5%), every thread on its own random sequence.
+    Work {
+        /// Threads of the process (1 to 64).
+        threads: u32,
+    },
+    /// One of ksim's real workload programs (`ksim::programs`), compiled
+    /// for amd64 or arm64, run by the machine's CPUs as `/usr/bin/NAME`
+    /// with the arguments given, until it exits.
+    Program {
+        /// The program's name.
+        name: String,
+        /// amd64 or arm64.
+        arch: Arch,
+        /// Its arguments after its name.
+        args: Vec<String>,
+    },
+}
+
+impl Workload {
+    /// Parses `work` or `work:THREADS`, or `[arm64/]NAME[:ARG[,ARG...]]`
+    /// for a program of ksim's.
+    pub fn parse(spec: &str) -> Option<Workload> {
+        let (name, rest) = spec
+            .split_once(':')
+            .map_or((spec, None), |(n, t)| (n, Some(t)));
+        if name == "work" {
+            let threads = match rest {
+                None => 4,
+                Some(t) => t.parse().ok().filter(|n| (1..=64).contains(n))?,
+            };
+            return Some(Workload::Work { threads });
+        }
+        let (arch, name) = match name.split_once('/') {
+            Some(("amd64", n)) => (Arch::X86_64, n),
+            Some(("arm64", n)) => (Arch::Aarch64, n),
+            Some(_) => return None,
+            None => (Arch::X86_64, name),
+        };
+        if !programs::NAMES.contains(&name) {
+            return None;
+        }
+        let args = match rest {
+            None => Vec::new(),
+            Some(a) => a.split(',').map(String::from).collect(),
+        };
+        if args.iter().any(|a| a.is_empty() || a.len() > 64) || args.len() > 16 {
+            return None;
+        }
+        Some(Workload::Program {
+            name: name.into(),
+            arch,
+            args,
+        })
+    }
+
+    /// What `parse` takes, for messages.
+    pub fn syntax() -> String {
+        format!(
+            "work or work:THREADS (THREADS from 1 to 64), or a program \
+             [arm64/]NAME[:ARG,...] with NAME one of {}",
+            programs::NAMES.join(", ")
+        )
+    }
+
+    /// Starts the workload on `m`: its process and threads, each with its
+    /// program. Returns the process and its threads.
+    fn start(&self, m: &Machine) -> Result<(u32, Vec<u32>), String> {
+        match self {
+            Workload::Work { threads } => {
+                let (pid, _) = m.spawn(Cred::root(), "work");
+                Ok((pid, run_work(m, pid, *threads)))
+            }
+            Workload::Program { name, arch, args } => {
+                let image = programs::image(*arch, name)
+                    .map_err(|e| format!("program {name} for {}: {e}", arch.name()))?;
+                if name == "mapobj" {
+                    let object = programs::image(*arch, programs::SECOND_OBJECT)
+                        .map_err(|e| format!("{}: {e}", programs::SECOND_OBJECT))?;
+                    m.install(programs::SECOND_OBJECT_PATH, object);
+                }
+                let (pid, tid) = m.spawn(Cred::root(), name);
+                let mut argv = vec![name.as_str()];
+                argv.extend(args.iter().map(String::as_str));
+                m.exec_program(pid, &format!("/usr/bin/{name}"), &image, &argv)
+                    .map_err(|e| format!("exec of {name}: {e}"))?;
+                Ok((pid, vec![tid]))
+            }
+        }
+    }
+
+    /// What it is, for the machine's description.
+    fn describe(&self, pid: u32) -> String {
+        match self {
+            Workload::Work { threads } => {
+                format!("workload /usr/bin/work is pid {pid} with {threads} threads")
+            }
+            Workload::Program { name, arch, args } => {
+                let mut argv = name.clone();
+                for a in args {
+                    argv += " ";
+                    argv += a;
+                }
+                format!(
+                    "workload /usr/bin/{name} ({} program: {argv}) is pid {pid}",
+                    arch.name()
+                )
+            }
+        }
+    }
+}
+
+/// Makes process `pid` exec `/usr/bin/work` with `threads` threads, each
+/// running the work program; returns the threads.
+fn run_work(m: &Machine, pid: u32, threads: u32) -> Vec<u32> {
+    let img = ImageBuilder::new("/usr/bin/work", ImageKind::Executable)
+        .function("main", 64)
+        .function("compute", 256)
+        .function("hash", 128)
+        .function("io", 96)
+        .build();
+    if m.read_file("/usr/bin/work").is_none() {
+        m.install("/usr/bin/work", img.bytes.clone());
+    }
+    m.exec(pid, "/usr/bin/work", None);
+    let mut tids = m.proc_info(pid).map(|p| p.threads).unwrap_or_default();
+    tids.truncate(1);
+    for _ in 1..threads {
+        tids.push(m.thread_create(pid));
+    }
+    for (i, &tid) in tids.iter().enumerate() {
+        let program = Program::builder(&img, 0, 0x5eed + u64::from(pid) * 64 + i as u64)
+            .func("compute", 50, &["main"])
+            .func("hash", 30, &["compute", "main"])
+            .func("io", 15, &["main"])
+            .func("main", 5, &[])
+            .build();
+        m.set_activity(tid, Box::new(program));
+    }
+    tids
+}
+
+/// A process the scheduler runs: the workload (forever), or a process
+/// that exits after a number of ticks (pmcstat's command).
+struct Job {
+    pid: u32,
+    threads: Vec<u32>,
+    /// The tick at which the process exits.
+    ends_at: Option<u64>,
+    exited: bool,
+}
+
+/// Round-robin time sharing of the running jobs' threads over the online
+/// CPUs, in slices of [`SLICE_TICKS`] clock ticks; jobs with an end exit
+/// when their time is up.
+struct Scheduler {
+    jobs: Vec<Job>,
+    cpus: u32,
+    next: usize,
+    now: u64,
+}
+
+/// Clock ticks a thread runs before the scheduler moves on.
+const SLICE_TICKS: u32 = 10;
+
+impl Scheduler {
+    /// The threads of the jobs still running: a program's process may
+    /// have made threads or ended them, or ended.
+    fn runnable(&mut self, m: &Machine) -> Vec<u32> {
+        for j in self.jobs.iter_mut().filter(|j| !j.exited) {
+            match m.proc_info(j.pid) {
+                Some(p) if !p.zombie => j.threads = p.threads,
+                _ => j.exited = true,
+            }
+        }
+        self.jobs
+            .iter()
+            .filter(|j| !j.exited)
+            .flat_map(|j| j.threads.iter().copied())
+            .collect()
+    }
+
+    /// Runs the jobs for `ticks` ticks, every CPU at once, and leaves the
+    /// CPUs idle (the clients' system calls need one).
+    fn run(&mut self, m: &Machine, ticks: u64) {
+        let mut left = ticks;
+        while left > 0 {
+            let threads = self.runnable(m);
+            let n = threads.len().min(self.cpus as usize);
+            let placed: Vec<(u32, u32)> = (0..n)
+                .map(|i| (i as u32, threads[(self.next + i) % threads.len()]))
+                .collect();
+            if !threads.is_empty() {
+                self.next = (self.next + n) % threads.len();
+            }
+            for &(cpu, tid) in &placed {
+                m.switch_in(cpu, tid);
+            }
+            let until_exit = self
+                .jobs
+                .iter()
+                .filter(|j| !j.exited)
+                .filter_map(|j| j.ends_at)
+                .map(|t| t.saturating_sub(self.now))
+                .min();
+            let slice = left
+                .min(u64::from(SLICE_TICKS))
+                .min(until_exit.unwrap_or(u64::MAX))
+                .max(1);
+            for _ in 0..slice {
+                m.tick_all();
+            }
+            for &(cpu, _) in &placed {
+                m.switch_out(cpu);
+            }
+            self.now += slice;
+            left -= slice;
+            for j in self
+                .jobs
+                .iter_mut()
+                .filter(|j| !j.exited && j.ends_at.is_some_and(|t| t <= self.now))
+            {
+                // A program may have ended by itself before its time.
+                if m.proc_info(j.pid).is_some_and(|p| !p.zombie) {
+                    m.exit(j.pid);
+                }
+                j.exited = true;
+            }
+        }
+    }
+}
+
+/// Where `pm_logfd` sits in `struct pmc_op_configurelog`.
+const LOGFD_AT: usize = core::mem::offset_of!(PmcOpConfigurelog, pm_logfd);
+const LOGFD_END: usize = LOGFD_AT + 4;
+/// Where `pm_pid` sits in `struct pmc_op_pmcattach` (and detach).
+const PID_AT: usize = core::mem::offset_of!(PmcOpPmcattach, pm_pid);
+const PID_END: usize = PID_AT + 4;
+
+/// A descriptor number no simulated process has: what a client's closed
+/// log descriptor becomes, so that the driver answers EBADF itself.
+const NO_SUCH_FD: i32 = i32::MAX - 1;
+
+/// Identifies a connection.
+pub type ConnId = u64;
+
+/// A host process mirrored on the machine.
+#[derive(Debug)]
+struct Client {
+    /// Its host pid (0 when the host could not say).
+    host_pid: u32,
+    /// Its main thread on the machine.
+    tid: u32,
+    /// Where its thread's `struct uexterror` is, in its user memory.
+    uexterror: u64,
+    /// Its connections open now.
+    conns: u32,
+    /// Clock ticks it runs before each of its calls.
+    ticks_per_call: u32,
+    /// What the host said of it when it was mirrored, to tell it from a
+    /// later process under the same pid.
+    start_time: Option<u64>,
+}
+
+/// Work for the machine's thread.
+pub(crate) enum Work {
+    /// A request of connection `conn`, with the sender's credentials and
+    /// any descriptor that came with it.
+    Request {
+        conn: ConnId,
+        cred: PeerCred,
+        req: Request,
+        fd: Option<OwnedFd>,
+        reply: Sender<Reply>,
+    },
+    /// A connection closed.
+    Disconnect { conn: ConnId },
+    /// Host time passed: the clock's share of ticks is due.
+    Clock,
+    /// Stop: the clients end, hwpmc unloads, and the reply says what the
+    /// machine's checks found.
+    Shutdown { reply: Sender<Outcome> },
+}
+
+/// What the machine's checks found when it stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The witness's violations, as text.
+    pub violations: Vec<String>,
+    /// Kernel allocations left, and their bytes.
+    pub leaked: (usize, usize),
+}
+
+impl Outcome {
+    /// Whether everything held.
+    pub fn clean(&self) -> bool {
+        self.violations.is_empty() && self.leaked.0 == 0
+    }
+}
+
+/// The machine and everything its thread keeps.
+struct Host {
+    m: Machine,
+    module: hwpmc::Module,
+    sysnum: u32,
+    sched: Scheduler,
+    cfg: SimConfig,
+    /// Mirrored processes, by simulated pid.
+    clients: BTreeMap<u32, Client>,
+    /// The simulated pid of each connection that said hello.
+    conns: BTreeMap<ConnId, u32>,
+    /// Advance requests waiting for the clock (rate > 0): the tick they
+    /// wait for and their reply.
+    waiting: Vec<(u64, Sender<Reply>)>,
+    /// The clock: host time when it started and the ticks it has run.
+    clock_start: Instant,
+    clock_ticks: u64,
+    last_scan: Instant,
+}
+
+/// A handle on a running machine: what connection threads and the clock
+/// send work through.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    work: Sender<Work>,
+}
+
+impl Handle {
+    pub(crate) fn send(&self, w: Work) -> bool {
+        self.work.send(w).is_ok()
+    }
+
+    /// Stops the machine and says what its checks found; None when it is
+    /// gone already.
+    pub fn shutdown(&self) -> Option<Outcome> {
+        let (reply, answer) = channel();
+        if !self.send(Work::Shutdown { reply }) {
+            return None;
+        }
+        answer.recv().ok()
+    }
+}
+
+/// Boots a machine as `cfg` describes, with hwpmc loaded, on a thread of
+/// its own; the errno (FreeBSD's) of a failed module load, or a message.
+pub fn boot(cfg: SimConfig) -> Result<Handle, String> {
+    let (tx, rx) = channel::<Work>();
+    let (ready_tx, ready_rx) = channel::<Result<(), String>>();
+    std::thread::Builder::new()
+        .name("ksimd-machine".into())
+        .spawn(move || machine_thread(cfg, rx, ready_tx))
+        .map_err(|e| format!("the machine's thread: {e}"))?;
+    ready_rx
+        .recv()
+        .map_err(|_| "the machine's thread ended while booting".to_string())??;
+    Ok(Handle { work: tx })
+}
+
+/// The largest pid the host hands out: the machine's own processes get
+/// pids above it, so that every host pid is free for its process.
+fn host_pid_max() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(99_999)
+}
+
+fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), String>>) {
+    // The log writer writes to clients' pipes and sockets from this
+    // thread: a reader that went away is EPIPE, never a SIGPIPE that
+    // kills the process hosting the machine.
+    block_sigpipe();
+    let host_max = host_pid_max();
+    let machine_cfg = MachineConfig {
+        cpus: vec![CpuState::Online; cfg.cpus as usize],
+        cpuid: cfg.cpuid.clone(),
+        first_pid: host_max + 1,
+        pid_max: host_max.saturating_add(1_000_000),
+        ..MachineConfig::default()
+    };
+    let m = Machine::new(machine_cfg);
+    for (name, value) in &cfg.kenv {
+        m.kenv_set(name, value);
+    }
+    let _entered = m.enter();
+    let (_, kld) = m.spawn(Cred::root(), "kldload");
+    let module = match m.in_thread(kld, hwpmc::Module::load) {
+        Ok(module) => module,
+        Err(e) => {
+            let _ = ready.send(Err(format!(
+                "hwpmc did not load: FreeBSD errno {}",
+                e.get()
+            )));
+            return;
+        }
+    };
+    let sysnum = module.syscall_number();
+    let mut sched = Scheduler {
+        jobs: Vec::new(),
+        cpus: cfg.cpus,
+        next: 0,
+        now: 0,
+    };
+    let mut what = format!("ksimd: simulated machine: {} CPUs", cfg.cpus);
+    if let Some(w) = &cfg.workload {
+        match w.start(&m) {
+            Ok((pid, threads)) => {
+                what += "; ";
+                what += &w.describe(pid);
+                sched.jobs.push(Job {
+                    pid,
+                    threads,
+                    ends_at: None,
+                    exited: false,
+                });
+            }
+            Err(e) => {
+                let _ = ready.send(Err(format!("workload: {e}")));
+                return;
+            }
+        }
+    }
+    if cfg.verbose {
+        eprintln!("{what}");
+    }
+    let mut host = Host {
+        m,
+        module,
+        sysnum,
+        sched,
+        cfg,
+        clients: BTreeMap::new(),
+        conns: BTreeMap::new(),
+        waiting: Vec::new(),
+        clock_start: Instant::now(),
+        clock_ticks: 0,
+        last_scan: Instant::now(),
+    };
+    let _ = ready.send(Ok(()));
+    let shutdown = loop {
+        let Ok(w) = rx.recv() else { break None };
+        match w {
+            Work::Request {
+                conn,
+                cred,
+                req,
+                fd,
+                reply,
+            } => {
+                host.m.retry_host_writers();
+                let r = host.serve(conn, cred, req, fd, &reply);
+                if let Some(r) = r {
+                    let _ = reply.send(r);
+                }
+            }
+            Work::Disconnect { conn } => host.disconnect(conn),
+            Work::Clock => host.clock(),
+            Work::Shutdown { reply } => break Some(reply),
+        }
+        host.scan_hosts();
+    };
+    let outcome = host.stop();
+    if let Some(reply) = shutdown {
+        let _ = reply.send(outcome);
+    }
+}
+
+fn block_sigpipe() {
+    let mut set = core::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: the set is initialised by sigemptyset before use; only this
+    // thread's mask changes.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        libc::sigaddset(set.as_mut_ptr(), libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), core::ptr::null_mut());
+    }
+}
+
+/// What the host says of process `pid`: its parent and start time, from
+/// /proc (Linux); None when it is gone or a zombie.
+#[cfg(target_os = "linux")]
+fn host_process(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((ppid, start))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn host_process(pid: u32) -> Option<(u32, u64)> {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    (unsafe { libc::kill(pid as libc::pid_t, 0) } == 0 || pid == 0).then_some((0, 0))
+}
+
+impl Host {
+    fn status(&self) -> Status {
+        Status {
+            clients: self.conns.len() as u32,
+            processes: self.m.processes().len() as u32,
+            ticks: self.sched.now,
+            violations: self.m.violations().len() as u32,
+            kmem_live: self.m.kmem_live().0 as u64,
+        }
+    }
+
+    /// Serves one request; None when the reply comes later (an Advance
+    /// that waits for the clock).
+    fn serve(
+        &mut self,
+        conn: ConnId,
+        cred: PeerCred,
+        req: Request,
+        fd: Option<OwnedFd>,
+        reply: &Sender<Reply>,
+    ) -> Option<Reply> {
+        let pid = match (&req, self.conns.get(&conn)) {
+            (Request::Hello { .. }, Some(_)) => return Some(Reply::Error(errno::EPROTO)),
+            (Request::Hello { .. }, None) => 0,
+            (Request::Status, _) => return Some(Reply::Status(self.status())),
+            (_, Some(&pid)) => pid,
+            // Anything before hello is a protocol error.
+            (_, None) => return Some(Reply::Error(errno::EPROTO)),
+        };
+        if pid != 0 {
+            self.update_cred(pid, cred);
+        }
+        Some(match req {
+            Request::Hello {
+                parent,
+                ticks_per_call,
+                comm,
+                path,
+            } => self.hello(conn, cred, parent, ticks_per_call, &comm, &path),
+            Request::Call { op, arg, with_fd } => self.call(pid, op, arg, with_fd, fd),
+            Request::Sysctl { name } => match self.m.sysctl_str(&name) {
+                Some(s) => Reply::Text(s),
+                None => Reply::Error(2), // ENOENT
+            },
+            Request::Advance { ticks } => {
+                if self.cfg.rate > 0.0 {
+                    self.waiting
+                        .push((self.sched.now + u64::from(ticks), reply.clone()));
+                    return None;
+                }
+                let tid = self.clients[&pid].tid;
+                self.pass(Some(tid), u64::from(ticks));
+                Reply::Done
+            }
+            Request::ForkHeld => {
+                let (child, _) = self.m.fork(pid);
+                Reply::Pid(child)
+            }
+            Request::RunWork {
+                pid: job,
+                threads,
+                ticks,
+            } => {
+                if !self.is_child(pid, job) || !(1..=64).contains(&threads) {
+                    return Some(Reply::Error(errno::EINVAL));
+                }
+                let tids = run_work(&self.m, job, threads);
+                self.sched.jobs.push(Job {
+                    pid: job,
+                    threads: tids,
+                    ends_at: Some(self.sched.now + ticks),
+                    exited: false,
+                });
+                Reply::Done
+            }
+            Request::JobExited { pid: job } => {
+                match self.sched.jobs.iter().find(|j| j.pid == job) {
+                    Some(j) => Reply::Flag(j.exited),
+                    None => Reply::Error(errno::ESRCH),
+                }
+            }
+            Request::Kill { pid: job, held } => self.kill(pid, job, held),
+            Request::Processes => Reply::Processes(self.m.processes()),
+            Request::Status => unreachable!("answered above"),
+        })
+    }
+
+    /// Whether `child` is a live child of `parent` that is not a client.
+    fn is_child(&self, parent: u32, child: u32) -> bool {
+        !self.clients.contains_key(&child)
+            && self
+                .m
+                .proc_info(child)
+                .is_some_and(|p| p.ppid == parent && !p.zombie)
+    }
+
+    fn kill(&mut self, by: u32, pid: u32, held: bool) -> Reply {
+        if !self.is_child(by, pid) {
+            return Reply::Error(errno::ESRCH);
+        }
+        match self.sched.jobs.iter_mut().find(|j| j.pid == pid) {
+            Some(j) if !j.exited => {
+                j.exited = true;
+                self.m.exit(pid);
+                Reply::Done
+            }
+            None if held => {
+                self.m.exit(pid);
+                Reply::Done
+            }
+            _ => Reply::Error(errno::ESRCH),
+        }
+    }
+
+    /// A host process changed its ids (setuid(2)): so does its mirror.
+    fn update_cred(&mut self, pid: u32, cred: PeerCred) {
+        let Some(info) = self.m.proc_info(pid) else {
+            return;
+        };
+        if info.cred.uid != cred.uid || info.cred.gid != cred.gid {
+            let c = Cred {
+                uid: cred.uid,
+                ruid: cred.uid,
+                svuid: cred.uid,
+                gid: cred.gid,
+                rgid: cred.gid,
+                svgid: cred.gid,
+                ..info.cred
+            };
+            self.m.set_cred(pid, c);
+        }
+    }
+
+    fn hello(
+        &mut self,
+        conn: ConnId,
+        cred: PeerCred,
+        parent: u32,
+        ticks_per_call: u32,
+        comm: &str,
+        path: &str,
+    ) -> Reply {
+        let host_pid = cred.pid;
+        let existing = self
+            .clients
+            .iter()
+            .find(|(_, c)| host_pid != 0 && c.host_pid == host_pid)
+            .map(|(&p, _)| p);
+        let pid = match existing {
+            Some(pid) => {
+                // The same process again: another connection, or a new
+                // image after an exec.
+                let info = self.m.proc_info(pid);
+                if !path.is_empty() && info.is_some_and(|i| i.path != path) {
+                    self.m.exec(pid, path, None);
+                }
+                pid
+            }
+            None => {
+                let pid = match self.mirror_child(host_pid, parent) {
+                    Some(pid) => pid,
+                    None => {
+                        let c = Cred {
+                            gid: cred.gid,
+                            rgid: cred.gid,
+                            svgid: cred.gid,
+                            ..Cred::user(cred.uid)
+                        };
+                        let want = (host_pid != 0).then_some(host_pid);
+                        let (pid, _) = self.m.spawn_as(want, c, comm);
+                        pid
+                    }
+                };
+                self.update_cred(pid, cred);
+                if let Err(e) = self.register(pid, host_pid) {
+                    return Reply::Error(e);
+                }
+                pid
+            }
+        };
+        let client = self.clients.get_mut(&pid).expect("registered");
+        client.conns += 1;
+        client.ticks_per_call = ticks_per_call;
+        self.conns.insert(conn, pid);
+        Reply::Welcome {
+            pid,
+            hz: MachineConfig::default().hz,
+        }
+    }
+
+    /// Mirrors host process `host_pid`, a child of client `parent`
+    /// (whose host pid the host confirms), as the simulated child of that
+    /// client: fork(2) on the machine, under the child's own pid.
+    fn mirror_child(&mut self, host_pid: u32, parent: u32) -> Option<u32> {
+        if host_pid == 0 || parent == 0 {
+            return None;
+        }
+        let (ppid, _) = host_process(host_pid)?;
+        let parent = if cfg!(target_os = "linux") {
+            ppid
+        } else {
+            parent
+        };
+        let (&parent_pid, _) = self.clients.iter().find(|(_, c)| c.host_pid == parent)?;
+        let (pid, _) = self.m.fork_as(parent_pid, Some(host_pid));
+        Some(pid)
+    }
+
+    /// Makes `pid` a client: its thread gets a `struct uexterror`
+    /// registered, as FreeBSD's libc registers one for each thread.
+    fn register(&mut self, pid: u32, host_pid: u32) -> Result<(), i32> {
+        let tid = self.m.proc_info(pid).ok_or(errno::ESRCH)?.threads[0];
+        let uexterror = self.m.user_alloc(pid, size_of::<Uexterror>());
+        let registration = Uexterror {
+            ver: UEXTERROR_VER,
+            ..Uexterror::default()
+        };
+        self.m.user_write(pid, uexterror, registration.as_bytes());
+        // A forked child has its parent's registration (at an address of
+        // the parent's): it replaces it, as libc does in a new image.
+        self.m
+            .exterrctl(tid, EXTERRCTL_ENABLE, EXTERRCTLF_FORCE, uexterror)?;
+        self.clients.insert(
+            pid,
+            Client {
+                host_pid,
+                tid,
+                uexterror,
+                conns: 0,
+                ticks_per_call: 0,
+                start_time: host_process(host_pid).map(|(_, t)| t),
+            },
+        );
+        Ok(())
+    }
+
+    /// The target of an attach or detach is a client whose host process
+    /// is gone (its parent may have reaped it before its connection's end
+    /// reached the machine): it ends first, as it has on the host.
+    fn reap_if_gone(&mut self, arg: &[u8]) {
+        let Some(b) = arg.get(PID_AT..PID_END) else {
+            return;
+        };
+        let target = i32::from_ne_bytes(b.try_into().expect("4 bytes"));
+        if target <= 0 {
+            return;
+        }
+        let gone = self.clients.get(&(target as u32)).is_some_and(|c| {
+            c.host_pid != 0 && host_process(c.host_pid).map(|(_, t)| t) != c.start_time
+        });
+        if gone {
+            self.end(target as u32);
+        }
+    }
+
+    /// A PMC attached to (or detached from) a host child of a client that
+    /// has not connected yet: the child is mirrored first, so that it is
+    /// there, as it is on FreeBSD the moment fork(2) returns.
+    fn adopt_target(&mut self, arg: &[u8]) {
+        let Some(b) = arg.get(PID_AT..PID_END) else {
+            return;
+        };
+        let target = i32::from_ne_bytes(b.try_into().expect("4 bytes"));
+        if target <= 0 || self.m.proc_info(target as u32).is_some() {
+            return;
+        }
+        let target = target as u32;
+        let Some((ppid, _)) = host_process(target) else {
+            return;
+        };
+        let parent = self
+            .clients
+            .iter()
+            .find(|(_, c)| c.host_pid == ppid && c.host_pid != 0)
+            .map(|(&p, c)| (p, c.host_pid));
+        if let Some((_, parent_host)) = parent {
+            if let Some(pid) = self.mirror_child(target, parent_host) {
+                if self.register(pid, target).is_err() {
+                    self.clients.remove(&pid);
+                }
+            }
+        }
+    }
+
+    fn call(
+        &mut self,
+        pid: u32,
+        op: u32,
+        mut arg: Vec<u8>,
+        with_fd: bool,
+        fd: Option<OwnedFd>,
+    ) -> Reply {
+        let (tid, uexterror, ticks) = {
+            let c = &self.clients[&pid];
+            (c.tid, c.uexterror, c.ticks_per_call)
+        };
+        if ticks > 0 {
+            self.pass(Some(tid), u64::from(ticks));
+        }
+        if op == PmcOp::Pmcattach.raw() || op == PmcOp::Pmcdetach.raw() {
+            self.reap_if_gone(&arg);
+            self.adopt_target(&arg);
+        }
+        // A log descriptor is the client's own: the simulated process gets
+        // a file that writes to it.
+        let configure = (op == PmcOp::Configurelog.raw() && arg.len() >= LOGFD_END)
+            .then(|| i32::from_ne_bytes(arg[LOGFD_AT..LOGFD_END].try_into().expect("4 bytes")));
+        let standin = match (configure, fd) {
+            (Some(host_fd), Some(fd)) if host_fd >= 0 && with_fd => {
+                // SAFETY: fcntl(F_GETFL) only reads the status flags of a
+                // descriptor this thread owns.
+                let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+                let writable = flags >= 0 && flags & libc::O_ACCMODE != libc::O_RDONLY;
+                let sim_fd = self.m.open(
+                    pid,
+                    FileKind::Host {
+                        fd: fd.into_raw_fd(),
+                    },
+                    writable,
+                );
+                Some((host_fd, sim_fd))
+            }
+            // A descriptor the client does not have open: nor does its
+            // simulated process.
+            (Some(host_fd), _) if host_fd >= 0 => Some((host_fd, NO_SUCH_FD)),
+            (_, Some(_)) => return Reply::Error(errno::EBADF),
+            _ => None,
+        };
+        if let Some((_, sim_fd)) = standin {
+            arg[LOGFD_AT..LOGFD_END].copy_from_slice(&sim_fd.to_ne_bytes());
+        }
+        let uaddr = if arg.is_empty() {
+            0
+        } else {
+            let a = self.m.user_alloc(pid, arg.len());
+            self.m.user_write(pid, a, &arg);
+            a
+        };
+        let r = self.m.syscall(tid, self.sysnum, &[u64::from(op), uaddr]);
+        if !arg.is_empty() {
+            arg = self.m.user_read(pid, uaddr, arg.len());
+        }
+        if let Some((host_fd, sim_fd)) = standin {
+            arg[LOGFD_AT..LOGFD_END].copy_from_slice(&host_fd.to_ne_bytes());
+            // The kernel keeps its reference, as after the owner's close(2)
+            // of its descriptor.
+            if sim_fd != NO_SUCH_FD {
+                self.m.close(pid, sim_fd);
+            }
+        }
+        let exterr = if r.is_err() {
+            self.m.user_read(pid, uexterror, size_of::<Uexterror>())
+        } else {
+            Vec::new()
+        };
+        debug_assert!(exterr.is_empty() || Uexterror::read_from(&exterr).is_some());
+        Reply::Called {
+            errno: r.err().unwrap_or(0),
+            arg,
+            exterr,
+        }
+    }
+
+    /// Lets `ticks` ticks pass: the jobs run if any can, else `caller`'s
+    /// thread on CPU 0, else the CPUs idle.
+    fn pass(&mut self, caller: Option<u32>, ticks: u64) {
+        if self.sched.runnable(&self.m).is_empty() {
+            match caller {
+                Some(tid) => {
+                    let mut left = ticks;
+                    while left > 0 {
+                        let n = left.min(u64::from(u32::MAX)) as u32;
+                        self.m.run(tid, 0, n);
+                        left -= u64::from(n);
+                    }
+                }
+                None => {
+                    for _ in 0..ticks {
+                        self.m.tick_all();
+                    }
+                }
+            }
+            self.sched.now += ticks;
+        } else {
+            self.sched.run(&self.m, ticks);
+        }
+        self.m.retry_host_writers();
+    }
+
+    /// The clock's share of ticks since it started (rate > 0), and the
+    /// Advance requests that are due.
+    fn clock(&mut self) {
+        if self.cfg.rate <= 0.0 {
+            return;
+        }
+        let hz = MachineConfig::default().hz as f64;
+        let due = (self.clock_start.elapsed().as_secs_f64() * hz * self.cfg.rate) as u64;
+        // Never more than a second's worth at once: a machine that cannot
+        // keep up falls behind rather than stalling its clients.
+        let ticks = due.saturating_sub(self.clock_ticks).min(hz as u64);
+        self.clock_ticks = due;
+        if ticks > 0 {
+            self.pass(None, ticks);
+        }
+        let now = self.sched.now;
+        self.waiting.retain(|(at, reply)| {
+            if *at <= now {
+                let _ = reply.send(Reply::Done);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn disconnect(&mut self, conn: ConnId) {
+        let Some(pid) = self.conns.remove(&conn) else {
+            return;
+        };
+        let gone = self.clients.get_mut(&pid).is_some_and(|c| {
+            c.conns -= 1;
+            c.conns == 0
+        });
+        if gone {
+            self.end(pid);
+        }
+    }
+
+    /// A client's process ends: its exit hooks run (its PMCs and log go),
+    /// and it is reaped.
+    fn end(&mut self, pid: u32) {
+        self.clients.remove(&pid);
+        self.conns.retain(|_, p| *p != pid);
+        if self.m.proc_info(pid).is_some_and(|p| !p.zombie) {
+            self.m.exit(pid);
+        }
+        if self.m.proc_info(pid).is_some_and(|p| p.zombie) {
+            self.m.reap(pid);
+        }
+    }
+
+    /// Clients the host says are gone (killed before they could close a
+    /// connection they passed on, or mirrored and never connected) end.
+    fn scan_hosts(&mut self) {
+        if self.last_scan.elapsed() < Duration::from_millis(100) {
+            return;
+        }
+        self.last_scan = Instant::now();
+        let gone: Vec<u32> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| {
+                c.host_pid != 0 && host_process(c.host_pid).map(|(_, t)| t) != c.start_time
+            })
+            .map(|(&p, _)| p)
+            .collect();
+        for pid in gone {
+            self.end(pid);
+        }
+    }
+
+    fn stop(mut self) -> Outcome {
+        let pids: Vec<u32> = self.clients.keys().copied().collect();
+        for pid in pids {
+            self.end(pid);
+        }
+        for w in std::mem::take(&mut self.waiting) {
+            let _ = w.1.send(Reply::Error(6)); // ENXIO: the machine is going
+        }
+        let (_, unload) = self.m.spawn(Cred::root(), "kldunload");
+        let module = self.module;
+        self.m.in_thread(unload, || module.unload());
+        Outcome {
+            violations: self
+                .m
+                .violations()
+                .iter()
+                .map(|v| format!("{v:?}"))
+                .collect(),
+            leaked: self.m.kmem_live(),
+        }
+    }
+}
+
+/// Serves connection `conn` on socket `s` until it closes: each packet is
+/// a request for the machine, whose reply goes back on the socket. A
+/// packet that is not a request gets an error reply (EPROTO) and the
+/// connection stays; a frame longer than the protocol allows ends it.
+pub fn serve_connection(handle: &Handle, conn: ConnId, s: OwnedFd) {
+    let peer = sock::peer_cred(&s).unwrap_or(PeerCred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    });
+    loop {
+        let packet = match sock::recv(s.as_raw_fd()) {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(e) => {
+                // A stream out of step cannot be read on: say why, and end.
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    let _ = sock::send(s.as_raw_fd(), &Reply::Error(errno::EPROTO).encode(), None);
+                }
+                break;
+            }
+        };
+        // Credentials the kernel could not vouch for (pid 0) are not used.
+        let cred = packet.cred.filter(|c| c.pid != 0).unwrap_or(peer);
+        let reply = match Request::decode(&packet.bytes) {
+            Err(_) => Reply::Error(errno::EPROTO),
+            Ok(req) => {
+                let with_fd = matches!(req, Request::Call { with_fd: true, .. });
+                let mut fds = packet.fds.into_iter();
+                let fd = if with_fd { fds.next() } else { None };
+                if fds.next().is_some() {
+                    // Descriptors the request did not announce.
+                    Reply::Error(errno::EBADF)
+                } else {
+                    let (tx, rx) = channel();
+                    if !handle.send(Work::Request {
+                        conn,
+                        cred,
+                        req,
+                        fd,
+                        reply: tx,
+                    }) {
+                        break;
+                    }
+                    match rx.recv() {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    }
+                }
+            }
+        };
+        if sock::send(s.as_raw_fd(), &reply.encode(), None).is_err() {
+            break;
+        }
+    }
+    handle.send(Work::Disconnect { conn });
+}
+
+/// Who may use a socket that serves anyone who can reach it (the
+/// private machine's abstract socket has no file permissions): the
+/// machine's own user, root, and processes whose parent is a client.
+fn may_connect(s: &OwnedFd, me: u32) -> bool {
+    let Ok(peer) = sock::peer_cred(s) else {
+        return false;
+    };
+    if peer.uid == me || peer.uid == 0 {
+        return true;
+    }
+    // A child of this process that changed its ids after it forked.
+    let parent = host_process(peer.pid).map(|(p, _)| p);
+    // SAFETY: getpid(2) has no preconditions.
+    let own = unsafe { libc::getpid() } as u32;
+    parent == Some(own) || peer.pid == own
+}
+
+/// Accepts connections on `listener` for ever (until accept fails), each
+/// served on a thread of its own. `check_peer`: refuse peers that
+/// [`may_connect`] refuses.
+pub fn accept_loop(handle: Handle, listener: OwnedFd, check_peer: bool) {
+    // SAFETY: getuid(2) has no preconditions.
+    let me = unsafe { libc::getuid() };
+    let mut next: ConnId = 1;
+    while let Ok(s) = sock::accept(&listener) {
+        if check_peer && !may_connect(&s, me) {
+            let _ = sock::send(s.as_raw_fd(), &Reply::Error(errno::EPERM).encode(), None);
+            continue;
+        }
+        let conn = next;
+        next += 1;
+        let h = handle.clone();
+        if std::thread::Builder::new()
+            .name(format!("ksimd-conn-{conn}"))
+            .spawn(move || serve_connection(&h, conn, s))
+            .is_err()
+        {
+            // Out of threads: the connection is dropped (closed).
+            continue;
+        }
+    }
+}
+
+/// Starts the clock: every `period` of host time the machine runs the
+/// ticks that are due (at `rate` simulated seconds per second).
+pub fn start_clock(handle: Handle, period: Duration) {
+    let _ = std::thread::Builder::new()
+        .name("ksimd-clock".into())
+        .spawn(move || {
+            while handle.send(Work::Clock) {
+                std::thread::sleep(period);
+            }
+        });
+}
+
+/// A machine private to this process, served on an abstract socket
+/// (Linux) that the process's forked children reach too; returns its
+/// socket's name. The machine lives as long as the process.
+pub fn start_private(cfg: SimConfig) -> Result<String, String> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: getpid(2) has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let nonce = Instant::now().elapsed().as_nanos() ^ u128::from(n);
+    let name = if cfg!(target_os = "linux") {
+        format!("@ksimd-private-{pid}-{n}-{nonce:x}")
+    } else {
+        let dir = std::env::temp_dir().join(format!("ksimd-private-{pid}-{n}"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        dir.join("sock").to_string_lossy().into_owned()
+    };
+    let rate = cfg.rate;
+    let handle = boot(cfg)?;
+    let listener = sock::listen(&name, 0o600).map_err(|e| format!("socket {name}: {e}"))?;
+    if rate > 0.0 {
+        start_clock(handle.clone(), Duration::from_millis(10));
+    }
+    std::thread::Builder::new()
+        .name("ksimd-accept".into())
+        .spawn(move || accept_loop(handle, listener, true))
+        .map_err(|e| format!("the accepting thread: {e}"))?;
+    Ok(name)
+}
+
+/// The errno a client reports for a daemon it cannot use.
+pub fn unreachable_errno(e: &std::io::Error) -> c_int {
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => libc::EPERM,
+        _ => libc::ENXIO,
+    }
+}
