@@ -5,7 +5,8 @@
 //! - [`sock`]: the seqpacket socket under it (descriptors and credentials
 //!   beside the packets);
 //! - [`server`]: the machine's thread, the mirroring of host processes,
-//!   the connections and the clock.
+//!   the connections and the clock;
+//! - [`daemon`]: starting and stopping a ksimd program (tools and tests).
 //!
 //! libpmc's simulator transport is its client: with `LIBPMC_SIM_SOCKET`
 //! it connects to a running daemon, and without it it starts a machine
@@ -13,6 +14,7 @@
 //! that, through the same protocol. The `ksimd` program (ksimd.8) is the
 //! daemon.
 
+pub mod daemon;
 pub mod proto;
 pub mod server;
 pub mod sock;

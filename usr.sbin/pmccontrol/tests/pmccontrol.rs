@@ -315,3 +315,68 @@ fn arguments_that_are_not_utf8() {
     let o = run(&[b"-c", b"*\xff", b"-e", b"0"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// pmccontrol against a ksimd daemon that several commands share.
+fn on_daemon(socket: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+        .args(args)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_SOCKET", socket)
+        .output()
+        .expect("run pmccontrol")
+}
+
+/// The state of row `row` of `cpu` in `pmccontrol -l`'s listing.
+fn row_state(listing: &str, cpu: u32, row: u32) -> String {
+    let header = format!("#CPU {cpu}:");
+    let mut lines = listing.lines().skip_while(|l| *l != header).skip(2);
+    let line = lines
+        .find(|l| l.split_whitespace().next() == Some(&row.to_string()))
+        .unwrap_or_else(|| panic!("row {row} of CPU {cpu} in:\n{listing}"));
+    line.split_whitespace().nth(3).unwrap().to_string()
+}
+
+#[test]
+fn commands_share_a_daemons_machine() {
+    let bin = ksimd::daemon::binary_beside(std::path::Path::new(env!("CARGO_BIN_EXE_pmccontrol")));
+    // Open to every user (-m 666), for the unprivileged command below.
+    let daemon = ksimd::daemon::Daemon::start(&bin, &["-c", "2", "-r", "0", "-m", "666"]).unwrap();
+    let sock = daemon.socket();
+    // One command disables row 0 on CPU 1; the next sees it so.
+    let o = on_daemon(&sock, &["-c", "1", "-d", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = on_daemon(&sock, &["-l"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(row_state(&stdout(&o), 1, 0), "DISABLED");
+    assert_eq!(row_state(&stdout(&o), 0, 0), "ENABLED");
+    let o = on_daemon(&sock, &["-c", "1", "-e", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = on_daemon(&sock, &["-l"]);
+    assert_eq!(row_state(&stdout(&o), 1, 0), "ENABLED");
+    // A private machine (no daemon) starts from scratch every time.
+    let o = pmccontrol(&["-c", "1", "-d", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(row_state(&stdout(&pmccontrol(&["-l"])), 1, 0), "ENABLED");
+    // An unprivileged user may not administer PMCs (PMC_OP_PMCADMIN needs
+    // PRIV_PMC_MANAGE): EPERM, as on FreeBSD.
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid(2) has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test runs as root");
+    let o = Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+        .args(["-c", "1", "-d", "0"])
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_SOCKET", &sock)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("Operation not permitted"),
+        "{}",
+        stderr(&o)
+    );
+    let o = on_daemon(&sock, &["-l"]);
+    assert_eq!(row_state(&stdout(&o), 1, 0), "ENABLED");
+    assert!(daemon.stop().success(), "ksimd's checks at its stop");
+}

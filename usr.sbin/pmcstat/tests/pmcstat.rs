@@ -962,3 +962,54 @@ fn arguments_that_are_not_utf8() {
         assert!(err.contains("[options] [commandline]"), "{err}");
     }
 }
+
+#[test]
+fn a_clocked_daemon_paces_intervals_while_another_client_watches() {
+    use std::io::BufRead;
+    let bin = ksimd::daemon::binary_beside(std::path::Path::new(env!("CARGO_BIN_EXE_pmcstat")));
+    // Four simulated seconds per host second: `-w 1` prints every 0.25 s.
+    let daemon = ksimd::daemon::Daemon::start(&bin, &["-c", "1", "-r", "4"]).unwrap();
+    let sock = daemon.socket();
+    let start = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(["-c", "0", "-s", "TSC", "-w", "1", "-l", "4"])
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_SOCKET", &sock)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let header = lines.next().unwrap().unwrap();
+    assert!(header.contains("TSC"), "{header}");
+    // Another client of the same machine sees pmcstat's PMC on CPU 0's
+    // TSC row, owned by pmcstat's own pid.
+    let watcher = pmc::pmc::Pmc::init(Box::new(
+        pmc::libpmc_sim::SimTransport::connect(sock.to_string_lossy().into(), 0, "watch".into())
+            .unwrap(),
+    ))
+    .unwrap();
+    let rows = watcher.pmcinfo(0).unwrap();
+    let tsc = rows
+        .iter()
+        .find(|r| r.pm_class == uapi::pmc::PmcClass::Tsc as u32)
+        .expect("a TSC row");
+    assert_eq!(tsc.pm_ownerpid, child.id() as i32);
+    let mut at = Vec::new();
+    for line in lines.by_ref().take(4) {
+        let line = line.unwrap();
+        assert!(line.trim().parse::<u64>().is_ok(), "{line}");
+        at.push(start.elapsed());
+    }
+    assert!(child.wait().unwrap().success());
+    // Four intervals of a simulated second at four per host second: the
+    // machine's clock paced them (without it they come at once).
+    assert!(at[3] >= std::time::Duration::from_millis(750), "{at:?}");
+    let rows = watcher.pmcinfo(0).unwrap();
+    let tsc = rows
+        .iter()
+        .find(|r| r.pm_class == uapi::pmc::PmcClass::Tsc as u32)
+        .unwrap();
+    assert_eq!(tsc.pm_ownerpid, -1, "released when pmcstat ended");
+    drop(watcher);
+    assert!(daemon.stop().success(), "ksimd's checks at its stop");
+}
