@@ -426,6 +426,7 @@ impl Transport for SimTransport {
         if errno == 0 {
             Ok(())
         } else {
+            crate::transport::note_freebsd_errno(errno);
             Err(host_errno(errno))
         }
     }

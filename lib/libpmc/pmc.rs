@@ -137,6 +137,7 @@ impl Pmc {
         let mut version = LIBPMC_PMC_VERSION;
         pmc.call_struct(PmcOp::Getmoduleversion, &mut version)?;
         if version & 0xFF00_0000 != LIBPMC_PMC_VERSION & 0xFF00_0000 {
+            crate::transport::note_freebsd_errno(75);
             return Err(EPROGMISMATCH);
         }
         pmc.driver_version = version;

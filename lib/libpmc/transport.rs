@@ -33,6 +33,62 @@ pub trait Transport: Send + Sync {
     }
 }
 
+/// FreeBSD's strerror(3) text for the errno values FreeBSD has and this
+/// host lacks (those [`host_errno`] turns into a near value), so that a
+/// tool can say what FreeBSD would say; None for the values both have.
+pub const fn freebsd_only_text(freebsd: c_int) -> Option<&'static str> {
+    if cfg!(target_os = "freebsd") {
+        return None;
+    }
+    Some(match freebsd {
+        67 => "Too many processes",
+        72 => "RPC struct is bad",
+        73 => "RPC version wrong",
+        74 => "RPC program not available",
+        75 => "Program version wrong",
+        76 => "Bad procedure for program",
+        79 => "Inappropriate file type or format",
+        80 => "Authentication error",
+        81 => "Need authenticator",
+        87 => "Attribute not found",
+        88 => "Programming error",
+        93 => "Capabilities insufficient",
+        94 => "Not permitted in capability mode",
+        97 => "Integrity check failed",
+        _ => return None,
+    })
+}
+
+std::thread_local! {
+    /// The FreeBSD errno of this thread's last failed request, when the
+    /// host has no such value (see [`freebsd_only_text`]).
+    static LAST_FREEBSD_ONLY: core::cell::Cell<c_int> = const { core::cell::Cell::new(0) };
+}
+
+/// Notes that this thread's last request failed with FreeBSD errno
+/// `freebsd` (a transport that sees FreeBSD's numbers calls it).
+pub fn note_freebsd_errno(freebsd: c_int) {
+    let only = if freebsd_only_text(freebsd).is_some() {
+        freebsd
+    } else {
+        0
+    };
+    LAST_FREEBSD_ONLY.with(|c| c.set(only));
+}
+
+/// FreeBSD's text for host errno `host` when it stands for a FreeBSD-only
+/// value this thread's last request failed with: what strerror(3) says on
+/// FreeBSD for the error the driver gave (e.g. "Programming error" for
+/// EDOOFUS, which this host calls EINVAL).
+pub fn freebsd_text_of(host: c_int) -> Option<&'static str> {
+    let last = LAST_FREEBSD_ONLY.with(|c| c.get());
+    if last != 0 && host_errno(last) == host {
+        freebsd_only_text(last)
+    } else {
+        None
+    }
+}
+
 /// The host's errno value for a FreeBSD errno value (`sys/errno.h`).
 ///
 /// The simulated machine's driver answers with FreeBSD's numbers; its

@@ -84,8 +84,13 @@ pub fn err_text(name: &str, msg: &str, errno: i32, exterr: &str) -> String {
     line
 }
 
-/// strerror(3): the C library's description of `errno`.
+/// strerror(3): the C library's description of `errno`, or FreeBSD's
+/// when it stands for an error of the driver's that only FreeBSD has (on
+/// the simulator: EDOOFUS is "Programming error", not "Invalid argument").
 pub fn strerror(errno: i32) -> String {
+    if let Some(text) = pmc::transport::freebsd_text_of(errno) {
+        return text.to_owned();
+    }
     let text = std::io::Error::from_raw_os_error(errno).to_string();
     // Rust appends " (os error N)"; strerror(3) has the text alone.
     text.split(" (os error").next().unwrap_or(&text).to_owned()
@@ -342,6 +347,15 @@ mod tests {
         assert_eq!((e.message.as_str(), e.code), ("test: bad", 64));
         let e = P.err(sysexits::EX_OSERR, "open", 2);
         assert_eq!(e.message, "test: open: No such file or directory");
+        assert_eq!(strerror(22), "Invalid argument");
+        // The driver's EDOOFUS, which this host has no number for: the
+        // tools print FreeBSD's text.
+        pmc::transport::note_freebsd_errno(88);
+        let edoofus = pmc::transport::host_errno(88);
+        if cfg!(not(target_os = "freebsd")) {
+            assert_eq!(strerror(edoofus), "Programming error");
+        }
+        pmc::transport::note_freebsd_errno(0);
         assert_eq!(strerror(22), "Invalid argument");
         // FreeBSD's err(3) with an extended error.
         assert_eq!(

@@ -648,6 +648,31 @@ fn freebsd_errno_values_become_the_hosts() {
     // EPROGMISMATCH, the library's own version error, is the host's too.
     assert_eq!(pmc::pmc::EPROGMISMATCH, libc::EPROTO);
     assert_eq!(host_errno(0x7fff), libc::EIO);
+    // The machine's side (ksimd's log files) turns host errors back into
+    // FreeBSD's numbers: the inverse on every value both systems have.
+    for freebsd in 1..=97 {
+        if pmc::transport::freebsd_only_text(freebsd).is_none() {
+            assert_eq!(
+                ksim::host_file::freebsd_errno(host_errno(freebsd)),
+                freebsd,
+                "{freebsd}"
+            );
+        }
+    }
+}
+
+#[test]
+fn freebsd_only_errors_keep_freebsd_text() {
+    use pmc::transport::{freebsd_text_of, host_errno, note_freebsd_errno};
+    // EDOOFUS is EINVAL here, but says what FreeBSD says for it.
+    note_freebsd_errno(88);
+    assert_eq!(freebsd_text_of(libc::EINVAL), Some("Programming error"));
+    assert_eq!(freebsd_text_of(host_errno(75)), None, "not the last error");
+    note_freebsd_errno(75);
+    assert_eq!(freebsd_text_of(libc::EPROTO), Some("Program version wrong"));
+    // A plain EINVAL afterwards is the host's own.
+    note_freebsd_errno(22);
+    assert_eq!(freebsd_text_of(libc::EINVAL), None);
 }
 
 /// A request the driver refuses with an extended error: the library
