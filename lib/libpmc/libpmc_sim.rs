@@ -8,7 +8,9 @@
 //! and talks to it the same way. Either way the program's process is a
 //! simulated process under its own pid and credentials; a child it forks
 //! reconnects as that process's simulated child the first time it calls
-//! pmc(3) (and is mirrored before that if a PMC is attached to it); a log
+//! pmc(3) (and is mirrored before that if a PMC is attached to it); the
+//! connection is close-on-exec, and the process stays on the machine
+//! across an exec(2) until its new image connects or it is gone; a log
 //! descriptor goes to the machine as a real descriptor (SCM_RIGHTS),
 //! which the driver's log writer writes to; errno values come back as
 //! FreeBSD's and are turned into the host's here.
@@ -278,6 +280,7 @@ impl SimTransport {
                 path: std::env::current_exe()
                     .map(|p| p.to_string_lossy().into_owned())
                     .unwrap_or_default(),
+                image: image_id(),
             };
             let sim_pid = match exchange(fd.as_raw_fd(), &hello, None)? {
                 Reply::Welcome { pid, .. } => pid,
@@ -379,6 +382,28 @@ impl SimTransport {
     }
 }
 
+/// What identifies this image of the process: the first bytes of the
+/// random block the kernel gives each new image (AT_RANDOM), which a
+/// forked child shares with its parent until it execs; 0 elsewhere.
+#[cfg(target_os = "linux")]
+fn image_id() -> u64 {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let at = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const u8;
+    if at.is_null() {
+        return 0;
+    }
+    let mut b = [0u8; 8];
+    // SAFETY: AT_RANDOM points at 16 bytes the kernel wrote, readable for
+    // the life of the image.
+    unsafe { core::ptr::copy_nonoverlapping(at, b.as_mut_ptr(), 8) };
+    u64::from_ne_bytes(b)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn image_id() -> u64 {
+    0
+}
+
 /// The program's name, as its simulated process's command.
 fn program_name() -> String {
     std::env::args_os()
@@ -389,6 +414,18 @@ fn program_name() -> String {
             base.chars().take(19).collect()
         })
         .unwrap_or_else(|| "pmcclient".into())
+}
+
+impl Drop for SimTransport {
+    /// The library closes: this process is done with the machine (on the
+    /// machine it ends, its PMCs and log released, once its last
+    /// connection is gone).
+    fn drop(&mut self) {
+        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = guard.as_ref().filter(|c| c.host_pid == getpid()) {
+            let _ = exchange(c.fd.as_raw_fd(), &Request::Bye, None);
+        }
+    }
 }
 
 impl Transport for SimTransport {

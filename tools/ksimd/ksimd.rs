@@ -2,7 +2,7 @@
 //! that host programs use as their kernel over a Unix socket.
 //!
 //! - [`proto`]: the versioned messages of the protocol;
-//! - [`sock`]: the seqpacket socket under it (descriptors and credentials
+//! - [`sock`]: the stream socket under it (descriptors and credentials
 //!   beside the packets);
 //! - [`server`]: the machine's thread, the mirroring of host processes,
 //!   the connections and the clock;

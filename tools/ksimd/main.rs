@@ -4,7 +4,6 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use ksimd::server::{self, SimConfig, Workload};
 use ksimd::sock;
@@ -184,11 +183,12 @@ fn run(o: Options, ready: Option<OwnedFd>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if rate > 0.0 {
-        server::start_clock(handle.clone(), Duration::from_millis(10));
-    }
+    server::start_clock(handle.clone(), server::clock_period(rate));
     let h = handle.clone();
-    std::thread::spawn(move || server::accept_loop(h, listener, false));
+    // An abstract name has no file permissions: only the daemon's user,
+    // root and their clients' children may use it.
+    let check_peer = o.socket.starts_with('@');
+    std::thread::spawn(move || server::accept_loop(h, listener, check_peer));
     if let Some(fd) = ready {
         let mut f = std::fs::File::from(fd);
         let _ = f.write_all(b"ok");

@@ -36,6 +36,10 @@ pub enum Request {
         comm: String,
         /// Its executable's path.
         path: String,
+        /// What tells this image of the process from another: bytes the
+        /// host's kernel draws anew at each exec (Linux's AT_RANDOM), 0
+        /// when unknown. The same process with another image has exec'd.
+        image: u64,
     },
     /// An hwpmc system call: `op` with its argument block (empty for a
     /// NULL argument); `with_fd` when a descriptor travels with it (the
@@ -88,6 +92,12 @@ pub enum Request {
     Processes,
     /// The daemon's view of the machine: [`Reply::Status`].
     Status,
+    /// The client is done with pmc(3) (its library closes): when this was
+    /// its process's last connection, the process ends on the machine, as
+    /// it does when the host process is gone. A connection that closes
+    /// without it while its process lives (an exec(2) closed it) leaves
+    /// the process, until the host says it is gone.
+    Bye,
 }
 
 /// The daemon's reply.
@@ -294,11 +304,13 @@ impl Request {
                 ticks_per_call,
                 comm,
                 path,
+                image,
             } => Writer::new(1)
                 .u32(*parent)
                 .u32(*ticks_per_call)
                 .bytes(comm.as_bytes())
                 .bytes(path.as_bytes())
+                .u64(*image)
                 .done(),
             Request::Call { op, arg, with_fd } => Writer::new(2)
                 .u32(*op)
@@ -317,6 +329,7 @@ impl Request {
             Request::Kill { pid, held } => Writer::new(8).u32(*pid).u8(u8::from(*held)).done(),
             Request::Processes => Writer::new(9).done(),
             Request::Status => Writer::new(10).done(),
+            Request::Bye => Writer::new(11).done(),
         }
     }
 
@@ -329,6 +342,7 @@ impl Request {
                 ticks_per_call: r.u32()?,
                 comm: r.text()?,
                 path: r.text()?,
+                image: r.u64()?,
             },
             2 => Request::Call {
                 op: r.u32()?,
@@ -350,6 +364,7 @@ impl Request {
             },
             9 => Request::Processes,
             10 => Request::Status,
+            11 => Request::Bye,
             k => return Err(DecodeError::Kind(k)),
         };
         r.end(req)
@@ -444,6 +459,7 @@ mod tests {
                 ticks_per_call: 3,
                 comm: "pmcstat".into(),
                 path: "/usr/sbin/pmcstat".into(),
+                image: 0x0123_4567_89ab_cdef,
             },
             Request::Call {
                 op: 11,
@@ -469,6 +485,7 @@ mod tests {
             Request::Kill { pid: 9, held: true },
             Request::Processes,
             Request::Status,
+            Request::Bye,
         ]
     }
 

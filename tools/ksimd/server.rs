@@ -352,6 +352,9 @@ struct Client {
     /// What the host said of it when it was mirrored, to tell it from a
     /// later process under the same pid.
     start_time: Option<u64>,
+    /// Its image as its last hello named it (a forked child's is its
+    /// parent's until it execs); 0 when unknown.
+    image: u64,
 }
 
 /// Work for the machine's thread.
@@ -401,6 +404,8 @@ struct Host {
     clients: BTreeMap<u32, Client>,
     /// The simulated pid of each connection that said hello.
     conns: BTreeMap<ConnId, u32>,
+    /// Connections that said goodbye.
+    leaving: std::collections::BTreeSet<ConnId>,
     /// Advance requests waiting for the clock (rate > 0): the tick they
     /// wait for and their reply.
     waiting: Vec<(u64, Sender<Reply>)>,
@@ -523,6 +528,7 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
         cfg,
         clients: BTreeMap::new(),
         conns: BTreeMap::new(),
+        leaving: std::collections::BTreeSet::new(),
         waiting: Vec::new(),
         clock_start: Instant::now(),
         clock_ticks: 0,
@@ -628,7 +634,8 @@ impl Host {
                 ticks_per_call,
                 comm,
                 path,
-            } => self.hello(conn, cred, parent, ticks_per_call, &comm, &path),
+                image,
+            } => self.hello(conn, cred, parent, ticks_per_call, &comm, &path, image),
             Request::Call { op, arg, with_fd } => self.call(pid, op, arg, with_fd, fd),
             Request::Sysctl { name } => match self.m.sysctl_str(&name) {
                 Some(s) => Reply::Text(s),
@@ -673,6 +680,10 @@ impl Host {
             }
             Request::Kill { pid: job, held } => self.kill(pid, job, held),
             Request::Processes => Reply::Processes(self.m.processes()),
+            Request::Bye => {
+                self.leaving.insert(conn);
+                Reply::Done
+            }
             Request::Status => unreachable!("answered above"),
         })
     }
@@ -723,6 +734,7 @@ impl Host {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn hello(
         &mut self,
         conn: ConnId,
@@ -731,6 +743,7 @@ impl Host {
         ticks_per_call: u32,
         comm: &str,
         path: &str,
+        image: u64,
     ) -> Reply {
         let host_pid = cred.pid;
         let existing = self
@@ -738,38 +751,40 @@ impl Host {
             .iter()
             .find(|(_, c)| host_pid != 0 && c.host_pid == host_pid)
             .map(|(&p, _)| p);
+        let existing = existing.or_else(|| self.mirror_child(host_pid, parent));
         let pid = match existing {
             Some(pid) => {
-                // The same process again: another connection, or a new
-                // image after an exec.
-                let info = self.m.proc_info(pid);
-                if !path.is_empty() && info.is_some_and(|i| i.path != path) {
+                // A process the machine has: another connection of the
+                // same image, or a new image after an exec(2), which the
+                // machine's process does now (its exec hooks run).
+                let c = self.clients.get_mut(&pid).expect("a client");
+                let execed = image != 0 && c.image != 0 && c.image != image;
+                if image != 0 {
+                    c.image = image;
+                }
+                if execed && !path.is_empty() {
                     self.m.exec(pid, path, None);
                 }
                 pid
             }
             None => {
-                let pid = match self.mirror_child(host_pid, parent) {
-                    Some(pid) => pid,
-                    None => {
-                        let c = Cred {
-                            gid: cred.gid,
-                            rgid: cred.gid,
-                            svgid: cred.gid,
-                            ..Cred::user(cred.uid)
-                        };
-                        let want = (host_pid != 0).then_some(host_pid);
-                        let (pid, _) = self.m.spawn_as(want, c, comm);
-                        pid
-                    }
+                let c = Cred {
+                    gid: cred.gid,
+                    rgid: cred.gid,
+                    svgid: cred.gid,
+                    ..Cred::user(cred.uid)
                 };
-                self.update_cred(pid, cred);
+                let want = (host_pid != 0).then_some(host_pid);
+                let (pid, _) = self.m.spawn_as(want, c, comm);
                 if let Err(e) = self.register(pid, host_pid) {
+                    self.end(pid);
                     return Reply::Error(e);
                 }
+                self.clients.get_mut(&pid).expect("registered").image = image;
                 pid
             }
         };
+        self.update_cred(pid, cred);
         let client = self.clients.get_mut(&pid).expect("registered");
         client.conns += 1;
         client.ticks_per_call = ticks_per_call;
@@ -782,7 +797,8 @@ impl Host {
 
     /// Mirrors host process `host_pid`, a child of client `parent`
     /// (whose host pid the host confirms), as the simulated child of that
-    /// client: fork(2) on the machine, under the child's own pid.
+    /// client: fork(2) on the machine, under the child's own pid; the
+    /// child is a client.
     fn mirror_child(&mut self, host_pid: u32, parent: u32) -> Option<u32> {
         if host_pid == 0 || parent == 0 {
             return None;
@@ -794,7 +810,14 @@ impl Host {
             parent
         };
         let (&parent_pid, _) = self.clients.iter().find(|(_, c)| c.host_pid == parent)?;
+        let image = self.clients[&parent_pid].image;
         let (pid, _) = self.m.fork_as(parent_pid, Some(host_pid));
+        if self.register(pid, host_pid).is_err() {
+            self.end(pid);
+            return None;
+        }
+        // The child runs its parent's image until it execs.
+        self.clients.get_mut(&pid).expect("registered").image = image;
         Some(pid)
     }
 
@@ -821,6 +844,7 @@ impl Host {
                 conns: 0,
                 ticks_per_call: 0,
                 start_time: host_process(host_pid).map(|(_, t)| t),
+                image: 0,
             },
         );
         Ok(())
@@ -866,11 +890,7 @@ impl Host {
             .find(|(_, c)| c.host_pid == ppid && c.host_pid != 0)
             .map(|(&p, c)| (p, c.host_pid));
         if let Some((_, parent_host)) = parent {
-            if let Some(pid) = self.mirror_child(target, parent_host) {
-                if self.register(pid, target).is_err() {
-                    self.clients.remove(&pid);
-                }
-            }
+            self.mirror_child(target, parent_host);
         }
     }
 
@@ -1005,15 +1025,24 @@ impl Host {
         });
     }
 
+    /// A connection closed: when it was its process's last, the process
+    /// ends if it said goodbye or the host says it is gone (it died, or
+    /// was killed); a live process whose connection an exec(2) closed
+    /// stays until it reconnects or is gone.
     fn disconnect(&mut self, conn: ConnId) {
         let Some(pid) = self.conns.remove(&conn) else {
             return;
         };
-        let gone = self.clients.get_mut(&pid).is_some_and(|c| {
-            c.conns -= 1;
-            c.conns == 0
-        });
-        if gone {
+        let said_bye = self.leaving.remove(&conn);
+        let Some(c) = self.clients.get_mut(&pid) else {
+            return;
+        };
+        c.conns -= 1;
+        if c.conns > 0 {
+            return;
+        }
+        let alive = c.host_pid != 0 && host_process(c.host_pid).map(|(_, t)| t) == c.start_time;
+        if said_bye || !alive {
             self.end(pid);
         }
     }
@@ -1022,7 +1051,9 @@ impl Host {
     /// and it is reaped.
     fn end(&mut self, pid: u32) {
         self.clients.remove(&pid);
-        self.conns.retain(|_, p| *p != pid);
+        let conns = &mut self.conns;
+        self.leaving.retain(|c| conns.get(c) != Some(&pid));
+        conns.retain(|_, p| *p != pid);
         if self.m.proc_info(pid).is_some_and(|p| !p.zombie) {
             self.m.exit(pid);
         }
@@ -1175,8 +1206,16 @@ pub fn accept_loop(handle: Handle, listener: OwnedFd, check_peer: bool) {
     }
 }
 
+/// How often the clock wakes the machine: every 10 ms when simulated time
+/// follows the host's, else every 100 ms, only to notice clients that are
+/// gone without their connections' end (a child holds a copy).
+pub fn clock_period(rate: f64) -> Duration {
+    Duration::from_millis(if rate > 0.0 { 10 } else { 100 })
+}
+
 /// Starts the clock: every `period` of host time the machine runs the
-/// ticks that are due (at `rate` simulated seconds per second).
+/// ticks that are due (at the machine's rate) and looks for clients the
+/// host says are gone.
 pub fn start_clock(handle: Handle, period: Duration) {
     let _ = std::thread::Builder::new()
         .name("ksimd-clock".into())
@@ -1195,7 +1234,17 @@ pub fn start_private(cfg: SimConfig) -> Result<String, String> {
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: getpid(2) has no preconditions.
     let pid = unsafe { libc::getpid() };
-    let nonce = Instant::now().elapsed().as_nanos() ^ u128::from(n);
+    // A name nobody can guess and take first.
+    let mut nonce = [0u8; 16];
+    // SAFETY: getrandom fills at most the 16 bytes of `nonce`.
+    let got = unsafe { libc::getrandom(nonce.as_mut_ptr().cast(), nonce.len(), 0) };
+    if got != nonce.len() as isize {
+        return Err(format!(
+            "getrandom for the private socket's name: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let nonce = u128::from_ne_bytes(nonce);
     let name = if cfg!(target_os = "linux") {
         format!("@ksimd-private-{pid}-{n}-{nonce:x}")
     } else {
@@ -1206,9 +1255,7 @@ pub fn start_private(cfg: SimConfig) -> Result<String, String> {
     let rate = cfg.rate;
     let handle = boot(cfg)?;
     let listener = sock::listen(&name, 0o600).map_err(|e| format!("socket {name}: {e}"))?;
-    if rate > 0.0 {
-        start_clock(handle.clone(), Duration::from_millis(10));
-    }
+    start_clock(handle.clone(), clock_period(rate));
     std::thread::Builder::new()
         .name("ksimd-accept".into())
         .spawn(move || accept_loop(handle, listener, true))

@@ -39,11 +39,10 @@ fn cvt(r: isize) -> io::Result<usize> {
     }
 }
 
-/// A new, unconnected seqpacket socket, close-on-exec when `cloexec`.
-fn socket(cloexec: bool) -> io::Result<OwnedFd> {
-    let flags = if cloexec { libc::SOCK_CLOEXEC } else { 0 };
+/// A new, unconnected stream socket, close-on-exec.
+fn socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); the descriptor is owned at once.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | flags, 0) };
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -77,7 +76,7 @@ fn address(path: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
 /// A listening socket at `path`, with the file's mode `mode` (abstract
 /// names have no file and no mode).
 pub fn listen(path: &str, mode: u32) -> io::Result<OwnedFd> {
-    let s = socket(true)?;
+    let s = socket()?;
     let (a, len) = address(path)?;
     // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
     if unsafe { libc::bind(s.as_raw_fd(), (&raw const a).cast(), len) } < 0 {
@@ -145,11 +144,11 @@ fn pass_credentials(_: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Connects to the daemon at `path`. The client's socket is not
-/// close-on-exec, so that a process keeps its simulated self across an
-/// exec and the daemon sees it end only when it ends.
+/// Connects to the daemon at `path`, close-on-exec: a new image makes a
+/// connection of its own (the daemon keeps the process meanwhile), and
+/// the programs a client starts do not hold its connection.
 pub fn connect(path: &str) -> io::Result<OwnedFd> {
-    let s = socket(false)?;
+    let s = socket()?;
     let (a, len) = address(path)?;
     loop {
         // SAFETY: `a` is a valid sockaddr_un of `len` bytes.
@@ -179,27 +178,38 @@ pub fn send(s: RawFd, bytes: &[u8], fd: Option<RawFd>) -> io::Result<()> {
         iov_base: framed.as_ptr() as *mut libc::c_void,
         iov_len: framed.len(),
     };
-    // Room for one descriptor's control message, aligned as cmsghdr.
-    let mut control = [0u64; 8];
+    // Room for the credentials' and one descriptor's control messages,
+    // aligned as cmsghdr.
+    let mut control = [0u64; 16];
     // SAFETY: msghdr is plain data; all zeroes is a valid value.
     let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    let used = write_credentials(&mut msg);
     if let Some(fd) = fd {
         // SAFETY: CMSG_SPACE only computes a size.
         let space = unsafe { libc::CMSG_SPACE(core::mem::size_of::<RawFd>() as u32) } as usize;
-        assert!(space <= core::mem::size_of_val(&control));
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        // SAFETY: msg_control points at `space` zeroed bytes, room for
-        // the first header and one descriptor, which are written here.
+        assert!(used + space <= core::mem::size_of_val(&control));
+        msg.msg_controllen = (used + space) as _;
+        // SAFETY: the control buffer has room for `used + space` zeroed
+        // bytes; the header after the credentials' (or the first) is
+        // written with one descriptor.
         unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
+            let first = libc::CMSG_FIRSTHDR(&msg);
+            let c = if used == 0 {
+                first
+            } else {
+                libc::CMSG_NXTHDR(&msg, first)
+            };
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
             (*c).cmsg_len = libc::CMSG_LEN(core::mem::size_of::<RawFd>() as u32) as _;
             core::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
         }
+    }
+    if used == 0 && fd.is_none() {
+        msg.msg_control = core::ptr::null_mut();
     }
     let mut sent = 0;
     while sent < framed.len() {
@@ -220,6 +230,41 @@ pub fn send(s: RawFd, bytes: &[u8], fd: Option<RawFd>) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Writes this process's credentials as the first control message of
+/// `msg` (whose control buffer has room); returns the bytes used. The
+/// effective ids, which the host's kernel checks are ours (left to itself
+/// it would attach the real ones): what FreeBSD's privilege checks use.
+#[cfg(target_os = "linux")]
+fn write_credentials(msg: &mut libc::msghdr) -> usize {
+    // SAFETY: the id and pid calls have no preconditions.
+    let me = unsafe {
+        libc::ucred {
+            pid: libc::getpid(),
+            uid: libc::geteuid(),
+            gid: libc::getegid(),
+        }
+    };
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(core::mem::size_of::<libc::ucred>() as u32) };
+    msg.msg_controllen = space as _;
+    // SAFETY: msg_control points at zeroed room for this first header and
+    // its data, which are written here.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_CREDENTIALS;
+        (*c).cmsg_len = libc::CMSG_LEN(core::mem::size_of::<libc::ucred>() as u32) as _;
+        core::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::ucred>(), me);
+    }
+    space as usize
+}
+
+/// Elsewhere the receiver asks the socket (getpeereid).
+#[cfg(not(target_os = "linux"))]
+fn write_credentials(_: &mut libc::msghdr) -> usize {
+    0
 }
 
 /// Reads exactly `buf.len()` bytes with recvmsg, gathering the control

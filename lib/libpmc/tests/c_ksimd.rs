@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common_ksimd::{Daemon, clean_command, compile_dir, describe, kill_group, wait_for};
+use common_ksimd::{
+    Daemon, clean_command, compile_dir, describe, kill_group, ksimd_binary, wait_for,
+};
 
 /// How long a program may take; each arms alarm(30), so this is only a
 /// backstop.
@@ -99,6 +101,7 @@ fn ksimd_c_programs_on_the_private_machine() {
 
 #[test]
 fn ksimd_c_programs_against_the_daemon() {
+    ksimd_binary();
     // Compiled before the daemon starts, so that its wait is short.
     programs();
     let logs = out_dir().join("ksimd");

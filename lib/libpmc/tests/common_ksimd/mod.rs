@@ -208,8 +208,7 @@ impl Daemon {
         };
         let deadline = Instant::now() + DAEMON_TIMEOUT;
         loop {
-            if std::fs::symlink_metadata(&daemon.socket).is_ok_and(|m| m.file_type().is_socket())
-            {
+            if std::fs::symlink_metadata(&daemon.socket).is_ok_and(|m| m.file_type().is_socket()) {
                 return daemon;
             }
             let child = daemon.child.as_mut().unwrap();
