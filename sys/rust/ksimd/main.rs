@@ -1,5 +1,13 @@
 //! ksimd(8): the simulated machine as a daemon. See ksimd.8.
 
+// Host code, part of the simulator: the kernel allocation lints of
+// sys/clippy.toml do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

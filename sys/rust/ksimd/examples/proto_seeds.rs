@@ -1,8 +1,16 @@
 //! Writes one encoded packet of every request and reply kind into the
 //! directory named by the first argument: the seed corpus of the `proto`
-//! fuzz target (tools/ksimd/fuzz, run by tools/fuzz).
+//! fuzz target (sys/rust/ksimd/fuzz, run by tools/fuzz).
 //!
 //! Usage: proto_seeds DIR
+
+// Host code, part of the simulator: the kernel allocation lints of
+// sys/clippy.toml do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
 
 use ksimd::proto::{Reply, Request, Status};
 

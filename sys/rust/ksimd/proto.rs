@@ -574,7 +574,7 @@ mod tests {
     }
 
     /// Seeded random bytes and mutated packets: an error or a request,
-    /// never a panic (tools/ksimd/fuzz runs the same under libFuzzer).
+    /// never a panic (sys/rust/ksimd/fuzz runs the same under libFuzzer).
     #[test]
     fn random_packets_never_panic() {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
