@@ -6,7 +6,7 @@
 //! (no LIBPMC_SIM_SOCKET), and a ksimd daemon (LIBPMC_SIM_SOCKET).
 //! Every program prints "ok" last and exits 0 when its checks hold.
 
-mod common_ksimd;
+mod common_c;
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common_ksimd::{
-    Daemon, clean_command, compile_dir, describe, kill_group, ksimd_binary, wait_for,
-};
+use common_c::{Daemon, clean_command, compile_dir, describe, kill_group, ksimd_binary, wait_for};
 
 /// How long a program may take; each arms alarm(30), so this is only a
 /// backstop.

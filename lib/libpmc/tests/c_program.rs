@@ -2,35 +2,11 @@
 //! host's C compiler, linked with libpmc.a and run unmodified on the
 //! simulated machine (LIBPMC_TRANSPORT=sim).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common_c;
 
-/// The libpmc.a built with this test: cargo builds the library's
-/// static archive beside the test binary (target/<profile>/deps, named
-/// with or without a hash) without always copying it up, so take the
-/// newest archive of either place.
-fn static_library() -> PathBuf {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let mut candidates: Vec<PathBuf> = std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name == "libpmc.a" || (name.starts_with("libpmc-") && name.ends_with(".a"))
-        })
-        .collect();
-    candidates.push(deps.parent().unwrap().join("libpmc.a"));
-    candidates
-        .into_iter()
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("libpmc.a was built")
-}
+use common_c::static_library;
+use std::path::Path;
+use std::process::Command;
 
 /// Compiles tests/c/pmc_counting.c against pmc.h and the host's
 /// <sys/pmc.h> into `exe`, linked with `link` (the library and what it

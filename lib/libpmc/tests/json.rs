@@ -10,6 +10,9 @@
 //!   a C++ program as usr.sbin/pmc calls it, must give FreeBSD's bytes,
 //!   and stop the program as FreeBSD's does on a type with no form.
 
+mod common_c;
+
+use common_c::static_library;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -347,30 +350,6 @@ fn freebsd_src() -> Option<PathBuf> {
         .into_iter()
         .flatten()
         .find(|p| p.join("lib/libpmc/libpmc_json.cc").is_file())
-}
-
-/// The libpmc.a built with this test (see c_program.rs).
-fn static_library() -> PathBuf {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let mut candidates: Vec<PathBuf> = std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name == "libpmc.a" || (name.starts_with("libpmc-") && name.ends_with(".a"))
-        })
-        .collect();
-    candidates.push(deps.parent().unwrap().join("libpmc.a"));
-    candidates
-        .into_iter()
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("libpmc.a was built")
 }
 
 /// tests/c/json_driver.cc with event_to_json from `impl_args`.

@@ -11,7 +11,7 @@
 //! client of libpmc's simulator transport (the "probe"), or a raw stream
 //! socket for the protocol tests.
 
-mod common_ksimd;
+mod common_c;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use common_ksimd::{Daemon, clean_command, compile_dir, describe, kill_group, wait_for};
+use common_c::{Daemon, clean_command, compile_dir, describe, kill_group, wait_for};
 use ksimd::proto::{MAGIC, MAX_PACKET, Reply, Request, Status, VERSION};
 use pmc::libpmc_sim::SimTransport;
 use pmc::pmc::Pmc;

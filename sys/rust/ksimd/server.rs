@@ -1002,6 +1002,9 @@ impl Host {
     /// The clock's share of ticks since it started (rate > 0), and the
     /// Advance requests that are due.
     fn clock(&mut self) {
+        // A log writer waiting for a host pipe or socket's reader to make
+        // room tries again, whether or not time passes.
+        self.m.retry_host_writers();
         if self.cfg.rate <= 0.0 {
             return;
         }
@@ -1206,11 +1209,12 @@ pub fn accept_loop(handle: Handle, listener: OwnedFd, check_peer: bool) {
     }
 }
 
-/// How often the clock wakes the machine: every 10 ms when simulated time
-/// follows the host's, else every 100 ms, only to notice clients that are
-/// gone without their connections' end (a child holds a copy).
-pub fn clock_period(rate: f64) -> Duration {
-    Duration::from_millis(if rate > 0.0 { 10 } else { 100 })
+/// How often the clock wakes the machine: every 10 ms, to run the ticks
+/// that are due when simulated time follows the host's, to let log
+/// writers waiting for a host reader try again, and to look for clients
+/// that are gone (at most every 100 ms).
+pub fn clock_period(_rate: f64) -> Duration {
+    Duration::from_millis(10)
 }
 
 /// Starts the clock: every `period` of host time the machine runs the

@@ -26,21 +26,13 @@
 
 #include <pmc.h>
 
+#include "../check.h"
+
 /*
  * User records (USERDATA, at least 16 bytes each) that fill a host pipe
  * (64 KiB) twice over.
  */
 #define	FULL_RECORDS	8192
-
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
 
 /*
  * Whether the log's writer fills the pipe (of which 'rd' is the read

@@ -20,15 +20,7 @@
 #include <pmc.h>
 #include <pmclog.h>
 
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
+#include "../check.h"
 
 /* The new image: one request, so that the machine sees the exec. */
 static int

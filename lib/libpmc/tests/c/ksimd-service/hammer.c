@@ -24,25 +24,14 @@
 
 #include <pmc.h>
 
-static int failures;
+#include "../check.h"
+
 static uint64_t calls;
 
 /* One pmc(3) call, counted, that must succeed. */
 #define	CALL(expr) do {							\
 	calls++;							\
-	if ((expr) != 0) {						\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #expr, errno);			\
-		failures++;						\
-	}								\
-} while (0)
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
+	CHECK((expr) == 0);						\
 } while (0)
 
 static double

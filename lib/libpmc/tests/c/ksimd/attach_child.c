@@ -16,22 +16,14 @@
 
 #include <pmc.h>
 
+#include "../check.h"
+
 /*
  * Each pmc(3) call lets a tick pass with the caller on CPU 0 (the test
  * runs with LIBPMC_SIM_TICKS_PER_CALL=1), and a SOFT-CLOCK.HARD counting
  * PMC counts 1 a tick of its target: the child's calls give at least this.
  */
 #define	CHILD_CALLS	20
-
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
 
 static void
 child(int go)

@@ -16,6 +16,8 @@
 
 #include <pmc.h>
 
+#include "../check.h"
+
 /*
  * Each pmc(3) call lets one tick pass with the caller's thread on CPU 0
  * (LIBPMC_SIM_TICKS_PER_CALL=1), and a running SOFT-CLOCK.HARD counting
@@ -23,16 +25,6 @@
  * SoftRow::count): so each process's CALLS calls give at least CALLS.
  */
 #define	CALLS	50
-
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
 
 static void
 run(void)

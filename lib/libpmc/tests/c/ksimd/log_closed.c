@@ -18,20 +18,12 @@
 
 #include <pmc.h>
 
+#include "../check.h"
+
 /* A descriptor number the library is not about to take. */
 #define	CLOSEDFD	200
 /* Flushes tried while the log is written asynchronously. */
 #define	TRIES		2000
-
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
 
 int
 main(void)

@@ -16,18 +16,10 @@
 
 #include <pmc.h>
 
+#include "../check.h"
+
 /* Flushes tried while the log is written asynchronously. */
 #define	TRIES	2000
-
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
 
 int
 main(void)

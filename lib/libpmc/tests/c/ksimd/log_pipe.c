@@ -5,6 +5,10 @@
  * CLOSELOG once the log is closed.
  */
 
+#ifdef LOG_OVER_SOCKET
+#include <sys/socket.h>
+#endif
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +20,8 @@
 #include <pmc.h>
 #include <pmclog.h>
 
+#include "../check.h"
+
 /* Raised by the driver to kern.hwpmc.mincount (1000 by default). */
 #define	RATE		1
 /* One tick a call: two samples at the default mincount (1001, 2001). */
@@ -23,16 +29,7 @@
 /* Times an empty read end is retried while the log is written. */
 #define	RETRIES		2000
 
-static int failures;
 static int nrecords, nsamples;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
 
 /*
  * Reads records up to the first sample, or with 'closing' up to
@@ -83,7 +80,11 @@ main(void)
 	 * FreeBSD ignores SIGIO by default, Linux would end the program.
 	 */
 	signal(SIGIO, SIG_IGN);
+#ifdef LOG_OVER_SOCKET
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+#else
 	CHECK(pipe(fds) == 0);
+#endif
 	CHECK(fcntl(fds[0], F_SETFL, O_NONBLOCK) == 0);
 
 	CHECK(pmc_init() == 0);

@@ -19,17 +19,9 @@
 
 #include <pmc.h>
 
+#include "../check.h"
+
 #define	NOBODY	65534
-
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
 
 static void
 child(void)

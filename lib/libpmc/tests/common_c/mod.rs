@@ -1,5 +1,5 @@
-//! What the tests of C programs against ksimd share: compiling pmc(3)
-//! programs against pmc.h and libpmc.a, running them without the
+//! What the tests of C programs share: the libpmc.a to link them with,
+//! compiling pmc(3) programs against pmc.h, running them without the
 //! caller's libpmc settings, and a ksimd daemon started in the
 //! foreground and stopped with SIGTERM.
 
@@ -19,7 +19,7 @@ pub const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
 /// The libpmc.a built with this test: cargo builds the library's
 /// static archive beside the test binary (target/<profile>/deps, named
 /// with or without a hash) without always copying it up, so take the
-/// newest archive of either place (as tests/c_program.rs does).
+/// newest archive of either place.
 pub fn static_library() -> PathBuf {
     let deps = std::env::current_exe()
         .unwrap()
