@@ -590,6 +590,31 @@ fn host_process(pid: u32) -> Option<(u32, u64)> {
     Some((ppid, start))
 }
 
+/// The host's children of process `pid` (Linux: the children lists of
+/// its threads in /proc).
+#[cfg(target_os = "linux")]
+fn host_children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut children: Vec<u32> = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
+#[cfg(not(target_os = "linux"))]
+fn host_children(_: u32) -> Vec<u32> {
+    Vec::new()
+}
+
 #[cfg(not(target_os = "linux"))]
 fn host_process(pid: u32) -> Option<(u32, u64)> {
     // SAFETY: kill with signal 0 only checks that the process exists.
@@ -1082,6 +1107,31 @@ impl Host {
             .collect();
         for pid in gone {
             self.end(pid);
+        }
+        // Children of processes that PMCs follow, which have made no
+        // request: mirrored as their fork, so that PMC_F_DESCENDANTS
+        // follows them as on FreeBSD (a child that lives less than a scan
+        // is missed).
+        let followed: Vec<u32> = self
+            .clients
+            .iter()
+            .filter(|&(&pid, c)| {
+                c.host_pid != 0
+                    && self
+                        .m
+                        .proc_info(pid)
+                        .is_some_and(|p| p.flags & ksim::P_HWPMC != 0)
+            })
+            .map(|(_, c)| c.host_pid)
+            .collect();
+        for parent in followed {
+            for child in host_children(parent) {
+                let known = self.m.proc_info(child).is_some()
+                    || self.clients.values().any(|c| c.host_pid == child);
+                if !known {
+                    self.mirror_child(child, parent);
+                }
+            }
         }
     }
 
