@@ -12,15 +12,7 @@
 
 #include <pmc.h>
 
-static int failures;
-
-#define	CHECK(cond) do {						\
-	if (!(cond)) {							\
-		fprintf(stderr, "%s:%d: failed: %s (errno %d)\n",	\
-		    __FILE__, __LINE__, #cond, errno);			\
-		failures++;						\
-	}								\
-} while (0)
+#include "check.h"
 
 int
 main(void)
