@@ -30,6 +30,32 @@ fn ask(s: &OwnedFd, req: &Request) -> Reply {
     Reply::decode(&p.bytes).unwrap()
 }
 
+/// Whether a daemon answers a Status request at `path` within 200 ms.
+fn answers(path: &Path) -> bool {
+    let Ok(s) = sock::connect(path.to_str().unwrap()) else {
+        return false;
+    };
+    let limit = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: SO_RCVTIMEO takes a timeval, given with its size.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const limit).cast(),
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    sock::send(s.as_raw_fd(), &Request::Status.encode(), None).is_ok()
+        && sock::recv(s.as_raw_fd())
+            .ok()
+            .flatten()
+            .is_some_and(|p| matches!(Reply::decode(&p.bytes), Ok(Reply::Status(_))))
+}
+
 fn tmpdir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ksimd-daemon-test-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -125,14 +151,15 @@ fn a_stale_socket_is_replaced_and_other_files_are_not() {
     let path = dir.join("sock");
     // A socket nobody listens on any more.
     drop(sock::listen(path.to_str().unwrap(), 0o600).unwrap());
-    assert!(path.exists());
     let mut child = Command::new(KSIMD)
         .args(["-f", "-r", "0", "-s"])
         .arg(&path)
         .spawn()
         .unwrap();
+    // Ready when it answers: a connection alone is no sign, since another
+    // test's fork may hold the stale listener until its exec.
     let start = Instant::now();
-    while sock::connect(path.to_str().unwrap()).is_err() {
+    while !answers(&path) {
         assert!(start.elapsed() < Duration::from_secs(10), "no daemon");
         std::thread::sleep(Duration::from_millis(10));
     }
