@@ -72,18 +72,26 @@ pub fn write_waiting(fd: i32, data: &[u8], limit: std::time::Duration) -> Result
     loop {
         match write(fd, data) {
             Err(EAGAIN_FREEBSD) if start.elapsed() < limit => {
-                let mut p = libc::pollfd {
-                    fd,
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: one pollfd; waits at most 10 ms. A pipe may
-                // report room before it has PIPE_BUF of it: poll again.
-                unsafe { libc::poll(&mut p, 1, 10) };
+                // A pipe may report room before it has PIPE_BUF of it:
+                // at most 10 ms, then the write is tried again.
+                poll_out(fd, 10);
             }
             r => return r,
         }
     }
+}
+
+/// poll(2) of `fd` for writing, waiting at most `ms` milliseconds: the
+/// events it reports.
+fn poll_out(fd: i32, ms: c_int) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, which poll fills.
+    unsafe { libc::poll(&mut p, 1, ms) };
+    p.revents
 }
 
 fn last_errno() -> c_int {
@@ -104,14 +112,7 @@ fn pipe_room(fd: i32) -> Result<usize, i32> {
     if capacity < 0 || r < 0 {
         return Err(freebsd_errno(last_errno()));
     }
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, no wait.
-    unsafe { libc::poll(&mut p, 1, 0) };
-    if p.revents & libc::POLLERR != 0 {
+    if poll_out(fd, 0) & libc::POLLERR != 0 {
         return Ok(1);
     }
     Ok((capacity - unread).max(0) as usize)
@@ -120,14 +121,7 @@ fn pipe_room(fd: i32) -> Result<usize, i32> {
 /// Elsewhere: PIPE_BUF bytes when poll says the pipe is writable.
 #[cfg(not(target_os = "linux"))]
 fn pipe_room(fd: i32) -> Result<usize, i32> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one pollfd, no wait.
-    unsafe { libc::poll(&mut p, 1, 0) };
-    Ok(if p.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
+    Ok(if poll_out(fd, 0) & (libc::POLLOUT | libc::POLLERR) != 0 {
         libc::PIPE_BUF
     } else {
         0

@@ -357,6 +357,14 @@ struct Client {
     image: u64,
 }
 
+impl Client {
+    /// Whether the host says its process is gone (or another process has
+    /// its pid now); never for a client whose host pid is unknown.
+    fn host_gone(&self) -> bool {
+        self.host_pid != 0 && host_process(self.host_pid).map(|(_, t)| t) != self.start_time
+    }
+}
+
 /// Work for the machine's thread.
 pub(crate) enum Work {
     /// A request of connection `conn`, with the sender's credentials and
@@ -563,6 +571,26 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
     }
 }
 
+/// `base` with the user and group ids (real, effective, saved) of `cred`.
+fn with_ids(base: Cred, cred: PeerCred) -> Cred {
+    Cred {
+        uid: cred.uid,
+        ruid: cred.uid,
+        svuid: cred.uid,
+        gid: cred.gid,
+        rgid: cred.gid,
+        svgid: cred.gid,
+        ..base
+    }
+}
+
+/// The pid an attach or detach request names (its `pm_pid`), if positive.
+fn target_pid(arg: &[u8]) -> Option<u32> {
+    let b = arg.get(PID_AT..PID_END)?;
+    let pid = i32::from_ne_bytes(b.try_into().expect("4 bytes"));
+    u32::try_from(pid).ok().filter(|&p| p > 0)
+}
+
 fn block_sigpipe() {
     let mut set = core::mem::MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: the set is initialised by sigemptyset before use; only this
@@ -746,16 +774,7 @@ impl Host {
             return;
         };
         if info.cred.uid != cred.uid || info.cred.gid != cred.gid {
-            let c = Cred {
-                uid: cred.uid,
-                ruid: cred.uid,
-                svuid: cred.uid,
-                gid: cred.gid,
-                rgid: cred.gid,
-                svgid: cred.gid,
-                ..info.cred
-            };
-            self.m.set_cred(pid, c);
+            self.m.set_cred(pid, with_ids(info.cred, cred));
         }
     }
 
@@ -793,12 +812,7 @@ impl Host {
                 pid
             }
             None => {
-                let c = Cred {
-                    gid: cred.gid,
-                    rgid: cred.gid,
-                    svgid: cred.gid,
-                    ..Cred::user(cred.uid)
-                };
+                let c = with_ids(Cred::root(), cred);
                 let want = (host_pid != 0).then_some(host_pid);
                 let (pid, _) = self.m.spawn_as(want, c, comm);
                 if let Err(e) = self.register(pid, host_pid) {
@@ -878,34 +892,19 @@ impl Host {
     /// The target of an attach or detach is a client whose host process
     /// is gone (its parent may have reaped it before its connection's end
     /// reached the machine): it ends first, as it has on the host.
-    fn reap_if_gone(&mut self, arg: &[u8]) {
-        let Some(b) = arg.get(PID_AT..PID_END) else {
-            return;
-        };
-        let target = i32::from_ne_bytes(b.try_into().expect("4 bytes"));
-        if target <= 0 {
-            return;
-        }
-        let gone = self.clients.get(&(target as u32)).is_some_and(|c| {
-            c.host_pid != 0 && host_process(c.host_pid).map(|(_, t)| t) != c.start_time
-        });
-        if gone {
-            self.end(target as u32);
+    fn reap_if_gone(&mut self, target: u32) {
+        if self.clients.get(&target).is_some_and(Client::host_gone) {
+            self.end(target);
         }
     }
 
     /// A PMC attached to (or detached from) a host child of a client that
     /// has not connected yet: the child is mirrored first, so that it is
     /// there, as it is on FreeBSD the moment fork(2) returns.
-    fn adopt_target(&mut self, arg: &[u8]) {
-        let Some(b) = arg.get(PID_AT..PID_END) else {
-            return;
-        };
-        let target = i32::from_ne_bytes(b.try_into().expect("4 bytes"));
-        if target <= 0 || self.m.proc_info(target as u32).is_some() {
+    fn adopt_target(&mut self, target: u32) {
+        if self.m.proc_info(target).is_some() {
             return;
         }
-        let target = target as u32;
         let Some((ppid, _)) = host_process(target) else {
             return;
         };
@@ -935,8 +934,10 @@ impl Host {
             self.pass(Some(tid), u64::from(ticks));
         }
         if op == PmcOp::Pmcattach.raw() || op == PmcOp::Pmcdetach.raw() {
-            self.reap_if_gone(&arg);
-            self.adopt_target(&arg);
+            if let Some(target) = target_pid(&arg) {
+                self.reap_if_gone(target);
+                self.adopt_target(target);
+            }
         }
         // A log descriptor is the client's own: the simulated process gets
         // a file that writes to it.
@@ -1069,8 +1070,8 @@ impl Host {
         if c.conns > 0 {
             return;
         }
-        let alive = c.host_pid != 0 && host_process(c.host_pid).map(|(_, t)| t) == c.start_time;
-        if said_bye || !alive {
+        // A client whose host pid is unknown cannot be looked for later.
+        if said_bye || c.host_pid == 0 || c.host_gone() {
             self.end(pid);
         }
     }
@@ -1100,9 +1101,7 @@ impl Host {
         let gone: Vec<u32> = self
             .clients
             .iter()
-            .filter(|(_, c)| {
-                c.host_pid != 0 && host_process(c.host_pid).map(|(_, t)| t) != c.start_time
-            })
+            .filter(|(_, c)| c.host_gone())
             .map(|(&p, _)| p)
             .collect();
         for pid in gone {
