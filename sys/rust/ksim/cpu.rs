@@ -150,6 +150,9 @@ pub struct Run {
     pub kernel_work: u64,
     /// Why the run stopped before its budget was spent, if it did.
     pub stop: Option<Stop>,
+    /// A subscriber stopped the run after the last instruction that
+    /// retired, to take an interrupt there ([`Subscriber::wants_stop`]).
+    pub interrupted: bool,
 }
 
 /// An error of the emulator or of a request to it.
@@ -389,6 +392,8 @@ struct Hooks {
     limit: u64,
     /// Set by a callback that stopped the run.
     budget_spent: bool,
+    /// Set when a subscriber stopped the run ([`Subscriber::wants_stop`]).
+    interrupted: bool,
     syscall: bool,
     exception: Option<u32>,
     bad_access: Option<Fault>,
@@ -505,6 +510,13 @@ extern "C" fn on_code(engine: uc::UcEngine, pc: u64, len: u32, data: *mut c_void
     // the Cpu leaves alone while the engine runs.
     let h = unsafe { hooks(data) };
     h.retire_pending(pc);
+    if h.subscribers.iter().any(|(_, s)| s.wants_stop()) {
+        h.interrupted = true;
+        // SAFETY: the engine running this hook; stopping from a hook is
+        // what uc_emu_stop is for. The instruction at `pc` does not run.
+        unsafe { (h.api.uc_emu_stop)(engine) };
+        return;
+    }
     if !h.count(engine) {
         return;
     }
@@ -759,6 +771,7 @@ impl Cpu {
             fast: None,
             limit: u64::MAX,
             budget_spent: false,
+            interrupted: false,
             syscall: false,
             exception: None,
             bad_access: None,
@@ -1190,6 +1203,7 @@ impl Cpu {
                 retired: 0,
                 kernel_work: 0,
                 stop: None,
+                interrupted: false,
             });
         }
         if self.trace_hooks.is_none() && self.count_hook.is_none() {
@@ -1228,6 +1242,7 @@ impl Cpu {
             let h = self.hooks_mut();
             h.limit = (h.executed + h.kernel_work).saturating_add(budget);
             h.budget_spent = false;
+            h.interrupted = false;
             h.syscall = false;
             h.exception = None;
             h.bad_access = None;
@@ -1283,21 +1298,24 @@ impl Cpu {
                     retired,
                     kernel_work: h.kernel_work - start_kernel,
                     stop: Some(Stop::Fault { pc, fault }),
+                    interrupted: false,
                 })
             }
             None => {
                 h.retire_pending(pc);
                 let stop = h.syscall.then_some(Stop::Syscall);
-                if !counted && stop.is_none() {
+                if !counted && stop.is_none() && !h.interrupted {
                     return Err(CpuError::Emulator {
                         call: "uc_emu_start",
                         text: "the run stopped with no system call and no fault".into(),
                     });
                 }
+                let interrupted = h.interrupted;
                 Ok(Run {
                     retired: h.executed - start_count,
                     kernel_work: h.kernel_work - start_kernel,
                     stop,
+                    interrupted,
                 })
             }
         }

@@ -38,7 +38,9 @@ pub fn cpu_state(cpu: u32) -> CpuState {
 
 /// True in interrupt (or NMI) context.
 pub fn in_interrupt() -> bool {
-    current().st().in_intr
+    let m = current();
+    let st = m.st();
+    st.in_intr || st.in_nmi
 }
 
 /// `rdtsc()` on the current CPU.
@@ -786,4 +788,105 @@ pub fn sysctl_str_remove(name: &str) {
 /// `CTR*`: a ktr(4) trace entry.
 pub fn ktr(line: &str) {
     current().st().ktr.push(line.into());
+}
+
+/// `rdmsr` on the current CPU. A #GP in the kernel is a panic, as on
+/// FreeBSD (a fault in kernel mode with no recovery handler).
+pub fn rdmsr(msr: u32) -> u64 {
+    let (pmus, cpu) = x86_target(|| format!("rdmsr({msr:#x})"));
+    pmus.rdmsr(cpu, msr).unwrap_or_else(|gp| {
+        panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
+    })
+}
+
+/// `wrmsr` on the current CPU; a #GP panics, as [`rdmsr`].
+pub fn wrmsr(msr: u32, value: u64) {
+    let (pmus, cpu) = x86_target(|| format!("wrmsr({msr:#x}, {value:#x})"));
+    pmus.wrmsr(cpu, msr, value).unwrap_or_else(|gp| {
+        panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
+    })
+}
+
+/// The PMUs and the current CPU, for an MSR access; a machine without
+/// PMU MSRs faults on every one.
+fn x86_target(what: impl Fn() -> String) -> (std::sync::Arc<crate::x86::PmuSet>, u32) {
+    let m = current();
+    let st = m.st();
+    let cpu = st.cur().0;
+    match st.pmus.clone() {
+        Some(p) => (p, cpu),
+        None => panic!(
+            "fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {}: this CPU model has no such MSR",
+            what()
+        ),
+    }
+}
+
+/// `cpuid` (`do_cpuid`/`cpuid_count`): zeros when the machine's CPU key
+/// names no x86 model.
+pub fn cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
+    current()
+        .st()
+        .x86
+        .map_or([0; 4], |m| m.cpuid(leaf, subleaf))
+}
+
+/// `lapic_enable_pcint`: the performance-counter LVT entry of every CPU
+/// delivers an NMI, unmasked; false when the machine has no such entry.
+pub fn lapic_enable_pcint() -> bool {
+    let pmus = current().st().pmus.clone();
+    match pmus {
+        Some(p) => {
+            p.set_lvt_all(crate::x86::pmu::LVT_DM_NMI);
+            true
+        }
+        None => false,
+    }
+}
+
+/// `lapic_disable_pcint`: masks every CPU's entry.
+pub fn lapic_disable_pcint() {
+    if let Some(p) = current().st().pmus.clone() {
+        p.set_lvt_all(crate::x86::pmu::LVT_DM_NMI | crate::x86::pmu::LVT_MASKED);
+    }
+}
+
+/// `lapic_reenable_pcint`: unmasks the current CPU's entry (a delivered PMI
+/// masked it).
+pub fn lapic_reenable_pcint() {
+    let m = current();
+    let (pmus, cpu) = {
+        let st = m.st();
+        (st.pmus.clone(), st.cur().0)
+    };
+    if let Some(p) = pmus {
+        p.unmask_lvt(cpu);
+    }
+}
+
+/// `nmi_register_handler` (`Some`) or `nmi_remove_handler` (`None`) of
+/// the PMC interrupt handler, which the NMI trap calls.
+pub fn set_pmc_intr(handler: Option<crate::machine::PmcIntrFn>) {
+    let old = std::mem::replace(&mut current().0.handlers().pmc_intr, handler);
+    drop(old);
+}
+
+/// CR4.PCE of the current CPU: whether its user mode may run `rdpmc`.
+pub fn set_user_rdpmc(enabled: bool) {
+    let m = current();
+    let mut st = m.st();
+    let cpu = st.cur().0 as usize;
+    if let Some(v) = st.user_rdpmc.get_mut(cpu) {
+        *v = enabled;
+    }
+}
+
+/// Whether CPU `cpu` lets user mode run `rdpmc` (CR4.PCE).
+pub fn user_rdpmc(cpu: u32) -> bool {
+    current()
+        .st()
+        .user_rdpmc
+        .get(cpu as usize)
+        .copied()
+        .unwrap_or(false)
 }

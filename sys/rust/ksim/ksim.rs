@@ -31,6 +31,7 @@ pub mod sched;
 pub mod user_process;
 pub mod witness;
 pub mod workload;
+pub mod x86;
 
 pub mod machine_guard {
     //! The guard of [`crate::Machine::enter`].
@@ -40,7 +41,7 @@ pub mod machine_guard {
 pub use machine::{
     Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KernelRequest, KprocFn,
     Location, MAXCOMLEN, Machine, MachineConfig, Mapping, P_HWPMC, P_KPROC, P_SYSTEM, P_WEXIT,
-    PAGE_SIZE, ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn, SysctlType,
+    PAGE_SIZE, PmcIntrFn, ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn, SysctlType,
     SysctlValue, TickContext, UserProt, UserRegs, Violation, ctlflag,
 };
 

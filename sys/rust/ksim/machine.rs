@@ -402,6 +402,9 @@ pub struct TickContext<'a> {
     files: Option<&'a BTreeMap<String, Vec<u8>>>,
     next_tid: Option<&'a mut u32>,
     requests: Vec<KernelRequest>,
+    pmus: Option<Arc<crate::x86::PmuSet>>,
+    resume: bool,
+    interrupted: bool,
 }
 
 impl<'a> TickContext<'a> {
@@ -418,6 +421,9 @@ impl<'a> TickContext<'a> {
             files: Some(files),
             next_tid: Some(next_tid),
             requests: Vec::new(),
+            pmus: None,
+            resume: false,
+            interrupted: false,
         }
     }
 
@@ -429,6 +435,9 @@ impl<'a> TickContext<'a> {
             files: None,
             next_tid: None,
             requests: Vec::new(),
+            pmus: None,
+            resume: false,
+            interrupted: false,
         }
     }
 
@@ -459,6 +468,24 @@ impl<'a> TickContext<'a> {
     /// Leaves a request for the machine.
     pub fn request(&mut self, r: KernelRequest) {
         self.requests.push(r);
+    }
+
+    /// The machine's PMUs, which count what the thread executes.
+    pub fn pmus(&self) -> Option<&Arc<crate::x86::PmuSet>> {
+        self.pmus.as_ref()
+    }
+
+    /// Whether this call goes on with the tick that a PMI interrupted
+    /// (what was left of its budget), rather than starting a new one.
+    pub fn resumes(&self) -> bool {
+        self.resume
+    }
+
+    /// Ends the tick early: a PMI waits on the CPU at the thread's
+    /// location; the machine takes it and then calls again with
+    /// [`TickContext::resumes`] true.
+    pub fn interrupt(&mut self) {
+        self.interrupted = true;
     }
 }
 
@@ -576,6 +603,9 @@ pub(crate) struct Kproc {
 pub type SyscallHandler = Arc<dyn Fn(&[u64]) -> Result<i64, i32> + Send + Sync>;
 /// The `pmc_hook` function.
 pub type HookFn = Arc<dyn Fn(&HookCall) + Send + Sync>;
+
+/// The PMC interrupt handler (`pmc_intr`): true when the NMI was a PMC's.
+pub type PmcIntrFn = Arc<dyn Fn() -> bool + Send + Sync>;
 /// An event handler.
 pub type EventFn = Arc<dyn Fn(&Event) + Send + Sync>;
 
@@ -687,6 +717,12 @@ pub(crate) struct State {
     pub(crate) ktr: Vec<String>,
     /// The hook calls, when tests keep them.
     pub(crate) hook_trace: Option<Vec<HookCall>>,
+    /// The x86 CPU model the CPU key names, if it names one.
+    pub(crate) x86: Option<crate::x86::CpuModel>,
+    /// Its PMUs, if it has them.
+    pub(crate) pmus: Option<Arc<crate::x86::PmuSet>>,
+    /// Per CPU: CR4.PCE.
+    pub(crate) user_rdpmc: Vec<bool>,
 }
 
 /// The handler of a writable string sysctl (`SYSCTL_PROC`): validates
@@ -700,6 +736,7 @@ pub(crate) struct Handlers {
     pub(crate) settling: bool,
     pub(crate) syscalls: BTreeMap<u32, SyscallHandler>,
     pub(crate) hook: Option<HookFn>,
+    pub(crate) pmc_intr: Option<PmcIntrFn>,
     pub(crate) events: Vec<(u64, EventFn)>,
     pub(crate) next_event_id: u64,
 }
@@ -806,7 +843,14 @@ impl Machine {
             })
             .collect();
         let first_pid = cfg.first_pid;
+        let x86 = crate::x86::CpuModel::from_key(&cfg.cpuid);
+        let pmus = x86.and_then(|m| {
+            crate::x86::PmuSet::new(m, cpu_count as u32, crate::cpu::cost::CostConfig::default())
+        });
         let st = State {
+            x86,
+            pmus,
+            user_rdpmc: vec![false; cpu_count],
             cfg,
             cpus,
             procs: BTreeMap::new(),
@@ -961,6 +1005,8 @@ impl Machine {
             let ran = Self::step_running(&mut st, cpu);
             (ran, Self::clock_hard(&st))
         };
+        let mut ran = ran;
+        self.take_pmis(cpu, &mut ran);
         self.clock_interrupt(cpu, ran.as_ref().map(|r| r.0), ev);
         self.after_ticks(ran.into_iter().collect());
         self.settle();
@@ -1004,6 +1050,10 @@ impl Machine {
                 .collect();
             (running, Self::clock_hard(&st))
         };
+        let mut running = running;
+        for (cpu, ran) in running.iter_mut() {
+            self.take_pmis(*cpu, ran);
+        }
         for (cpu, ran) in &running {
             self.clock_interrupt(*cpu, ran.as_ref().map(|r| r.0), ev);
         }
@@ -1023,15 +1073,24 @@ impl Machine {
     /// Moves the thread running on `cpu` on in its activity; returns it
     /// with the requests its tick left.
     fn step_running(st: &mut State, cpu: u32) -> Option<TickDone> {
+        Self::step_activity(st, cpu, false).map(|(done, _)| done)
+    }
+
+    /// Runs the activity of the thread on `cpu` for a tick (or the rest
+    /// of one a PMI interrupted: `resume`); also says whether a PMI
+    /// interrupted it now.
+    fn step_activity(st: &mut State, cpu: u32, resume: bool) -> Option<(TickDone, bool)> {
         let running = st.cpus[cpu as usize].running?;
         let State {
             threads,
             vfs,
             next_tid,
             cfg,
+            pmus,
             ..
         } = st;
         let mut requests = Vec::new();
+        let mut interrupted = false;
         if let Some(t) = threads.get_mut(&running) {
             if let Some(a) = t.activity.as_mut() {
                 let mut ctx = TickContext {
@@ -1040,12 +1099,69 @@ impl Machine {
                     files: Some(vfs),
                     next_tid: Some(next_tid),
                     requests: Vec::new(),
+                    pmus: pmus.clone(),
+                    resume,
+                    interrupted: false,
                 };
                 t.location = a.tick_on(&mut ctx);
                 requests = ctx.requests;
+                interrupted = ctx.interrupted;
             }
         }
-        Some((running, requests))
+        Some(((running, requests), interrupted))
+    }
+
+    /// Takes the PMIs of the tick that ran on `cpu`: each is an NMI at
+    /// the thread's location, after which the tick goes on where it
+    /// stopped, until its budget is spent. The requests of every part of
+    /// the tick are added to `done`.
+    fn take_pmis(&self, cpu: u32, done: &mut Option<TickDone>) {
+        loop {
+            let Some((tid, _)) = done.as_ref() else {
+                return;
+            };
+            let tid = *tid;
+            let pmus = self.st().pmus.clone();
+            let Some(pmus) = pmus else {
+                return;
+            };
+            if !pmus.take_pmi(cpu) {
+                return;
+            }
+            self.pmc_nmi(cpu, tid);
+            self.after_interrupt(cpu, false);
+            let more = {
+                let mut st = self.st();
+                if st.cpus[cpu as usize].running != Some(tid) {
+                    return;
+                }
+                Self::step_activity(&mut st, cpu, true)
+            };
+            let Some(((_, requests), _)) = more else {
+                return;
+            };
+            if let Some((_, all)) = done.as_mut() {
+                all.extend(requests);
+            }
+        }
+    }
+
+    /// The PMC interrupt (an NMI) on `cpu`, which `tid` was running:
+    /// `pmc_intr` is called; an NMI nothing claims panics the machine,
+    /// as FreeBSD's default `machdep.panic_on_nmi` does.
+    fn pmc_nmi(&self, cpu: u32, tid: u32) {
+        let handler = self.0.handlers().pmc_intr.clone();
+        let claimed = match handler {
+            Some(h) => self.nmi(cpu, tid, || h()),
+            None => false,
+        };
+        if !claimed {
+            self.st().console.push("NMI ISA 0, EISA 0".into());
+            panic!(
+                "CPU {cpu}: a performance-counter NMI that no handler claimed \
+                 (FreeBSD panics: machdep.panic_on_nmi)"
+            );
+        }
     }
 
     /// Does what the ticks' system calls asked (in CPU order), then makes

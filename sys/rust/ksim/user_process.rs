@@ -764,6 +764,10 @@ struct KernelWork {
 pub struct UserThread {
     process: UserProcess,
     insns_per_tick: u64,
+    /// What a PMI left of the tick's budget.
+    left_in_tick: u64,
+    /// The subscription that feeds the machine's PMUs, while one counts.
+    pmu_feed: Option<crate::cpu::events::SubscriberId>,
     in_kernel: Option<KernelWork>,
     user_instructions: u64,
     kernel_instructions: u64,
@@ -777,6 +781,8 @@ impl UserThread {
         UserThread {
             process,
             insns_per_tick: insns_per_tick.max(1),
+            left_in_tick: 0,
+            pmu_feed: None,
             in_kernel: None,
             user_instructions: 0,
             kernel_instructions: 0,
@@ -820,17 +826,60 @@ impl UserThread {
         }
     }
 
-    /// Runs one tick's budget.
+    /// Feeds the CPU's instructions to the machine's PMUs while a
+    /// counter of the CPU counts, and installs no hook otherwise.
+    fn sync_pmu_feed(&mut self, ctx: &TickContext<'_>) {
+        let Some(pmus) = ctx.pmus() else {
+            return;
+        };
+        let want = pmus.counting(ctx.cpu());
+        match (want, self.pmu_feed) {
+            (true, None) => {
+                if let Ok(id) = self.process.cpu.subscribe(Box::new(pmus.feed())) {
+                    self.pmu_feed = Some(id);
+                }
+            }
+            (false, Some(id)) => {
+                self.process.cpu.unsubscribe(id);
+                self.pmu_feed = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a PMI stopped the tick: what is left of it is kept for the
+    /// call that resumes it.
+    fn pmi_stops(&mut self, ctx: &mut TickContext<'_>, left: u64) -> bool {
+        if ctx.pmus().is_some_and(|p| p.pmi_pending(ctx.cpu())) {
+            self.left_in_tick = left;
+            ctx.interrupt();
+            return true;
+        }
+        false
+    }
+
+    /// Runs one tick's budget (or the rest of one a PMI stopped).
     fn run_budget(&mut self, ctx: &mut TickContext<'_>) {
-        let mut left = self.insns_per_tick;
+        let mut left = if ctx.resumes() {
+            std::mem::take(&mut self.left_in_tick)
+        } else {
+            self.insns_per_tick
+        };
+        self.sync_pmu_feed(ctx);
         while left > 0 && !self.process.thread_ended() {
             if let Some(k) = self.in_kernel.as_mut() {
-                let n = left.min(k.total - k.done);
+                let mut n = left.min(k.total - k.done);
+                if let Some(p) = ctx.pmus() {
+                    n = p.kernel_work(ctx.cpu(), n);
+                }
                 k.done += n;
                 left -= n;
                 self.kernel_instructions += n;
                 if k.done == k.total {
                     self.in_kernel = None;
+                }
+                if self.pmi_stops(ctx, left) {
+                    return;
                 }
                 continue;
             }
@@ -858,6 +907,9 @@ impl UserThread {
                     });
                 }
                 Some(Stop::Fault { pc, fault }) => self.process.end_by_fault(pc, fault),
+            }
+            if self.pmi_stops(ctx, left) {
+                return;
             }
         }
     }

@@ -109,6 +109,11 @@ impl CostModel {
         }
     }
 
+    /// Its costs.
+    pub fn config(&self) -> CostConfig {
+        self.config
+    }
+
     /// What it has counted so far.
     pub fn counts(&self) -> CostCounts {
         self.counts

@@ -120,6 +120,12 @@ impl Retired<'_> {
 pub trait Subscriber: Send {
     /// Called once per retired instruction, in program order.
     fn retired(&mut self, insn: &Retired<'_>);
+
+    /// Whether the run must stop before the next instruction starts (a
+    /// hardware model raised an interrupt at the one just retired).
+    fn wants_stop(&self) -> bool {
+        false
+    }
 }
 
 /// Names a subscription, to end it with
@@ -194,5 +200,11 @@ impl<S: Subscriber> Subscriber for std::sync::Arc<std::sync::Mutex<S>> {
         self.lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retired(insn);
+    }
+
+    fn wants_stop(&self) -> bool {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .wants_stop()
     }
 }
