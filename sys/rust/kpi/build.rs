@@ -5,6 +5,8 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // spsc.rs is also compiled with loom's types (sys/rust/kpi/loom).
+    println!("cargo:rustc-check-cfg=cfg(loom)");
     #[cfg(feature = "freebsd")]
     freebsd::bindings();
 }

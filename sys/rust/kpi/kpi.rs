@@ -17,7 +17,7 @@
 //! | no sleep with a default mutex held | mutex(9), `WITNESS_WARN(WARN_SLEEPOK)` | witness: `SleepWithMutexHeld` |
 //! | an sx lock is not taken with a mutex held; a default mutex is not taken under a spin lock or in an interrupt filter | locking(9)'s table | witness: `SleepableUnderMutex`, `SleepLockUnderSpin`, `SleepLockInInterrupt` |
 //! | one global order of lock classes, all kinds together | witness(4) | witness: `LockOrderReversal` (transitive over the order graph) |
-//! | no lock at all in NMI context | the NMI handler can interrupt any holder | witness: `LockInNmi` |
+//! | no lock at all in NMI context | the NMI handler can interrupt any holder | witness: `LockInNmi`; NMI producers hand data over through [`spsc`], whose producer takes none (model-checked with loom) |
 //! | no recursion on non-recursive locks, no release of a lock not held, nothing held at the return to user mode | mutex(9), sx(9), `userret` | witness: `Recursion`, `NotHeld`, `LockHeldAtReturn` |
 //! | a lock does not move once initialised; its name outlives it | mutex(9) keeps `lo_name` | types: locks exist only pinned ([`sync`]), names are `&'static CStr` |
 //! | a lock is released by the thread that took it | mutex(9) | types: guards are not `Send` |
@@ -62,6 +62,7 @@ pub mod hooks;
 pub mod kproc;
 pub mod malloc;
 pub mod proc;
+pub mod spsc;
 pub mod stack;
 pub mod sync;
 pub mod sysctl;
