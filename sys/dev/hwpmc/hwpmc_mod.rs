@@ -72,7 +72,7 @@ use crate::hwpmc_logging::{LogPool, OwnerLog};
 use crate::maps::SsOwners;
 use crate::procs::{PidHash, PmcProcess, ThreadFreeList};
 pub use crate::sampling::SampleStats as SamplingStats;
-use crate::sampling::{Ring, SampleStats};
+use crate::sampling::{Ring, SampleStats, Samplers};
 use crate::sysctls::Knobs;
 pub use crate::sysctls::{PMC_MINCOUNT, SYSCTLS, Stats};
 
@@ -110,6 +110,13 @@ pub struct Pmc {
     reload: AtomicU64,
     /// The owner's log, while it has one.
     log: SpinMutexBox<Option<KArc<OwnerLog>>>,
+    /// What the PMC's samples name it by (`sampling`'s table of sampling
+    /// PMCs; `sampling::NO_KEY` until it is entered there, and again
+    /// once released).
+    sample_key: AtomicU64,
+    /// Samples dropped on a full ring since the last DROPNOTIFY, counted
+    /// by the interrupt path without a lock.
+    dropped: AtomicU64,
 }
 
 /// The values of a PMC that change while it runs (`pmc-pool`).
@@ -127,8 +134,6 @@ pub struct PmcVals {
     pub initial: u64,
     /// CPUs the PMC is configured on now (`pm_runcount`).
     pub runcount: u32,
-    /// Samples dropped on a full ring since the last DROPNOTIFY.
-    pub dropped: u64,
 }
 
 impl Pmc {
@@ -158,7 +163,6 @@ impl Pmc {
                         reloadcount,
                         initial: 0,
                         runcount: 0,
-                        dropped: 0,
                     },
                     Wait::WaitOk,
                 )
@@ -167,6 +171,8 @@ impl Pmc {
                 reload: AtomicU64::new(reloadcount),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)
                     .expect("allocate"),
+                sample_key: AtomicU64::new(sampling::NO_KEY),
+                dropped: AtomicU64::new(0),
             },
             Wait::WaitOk,
         )
@@ -489,7 +495,9 @@ pub struct Hwpmc {
     /// Thread descriptors kept for reuse (`pmc_threadfreelist`).
     thread_freelist: SpinMutexBox<ThreadFreeList>,
     logpool: KArc<LogPool>,
-    rings: KVec<KVec<SpinMutexBox<Ring>>>,
+    rings: KVec<KVec<Ring>>,
+    /// The sampling PMCs, by the keys their samples carry.
+    samplers: SpinMutexBox<Samplers>,
     unloading: AtomicBool,
     debug: KArc<debug::DebugFlags>,
     _debugflags: kpi::sysctl::StrKnob,
@@ -668,6 +676,7 @@ impl Module {
         )?;
         let stats = KArc::try_new(Stats::attach()?, Wait::WaitOk)?;
         let rings = sampling::alloc_rings(ncpu, tun.nsamples, tun.callchaindepth)?;
+        let samplers = sampling::alloc_samplers()?;
         let owners = KVec::new();
         let procs = PidHash::new(tun.hashsize, Wait::WaitOk)?;
         let debug = KArc::try_new(debug::DebugFlags::default(), Wait::WaitOk)?;
@@ -711,6 +720,7 @@ impl Module {
                 )?,
                 logpool,
                 rings,
+                samplers,
                 unloading: AtomicBool::new(false),
                 debug,
                 _debugflags: debugflags,

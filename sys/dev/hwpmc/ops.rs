@@ -20,6 +20,7 @@ use uapi::pmclog::{PmclogBody, PmclogRecord, Timespec};
 use crate::hwpmc_class::{AllocRequest, PmcClassDep};
 use crate::hwpmc_logging::OwnerLog;
 use crate::procs::PidHash;
+use crate::sampling;
 use crate::{Core, Hwpmc, OwnedPmc, Owner, Pmc, PmcVals};
 
 /// Flags a user may pass to PMCALLOCATE.
@@ -429,6 +430,9 @@ impl Hwpmc {
         } else {
             None
         };
+        if mode.is_sampling() {
+            self.reserve_sampler()?;
+        }
         let pmc = KArc::try_new(
             Pmc {
                 id,
@@ -450,13 +454,14 @@ impl Hwpmc {
                         reloadcount,
                         initial,
                         runcount: 0,
-                        dropped: 0,
                     },
                     Wait::WaitOk,
                 )?,
                 running: AtomicBool::new(false),
                 reload: AtomicU64::new(reloadcount),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)?,
+                sample_key: AtomicU64::new(sampling::NO_KEY),
+                dropped: AtomicU64::new(0),
             },
             Wait::WaitOk,
         )?;
@@ -492,6 +497,9 @@ impl Hwpmc {
         }
         pmc.set_log(core.owners[owner].log.clone());
         self.log_allocation(&pmc, evname.as_ref().map_or(&[][..], |e| e.name()));
+        if mode.is_sampling() {
+            self.enter_sampler(&pmc);
+        }
         let _ = core.owners[owner].pmcs.push_within_capacity(OwnedPmc {
             pmc,
             targets: KVec::new(),
