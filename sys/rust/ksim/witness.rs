@@ -409,6 +409,20 @@ mod tests {
         w.acquire("spin", LockKind::Spin, nmi);
         w.release("spin");
         assert_eq!(w.violations, vec![Violation::LockInNmi("spin")]);
+        // Every kind of lock, whatever else its kind forbids there.
+        let mut w = Witness::default();
+        for (class, kind) in [("mtx", LockKind::Sleep), ("sx", LockKind::Sx)] {
+            w.acquire(class, kind, nmi);
+            w.release(class);
+        }
+        assert_eq!(
+            w.violations,
+            vec![Violation::LockInNmi("mtx"), Violation::LockInNmi("sx")]
+        );
+        // Outside the NMI, the same lock is fine.
+        w.acquire("spin", LockKind::Spin, THREAD);
+        w.release("spin");
+        assert_eq!(w.violations.len(), 2, "not in an NMI: {:?}", w.violations);
     }
 
     #[test]

@@ -128,6 +128,46 @@ fn no_lock_at_all_in_nmi_context() {
     m.in_thread(tid, || drop(spin));
 }
 
+/// Sleep locks in NMI context are flagged too (each also breaks the
+/// rules of its kind in an interrupt), and the NMI's context ends with it:
+/// the same locks taken by the interrupted thread afterwards are fine.
+#[test]
+fn no_sleep_lock_in_nmi_context_either() {
+    let m = Machine::new(MachineConfig::default());
+    let _e = m.enter();
+    let (_, tid) = m.spawn(Cred::root(), "t");
+    let (mtx, sx) = m.in_thread(tid, || {
+        (
+            Mutex::new(c"t-nmi-mtx", (), Wait::WaitOk).unwrap(),
+            Sx::new(c"t-nmi-sx", (), Wait::WaitOk).unwrap(),
+        )
+    });
+    m.switch_in(0, tid);
+    m.nmi(0, tid, || {
+        drop(mtx.lock());
+        drop(sx.lock_shared());
+        drop(sx.lock());
+    });
+    let v = m.violations();
+    for lock in ["t-nmi-mtx", "t-nmi-sx"] {
+        assert!(v.contains(&Violation::LockInNmi(lock)), "{lock}: {v:?}");
+    }
+    assert_eq!(
+        v.iter()
+            .filter(|x| matches!(x, Violation::LockInNmi(_)))
+            .count(),
+        3,
+        "each acquisition: {v:?}"
+    );
+    m.switch_out(0);
+    m.in_thread(tid, || {
+        drop(mtx.lock());
+        drop(sx.lock());
+    });
+    assert_eq!(m.violations(), v, "outside the NMI");
+    m.in_thread(tid, || drop((mtx, sx)));
+}
+
 #[test]
 fn context_switch_hooks_run_in_a_critical_section() {
     let m = Machine::new(MachineConfig::default());
