@@ -448,7 +448,11 @@ pub(crate) fn alloc_samplers() -> KResult<SpinMutexBox<Samplers>> {
 }
 
 #[cfg(test)]
-#[allow(clippy::disallowed_types, clippy::disallowed_methods)] // host test code
+#[allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)] // host test code
 mod tests {
     use super::*;
     use alloc::vec::Vec;
