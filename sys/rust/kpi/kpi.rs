@@ -61,6 +61,7 @@ pub mod file;
 pub mod hooks;
 pub mod kproc;
 pub mod malloc;
+pub mod nmi;
 pub mod proc;
 pub mod spsc;
 pub mod stack;
@@ -68,6 +69,8 @@ pub mod sync;
 pub mod sysctl;
 pub mod time;
 pub mod uio;
+#[cfg(any(feature = "sim", target_arch = "x86_64"))]
+pub mod x86;
 
 pub use errno::{Errno, KResult};
 

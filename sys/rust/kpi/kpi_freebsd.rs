@@ -1061,3 +1061,79 @@ pub fn sysctl_str_remove(name: &str) {
         unsafe { unleak(raw as *mut crate::sysctl::StrHandler) };
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod x86_backend {
+    use super::sys;
+    use core::sync::atomic::{AtomicPtr, Ordering};
+
+    #[inline]
+    pub fn rdmsr(msr: u32) -> u64 {
+        // SAFETY: rdmsr of an MSR the PMC classes chose from CPUID; a #GP
+        // is the kernel's panic, as in C.
+        unsafe { sys::kpi_rdmsr(msr) }
+    }
+    #[inline]
+    pub fn wrmsr(msr: u32, value: u64) {
+        // SAFETY: as rdmsr.
+        unsafe { sys::kpi_wrmsr(msr, value) }
+    }
+    pub fn cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
+        let mut regs = [0u32; 4];
+        // SAFETY: four writable words.
+        unsafe { sys::kpi_cpuid(leaf, subleaf, regs.as_mut_ptr()) };
+        regs
+    }
+    pub fn lapic_enable_pcint() -> bool {
+        // SAFETY: no arguments; refcounted by the kernel.
+        unsafe { sys::kpi_lapic_enable_pcint() != 0 }
+    }
+    pub fn lapic_disable_pcint() {
+        // SAFETY: pairs with lapic_enable_pcint.
+        unsafe { sys::kpi_lapic_disable_pcint() }
+    }
+    pub fn lapic_reenable_pcint() {
+        // SAFETY: no arguments.
+        unsafe { sys::kpi_lapic_reenable_pcint() }
+    }
+
+    /// The Rust handler the glue's NMI handler calls (a leaked box).
+    static PMC_INTR: AtomicPtr<crate::x86::PmcIntrFn> = AtomicPtr::new(core::ptr::null_mut());
+
+    unsafe extern "C" fn pmc_intr_trampoline() -> core::ffi::c_int {
+        let raw = PMC_INTR.load(Ordering::Acquire);
+        // SAFETY: a box leaked by set_pmc_intr, freed only after the glue
+        // removed the NMI handler.
+        match unsafe { raw.as_ref() } {
+            Some(f) => core::ffi::c_int::from(f()),
+            None => 0,
+        }
+    }
+
+    pub fn set_pmc_intr(handler: Option<crate::x86::PmcIntrFn>) -> crate::KResult<()> {
+        let raw = match handler {
+            Some(h) => super::leak(h)?,
+            None => core::ptr::null_mut(),
+        };
+        let old = PMC_INTR.swap(raw, Ordering::AcqRel);
+        // SAFETY: the trampoline reads PMC_INTR, set above; the glue's
+        // nmi_remove_handler waits for running handlers.
+        unsafe {
+            sys::kpi_set_pmc_intr(
+                (!raw.is_null())
+                    .then_some(pmc_intr_trampoline as unsafe extern "C" fn() -> core::ffi::c_int),
+            )
+        };
+        if !old.is_null() {
+            // SAFETY: the previous handler's box, no longer installed.
+            unsafe { super::unleak(old) };
+        }
+        Ok(())
+    }
+    pub fn set_user_rdpmc(enabled: bool) {
+        // SAFETY: CR4.PCE only.
+        unsafe { sys::kpi_set_user_rdpmc(core::ffi::c_int::from(enabled)) }
+    }
+}
+#[cfg(target_arch = "x86_64")]
+pub use x86_backend::*;

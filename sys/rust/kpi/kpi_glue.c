@@ -69,6 +69,7 @@ _Static_assert(EXTERR_CAT_HWPMC_MOD == 21, "EXTERR_CAT_HWPMC_MOD moved");
 #include <machine/psl.h>
 #include <machine/specialreg.h>
 #include <x86/clock.h>
+#include <x86/x86_var.h>
 #elif defined(__aarch64__)
 #include <machine/armreg.h>
 #endif
@@ -228,6 +229,7 @@ kpi_unbind(uint32_t previous)
  */
 static struct trapframe *kpi_soft_tf[MAXCPU];
 static struct trapframe *kpi_user_tf[MAXCPU];
+static struct trapframe *kpi_nmi_tf[MAXCPU];
 
 static bool
 kpi_intr_enabled(void)
@@ -246,6 +248,10 @@ kpi_frame(void)
 {
 	struct trapframe *tf;
 
+	/* An NMI may interrupt a software event's hook: its frame first. */
+	tf = atomic_load_ptr(&kpi_nmi_tf[curcpu]);
+	if (tf != NULL)
+		return (tf);
 	tf = atomic_load_ptr(&kpi_soft_tf[curcpu]);
 	if (tf != NULL)
 		return (tf);
@@ -259,7 +265,8 @@ kpi_in_interrupt(void)
 
 	td = curthread;
 	return (td->td_intr_frame != NULL || td->td_intr_nesting_level > 0 ||
-	    atomic_load_ptr(&kpi_soft_tf[curcpu]) != NULL);
+	    atomic_load_ptr(&kpi_soft_tf[curcpu]) != NULL ||
+	    atomic_load_ptr(&kpi_nmi_tf[curcpu]) != NULL);
 }
 
 /* Sleep mutexes may be taken: no spin lock, critical section or filter. */
@@ -1957,3 +1964,104 @@ kpi_kernel_objects(struct kpi_mapping *maps, uint32_t nmaps)
 	free(kmbase, M_LINKER);
 	return (n);
 }
+
+#if defined(__amd64__)
+/*
+ * The x86 PMU.
+ *
+ * x86/apicvar.h declares the local APIC's PMC functions, but it needs
+ * sys/bus.h and so the generated device_if.h, which a `device hwpmc'
+ * object of the kernel build may be compiled without: their prototypes,
+ * as local_apic.c defines them.
+ */
+int	lapic_enable_pcint(void);
+void	lapic_disable_pcint(void);
+void	lapic_reenable_pcint(void);
+
+uint64_t
+kpi_rdmsr(uint32_t msr)
+{
+	return (rdmsr(msr));
+}
+
+void
+kpi_wrmsr(uint32_t msr, uint64_t value)
+{
+	wrmsr(msr, value);
+}
+
+void
+kpi_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *regs)
+{
+	u_int r[4];
+
+	cpuid_count(leaf, subleaf, r);
+	regs[0] = r[0];
+	regs[1] = r[1];
+	regs[2] = r[2];
+	regs[3] = r[3];
+}
+
+int
+kpi_lapic_enable_pcint(void)
+{
+	return (lapic_enable_pcint());
+}
+
+void
+kpi_lapic_disable_pcint(void)
+{
+	lapic_disable_pcint();
+}
+
+void
+kpi_lapic_reenable_pcint(void)
+{
+	lapic_reenable_pcint();
+}
+
+/*
+ * The NMI handler: the trap frame is kept per CPU while the Rust handler
+ * runs, for kpi_interrupted() and the kernel call chain.
+ */
+static kpi_pmc_intr_t *volatile kpi_pmc_intr_fn;
+
+static int
+kpi_pmc_nmi(struct trapframe *tf)
+{
+	kpi_pmc_intr_t *fn;
+	int cpu, found;
+
+	fn = atomic_load_ptr(&kpi_pmc_intr_fn);
+	if (fn == NULL)
+		return (0);
+	cpu = curcpu;
+	atomic_store_ptr(&kpi_nmi_tf[cpu], tf);
+	found = fn();
+	atomic_store_ptr(&kpi_nmi_tf[cpu], NULL);
+	return (found);
+}
+
+void
+kpi_set_pmc_intr(kpi_pmc_intr_t *handler)
+{
+	kpi_pmc_intr_t *old;
+
+	old = atomic_load_ptr(&kpi_pmc_intr_fn);
+	atomic_store_rel_ptr((volatile uintptr_t *)&kpi_pmc_intr_fn,
+	    (uintptr_t)handler);
+	if (old == NULL && handler != NULL)
+		nmi_register_handler(kpi_pmc_nmi);
+	else if (old != NULL && handler == NULL)
+		nmi_remove_handler(kpi_pmc_nmi);
+}
+
+void
+kpi_set_user_rdpmc(int enabled)
+{
+	if (enabled)
+		load_cr4(rcr4() | CR4_PCE);
+	else
+		load_cr4(rcr4() & ~CR4_PCE);
+}
+#endif

@@ -184,6 +184,20 @@ typedef int kpi_hook_t(void *arg, const struct kpi_hook_args *call);
 /* NULL removes the hook. */
 void	kpi_set_pmc_hook(kpi_hook_t *hook, void *arg);
 
+#if defined(__amd64__)
+/* The x86 PMU: MSRs, CPUID, the local APIC's PMC entry, the NMI handler. */
+uint64_t kpi_rdmsr(uint32_t msr);
+void	kpi_wrmsr(uint32_t msr, uint64_t value);
+void	kpi_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *regs);
+int	kpi_lapic_enable_pcint(void);	/* 0: no PMC LVT entry */
+void	kpi_lapic_disable_pcint(void);
+void	kpi_lapic_reenable_pcint(void);
+typedef int kpi_pmc_intr_t(void);	/* 1: the NMI was the PMU's */
+/* NULL removes the handler. */
+void	kpi_set_pmc_intr(kpi_pmc_intr_t *handler);
+void	kpi_set_user_rdpmc(int enabled);	/* CR4.PCE */
+#endif
+
 /* process_fork, process_exit, kld_load, kld_unload event handlers. */
 #define	KPI_EVENT_FORK		1
 #define	KPI_EVENT_EXIT		2

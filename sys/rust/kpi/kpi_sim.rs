@@ -788,3 +788,31 @@ pub fn sysctl_str_remove(name: &str) {
 pub fn ktr(line: &str) {
     kern::ktr(line);
 }
+
+pub fn rdmsr(msr: u32) -> u64 {
+    kern::rdmsr(msr)
+}
+pub fn wrmsr(msr: u32, value: u64) {
+    kern::wrmsr(msr, value)
+}
+pub fn cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
+    kern::cpuid(leaf, subleaf)
+}
+pub fn lapic_enable_pcint() -> bool {
+    kern::lapic_enable_pcint()
+}
+pub fn lapic_disable_pcint() {
+    kern::lapic_disable_pcint()
+}
+pub fn lapic_reenable_pcint() {
+    kern::lapic_reenable_pcint()
+}
+pub fn set_pmc_intr(handler: Option<crate::x86::PmcIntrFn>) -> KResult<()> {
+    // The closure owns the kernel box, which the simulator's Arc cannot.
+    #[allow(clippy::redundant_closure)]
+    kern::set_pmc_intr(handler.map(|h| Arc::new(move || h()) as ksim::PmcIntrFn));
+    Ok(())
+}
+pub fn set_user_rdpmc(enabled: bool) {
+    kern::set_user_rdpmc(enabled)
+}

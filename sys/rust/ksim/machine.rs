@@ -1146,6 +1146,21 @@ impl Machine {
         }
     }
 
+    /// The machine's x86 PMUs, if its CPU model has them.
+    pub fn pmus(&self) -> Option<Arc<crate::x86::PmuSet>> {
+        self.st().pmus.clone()
+    }
+
+    /// Delivers a performance-counter NMI to `cpu` now, for the thread
+    /// running there (benchmarks and tests that set overflow bits
+    /// themselves), then returns from it as [`Machine::tick`] does.
+    pub fn pmc_interrupt(&self, cpu: u32) {
+        let running = self.st().cpus[cpu as usize].running;
+        let tid = running.unwrap_or_else(|| self.idle_tid());
+        self.pmc_nmi(cpu, tid);
+        self.after_interrupt(cpu, false);
+    }
+
     /// The PMC interrupt (an NMI) on `cpu`, which `tid` was running:
     /// `pmc_intr` is called; an NMI nothing claims panics the machine,
     /// as FreeBSD's default `machdep.panic_on_nmi` does.

@@ -82,6 +82,8 @@ impl PmuSpec {
                 0x4E | 0x5E | 0x8E | 0x9E | 0xA5 | 0xA6 => Some(intel(4, 4, 3, "Skylake")),
                 0x55 => Some(intel(4, 4, 3, "Skylake-SP")),
                 0x6A | 0x6C => Some(intel(5, 8, 4, "Ice Lake-SP")),
+                // Eight programmable counters as with Hyper-Threading off.
+                0x7D | 0x7E => Some(intel(5, 8, 4, "Ice Lake")),
                 _ => None,
             },
             (Vendor::Amd, 0x17) => Some(PmuSpec::Amd {
@@ -175,12 +177,7 @@ impl CpuModel {
         let id = self.vendor.id_string();
         match leaf {
             // Max leaf; vendor in EBX, EDX, ECX.
-            0 => [
-                0xA.max(1),
-                word(&id[0..4]),
-                word(&id[8..12]),
-                word(&id[4..8]),
-            ],
+            0 => [0xA, word(&id[0..4]), word(&id[8..12]), word(&id[4..8])],
             // Signature; ECX bit 15 PDCM (IA32_PERF_CAPABILITIES) on Intel
             // models with a PMU; EDX bit 4 TSC, bit 5 MSR, bit 9 APIC.
             1 => {

@@ -115,6 +115,20 @@ pub mod x86 {
         pub __pad: [u64; 4],
     }
 
+    impl PmcMdOpPmcallocate {
+        /// The Intel view (`pm_iap`), which IAP and IAF requests use.
+        pub fn iap(&self) -> PmcMdIapOpPmcallocate {
+            // SAFETY: every member is plain integers within the 32 bytes
+            // of `__pad`, so any bytes are a valid value of each.
+            unsafe { self.pm_iap }
+        }
+        /// The AMD view (`pm_amd`).
+        pub fn amd(&self) -> PmcMdAmdOpPmcallocate {
+            // SAFETY: as in `iap`.
+            unsafe { self.pm_amd }
+        }
+    }
+
     impl_plain!(
         PmcMdAmdOpPmcallocate,
         PmcMdIbsOpPmcallocate,

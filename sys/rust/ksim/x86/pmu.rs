@@ -380,7 +380,7 @@ impl Pmu {
                     version,
                     // Power-on: every counter enabled globally (SDM
                     // 20.2.2), none enabled locally.
-                    global_ctrl: (1u64 << gp) - 1 | ((1u64 << fixed) - 1) << 32,
+                    global_ctrl: ((1u64 << gp) - 1) | (((1u64 << fixed) - 1) << 32),
                     global_status: 0,
                     fixed_ctrl: 0,
                     debugctl: 0,
@@ -419,7 +419,7 @@ impl Pmu {
 
     /// Bits of the global registers that name counters.
     fn counter_bits(&self) -> u64 {
-        (1u64 << self.gp.len()) - 1 | ((1u64 << self.fixed.len()) - 1) << 32
+        ((1u64 << self.gp.len()) - 1) | (((1u64 << self.fixed.len()) - 1) << 32)
     }
 
     fn status_reset_valid(&self) -> u64 {

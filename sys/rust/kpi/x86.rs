@@ -1,0 +1,60 @@
+//! The x86 machine for the PMC classes: `rdmsr`/`wrmsr`, `cpuid`, the
+//! local APIC's performance-counter interrupt entry (`lapic_*_pcint`),
+//! the NMI handler registry (`nmi_register_handler`) and CR4.PCE, which
+//! lets user mode execute `rdpmc`.
+//!
+//! A #GP of `rdmsr` or `wrmsr` in the kernel is a panic on FreeBSD; the
+//! simulator panics the same way, naming the MSR, the value and the
+//! reserved bits.
+
+/// `rdmsr(msr)` on the current CPU.
+#[inline]
+pub fn rdmsr(msr: u32) -> u64 {
+    crate::backend::rdmsr(msr)
+}
+
+/// `wrmsr(msr, value)` on the current CPU.
+#[inline]
+pub fn wrmsr(msr: u32, value: u64) {
+    crate::backend::wrmsr(msr, value)
+}
+
+/// `cpuid_count(leaf, subleaf)`: EAX, EBX, ECX, EDX.
+pub fn cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
+    crate::backend::cpuid(leaf, subleaf)
+}
+
+/// `lapic_enable_pcint`: the performance-counter LVT entry of every CPU
+/// delivers an NMI; false when the local APIC has no such entry.
+pub fn lapic_enable_pcint() -> bool {
+    crate::backend::lapic_enable_pcint()
+}
+
+/// `lapic_disable_pcint`: masks the entry again.
+pub fn lapic_disable_pcint() {
+    crate::backend::lapic_disable_pcint()
+}
+
+/// `lapic_reenable_pcint`: unmasks the current CPU's entry, which the
+/// hardware masked when it delivered a PMI.
+pub fn lapic_reenable_pcint() {
+    crate::backend::lapic_reenable_pcint()
+}
+
+/// A PMC interrupt handler: runs in NMI context on the interrupted CPU,
+/// with [`crate::stack::interrupted`] describing the trap frame; returns
+/// whether the NMI was the PMU's.
+pub type PmcIntrFn = crate::malloc::KBox<dyn Fn() -> bool + Send + Sync>;
+
+/// `nmi_register_handler` (`Some`) or `nmi_remove_handler` (`None`) of
+/// the one PMC interrupt handler. The previous handler is dropped once no
+/// NMI can run it.
+pub fn set_pmc_intr(handler: Option<PmcIntrFn>) -> crate::KResult<()> {
+    crate::backend::set_pmc_intr(handler)
+}
+
+/// Sets or clears CR4.PCE on the current CPU (`load_cr4`): whether user
+/// mode may execute `rdpmc`.
+pub fn set_user_rdpmc(enabled: bool) {
+    crate::backend::set_user_rdpmc(enabled)
+}
