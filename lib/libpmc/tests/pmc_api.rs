@@ -530,8 +530,15 @@ fn capabilities_of_a_driver_without_getcaps_come_from_the_class() {
 /// refuses it, as on FreeBSD; no software event stands in for it.
 #[test]
 fn a_hardware_event_without_its_class_is_refused() {
-    let pmc = machine(1);
-    assert!(pmc.pmu().is_some(), "the default CPU key has a PMU table");
+    // Sapphire Rapids: libpmc has its tables, FreeBSD 15's driver does not
+    // know the model and has the generic classes only.
+    let pmc = boot(SimConfig {
+        cpus: 1,
+        comm: "pmc_api".into(),
+        cpuid: "GenuineIntel-6-8F-4".into(),
+        ..SimConfig::default()
+    });
+    assert!(pmc.pmu().is_some(), "libpmc has the model's tables");
     assert!(!pmc.has_class(PmcClass::Iap.raw()));
     let a = pmc
         .parse_spec("instructions", PmcMode::Sc, 0, 0, 0)
@@ -546,6 +553,29 @@ fn a_hardware_event_without_its_class_is_refused() {
     }
     // Nothing was allocated: the program owns no PMC.
     assert_eq!(pmc.release(0).unwrap_err(), libc::ESRCH);
+}
+
+/// On the default Skylake the same names allocate IAP and IAF PMCs that
+/// count.
+#[test]
+fn hardware_events_count_on_a_cpu_with_a_pmu() {
+    let pmc = machine(1);
+    assert!(pmc.has_class(PmcClass::Iap.raw()) && pmc.has_class(PmcClass::Iaf.raw()));
+    let insts = pmc
+        .allocate("instructions", PmcMode::Sc.raw(), 0, 0, 0)
+        .unwrap();
+    let fixed = pmc
+        .allocate("inst_retired.any", PmcMode::Sc.raw(), 0, 0, 0)
+        .unwrap();
+    assert_eq!(uapi::pmc::pmc_id_to_class(insts), PmcClass::Iap.raw());
+    assert_eq!(uapi::pmc::pmc_id_to_class(fixed), PmcClass::Iaf.raw());
+    for id in [insts, fixed] {
+        pmc.start(id).unwrap();
+    }
+    for id in [insts, fixed] {
+        pmc.stop(id).unwrap();
+        pmc.release(id).unwrap();
+    }
 }
 
 /// FreeBSD's generic aliases (`instructions` is SOFT-CLOCK.HARD) hold for

@@ -11,7 +11,7 @@
 
 use kpi::KResult;
 use kpi::errno::ENOSYS;
-use kpi::malloc::KArc;
+use kpi::malloc::{KArc, KBox};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcMode, PmcOpPmcallocate};
 
 use crate::{PhwRow, Pmc};
@@ -61,6 +61,70 @@ pub trait IntrSink {
     /// sample was dropped on a full ring; the class then stalls the
     /// counter until [`PmcClassDep::unstall`].
     fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool;
+}
+
+/// The machine-dependent PMI handler (`pmd_intr`): NMI context, on the
+/// interrupted CPU; true when the NMI was the PMU's.
+pub trait MdIntr: Send + Sync {
+    /// Handles the PMI of `cpu`.
+    fn intr(&self, cpu: u32, sink: &dyn IntrSink) -> bool;
+}
+
+/// Implements [`PmcClassDep`] methods by calling the same methods of
+/// `self.0`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! forward_class {
+    ($($name:ident($($arg:ident: $t:ty),*) -> $r:ty;)*) => {
+        $(fn $name(&self, $($arg: $t),*) -> $r { self.0.$name($($arg),*) })*
+    };
+}
+
+/// A class with some capabilities taken away (no PMC interrupt: the local
+/// APIC has no entry for it).
+pub struct WithoutCaps(pub KBox<dyn PmcClassDep>, pub PmcCaps);
+
+impl core::fmt::Debug for WithoutCaps {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("WithoutCaps").field(&self.1).finish()
+    }
+}
+
+impl PmcClassDep for WithoutCaps {
+    forward_class! {
+        class() -> PmcClass;
+        width() -> u32;
+        num() -> u32;
+        shareable() -> bool;
+        row_name(ri: u32) -> [u8; PMC_NAME_MAX];
+        pcpu_init(cpu: u32) -> KResult<()>;
+        pcpu_fini(cpu: u32) -> ();
+        allocate_pmc(cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
+        config_pmc(cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
+        read_pmc(cpu: u32, ri: u32) -> KResult<u64>;
+        write_pmc(cpu: u32, ri: u32, value: u64) -> KResult<()>;
+        start_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+        stop_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+        release_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+        get_msr(ri: u32) -> KResult<u32>;
+        unstall(cpu: u32, pmcs: &RowPmcs<'_>) -> ();
+        stalled(cpu: u32) -> bool;
+    }
+    fn caps(&self) -> PmcCaps {
+        self.0.caps().difference(self.1)
+    }
+    fn get_caps(&self, ri: u32) -> PmcCaps {
+        self.0.get_caps(ri).difference(self.1)
+    }
+}
+
+/// Wraps `dep` so that it lacks `caps`.
+pub fn without_caps(dep: KBox<dyn PmcClassDep>, caps: PmcCaps) -> KResult<KBox<dyn PmcClassDep>> {
+    kpi::kbox_dyn!(
+        WithoutCaps(dep, caps),
+        kpi::malloc::Wait::WaitOk,
+        dyn PmcClassDep
+    )
 }
 
 /// One family of counters (`struct pmc_classdep`).

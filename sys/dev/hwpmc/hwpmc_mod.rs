@@ -44,10 +44,18 @@ macro_rules! exterror {
 
 #[macro_use]
 mod debug;
+#[cfg(target_arch = "x86_64")]
+pub mod hwpmc_amd;
 pub mod hwpmc_class;
+#[cfg(target_arch = "x86_64")]
+pub mod hwpmc_core;
+#[cfg(target_arch = "x86_64")]
+pub mod hwpmc_intel;
 mod hwpmc_logging;
 pub mod hwpmc_soft;
 pub mod hwpmc_tsc;
+#[cfg(target_arch = "x86_64")]
+pub mod hwpmc_x86;
 mod inspect;
 mod maps;
 mod ops;
@@ -67,7 +75,7 @@ use kpi::sync::{SpinMutex, SpinMutexBox, Sx, SxBox};
 use kpi::{Errno, KResult};
 use uapi::pmc::*;
 
-use crate::hwpmc_class::{IntrSink, PmcClassDep, RowPmcs};
+use crate::hwpmc_class::{IntrSink, MdIntr, PmcClassDep, RowPmcs};
 use crate::hwpmc_logging::{LogPool, OwnerLog};
 use crate::maps::SsOwners;
 use crate::procs::{PidHash, PmcProcess, ThreadFreeList};
@@ -257,6 +265,63 @@ pub struct PmcView {
     pub owner_sscount: u32,
     /// The owner has a log configured.
     pub owner_has_log: bool,
+}
+
+/// The hardware classes' sink: samples go to the hardware ring.
+struct HardSink<'a>(&'a Hwpmc);
+
+impl IntrSink for HardSink<'_> {
+    fn processed(&self) {
+        self.0.processed();
+    }
+    fn ignored(&self) {
+        self.0.ignored();
+    }
+    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool {
+        self.0.process_interrupt(RING_HARD, pm, cpu)
+    }
+}
+
+/// The ring of hardware samples (`PMC_HR`).
+const RING_HARD: usize = 0;
+
+impl Hwpmc {
+    /// The PMI (NMI context): the machine's handler on this CPU.
+    fn pmc_intr(&self) -> bool {
+        let cpu = kpi::cpu::curcpu();
+        self.intr
+            .as_ref()
+            .is_some_and(|i| i.intr(cpu, &HardSink(self)))
+    }
+
+    /// Registers the NMI handler when the machine's classes interrupt.
+    fn register_pmc_intr(this: &KArc<Self>) -> KResult<()> {
+        if this.intr.is_none() {
+            return Ok(());
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let d = this.clone();
+            let handler = kpi::kbox_dyn!(
+                move || d.pmc_intr(),
+                Wait::WaitOk,
+                dyn Fn() -> bool + Send + Sync
+            )?;
+            kpi::x86::set_pmc_intr(Some(handler))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the NMI handler and the local APIC's PMC interrupt.
+    fn unregister_pmc_intr(&self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.intr.is_some() {
+                let _ = kpi::x86::set_pmc_intr(None);
+            }
+            hwpmc_x86::md_finalize(self.cputype);
+        }
+    }
 }
 
 impl IntrSink for Hwpmc {
@@ -499,6 +564,8 @@ pub struct Hwpmc {
     /// The sampling PMCs, by the keys their samples carry.
     samplers: SpinMutexBox<Samplers>,
     unloading: AtomicBool,
+    /// The machine's PMI handler.
+    intr: Option<KBox<dyn MdIntr>>,
     debug: KArc<debug::DebugFlags>,
     _debugflags: kpi::sysctl::StrKnob,
     knobs: Knobs,
@@ -520,6 +587,8 @@ pub struct MachineDep {
     pub cputype: PmcCputype,
     /// The classes, in classdep order.
     pub classes: KVec<KBox<dyn PmcClassDep>>,
+    /// The PMI handler (`pmd_intr`), for hardware classes that interrupt.
+    pub intr: Option<KBox<dyn MdIntr>>,
 }
 
 impl core::fmt::Debug for MachineDep {
@@ -541,7 +610,21 @@ impl MachineDep {
         Ok(MachineDep {
             cputype: PmcCputype::Generic,
             classes,
+            intr: None,
         })
+    }
+
+    /// `pmc_md_initialize`: the hardware classes of this machine's CPU
+    /// (x86: Intel core or AMD), or [`MachineDep::detect`]'s.
+    pub fn initialize(ncpu: u32) -> KResult<MachineDep> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            hwpmc_x86::md_initialize(ncpu)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            MachineDep::detect(ncpu)
+        }
     }
 }
 
@@ -584,7 +667,7 @@ impl Module {
     /// system call, the hooks and the event handlers, and prints the
     /// banner.
     pub fn load() -> KResult<Module> {
-        Module::load_with(MachineDep::detect)
+        Module::load_with(MachineDep::initialize)
     }
 
     /// Module load with the machine-dependent part built by `md` (after
@@ -626,6 +709,7 @@ impl Module {
             num: npmc,
         });
         let cputype = md.cputype;
+        let intr = md.intr;
         let mut md_classes = md.classes;
         while !md_classes.is_empty() {
             let dep = md_classes.remove(0);
@@ -722,6 +806,7 @@ impl Module {
                 rings,
                 samplers,
                 unloading: AtomicBool::new(false),
+                intr,
                 debug,
                 _debugflags: debugflags,
                 knobs,
@@ -752,6 +837,11 @@ impl Module {
         let events = kpi::hooks::eventhandler_register(event_fn)?;
         let syscall = kpi::syscall_register(syscall_fn)?;
         if let Err(e) = kpi::hooks::set_pmc_hook(Some(hook_fn)) {
+            kpi::syscall_deregister(syscall);
+            return Err(e);
+        }
+        if let Err(e) = Hwpmc::register_pmc_intr(&driver) {
+            let _ = kpi::hooks::set_pmc_hook(None);
             kpi::syscall_deregister(syscall);
             return Err(e);
         }
@@ -834,11 +924,13 @@ impl Module {
         d.drain_thread_freelist();
         for cpu in 0..d.ncpu {
             if kpi::cpu::exists(cpu) {
+                let _bound = kpi::cpu::bind(cpu);
                 for slot in d.classes.iter() {
                     slot.dep.pcpu_fini(cpu);
                 }
             }
         }
+        d.unregister_pmc_intr();
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let s = &d.sample_stats;
         let counts = (ld(&s.taken), ld(&s.logged), ld(&s.unlogged));

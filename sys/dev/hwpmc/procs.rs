@@ -255,6 +255,8 @@ impl Hwpmc {
         pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let Some(pp) = procs.get_mut(pid) else { return };
+        // The owner may read its counters with RDPMC while it runs.
+        self.md_switch(pp.msr_access);
         let PmcProcess {
             slots,
             threads,
@@ -352,6 +354,19 @@ impl Hwpmc {
                 self.unload_row(cpu, pid, ri, row, pp.as_deref_mut());
             }
         }
+        self.md_switch(false);
+    }
+
+    /// The machine-dependent part of a switch (`pmd_switch_in`/`_out`):
+    /// CR4.PCE on x86, which lets user mode execute RDPMC, is on only
+    /// while a process that asked for it (PMC_OP_PMCGETMSR) runs.
+    fn md_switch(&self, user_rdpmc: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if self.cputype != uapi::pmc::PmcCputype::Generic {
+            kpi::x86::set_user_rdpmc(user_rdpmc);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = user_rdpmc;
     }
 
     /// Takes the process PMC on this CPU's row `ri` off.

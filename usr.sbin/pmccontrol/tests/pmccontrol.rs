@@ -62,10 +62,12 @@ fn list_state_prints_every_cpus_rows() {
     let mut lines = out.lines();
     let first = lines.next().unwrap();
     let words: Vec<&str> = first.split(' ').collect();
-    assert_eq!(&words[..3], ["4", "GENERIC", "CPUs"], "{first}");
+    // The default simulated machine is a Skylake client part.
+    assert_eq!(&words[..3], ["4", "INTEL_SKYLAKE", "CPUs"], "{first}");
     assert_eq!(&words[4..7], ["with", words[5], "PMCs"]);
     let npmc: usize = words[5].parse().unwrap();
-    assert!(npmc >= 2);
+    // SOFT's 16, TSC, four IAP and three IAF rows.
+    assert_eq!(npmc, 16 + 1 + 4 + 3);
     let rest: Vec<&str> = lines.collect();
     assert_eq!(
         rest.len(),
@@ -79,7 +81,17 @@ fn list_state_prints_every_cpus_rows() {
         for (n, row) in block[2..].iter().enumerate() {
             let cols: Vec<&str> = row.split_whitespace().collect();
             assert_eq!(cols[0], n.to_string(), "{row}");
-            assert!(["SOFT", "TSC"].contains(&cols[2]), "{row}");
+            let class = match n {
+                0..16 => "SOFT",
+                16 => "TSC",
+                17..21 => "IAP",
+                _ => "IAF",
+            };
+            assert_eq!(cols[2], class, "{row}");
+            if class.starts_with("IA") {
+                let first = if class == "IAP" { 17 } else { 21 };
+                assert_eq!(cols[1], format!("{class}-{}", n - first), "{row}");
+            }
             assert_eq!(&cols[3..5], ["ENABLED", "FREE"], "{row}");
             // FreeBSD's columns: " %-2d %-16s %-6s %-8s %-10s".
             assert_eq!(

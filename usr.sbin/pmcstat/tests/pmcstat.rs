@@ -159,7 +159,8 @@ fn process_counting_on_a_target() {
 /// Checks a -R dump of a sampling run on CPU 0: `n` samples.
 fn check_dump(dump: &str, samples: usize) {
     let lines: Vec<&str> = dump.lines().collect();
-    assert_eq!(lines[0], "initlog   0xa030000 \"GENERIC\"");
+    // The default simulated machine is a Skylake client part.
+    assert_eq!(lines[0], "initlog   0xa030000 \"INTEL_SKYLAKE\"");
     // The CLOSELOG record that ends the log prints nothing, as in
     // FreeBSD (its reader returns EOF for it).
     assert!(!lines.iter().any(|l| l.starts_with("closelog")), "{dump}");
@@ -816,6 +817,8 @@ fn targets_chosen_by_a_regular_expression() {
 /// column, instead of counting another event under the name.
 #[test]
 fn a_hardware_event_the_driver_lacks_fails_the_allocation() {
+    // Sapphire Rapids has tables in libpmc but no classes in FreeBSD 15's
+    // driver.
     let cases: [(&[&str], &str); 2] = [
         (&["-s", "instructions", "-w", "1", "-l", "1"], "system"),
         (
@@ -824,7 +827,10 @@ fn a_hardware_event_the_driver_lacks_fails_the_allocation() {
         ),
     ];
     for (args, mode) in cases {
-        let o = pmcstat(args);
+        let o = sim_pmcstat(args)
+            .env("LIBPMC_SIM_CPUID", "GenuineIntel-6-8F-4")
+            .output()
+            .unwrap();
         assert_eq!(o.status.code(), Some(71), "{}", text(&o.stderr));
         assert_eq!(
             text(&o.stderr),
@@ -1012,4 +1018,106 @@ fn a_clocked_daemon_paces_intervals_while_another_client_watches() {
     assert_eq!(tsc.pm_ownerpid, -1, "released when pmcstat ended");
     drop(watcher);
     assert!(daemon.stop().success(), "ksimd's checks at its stop");
+}
+
+/// The last line of counts pmcstat printed (to standard error without -o).
+fn last_counts(out: &str) -> Vec<u64> {
+    out.lines()
+        .rev()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn hardware_events_count_a_real_program_on_the_simulated_pmu() {
+    // calls runs on the machine's CPUs; its process is the target.
+    for cpuid in [
+        "GenuineIntel-6-5E-3",
+        "GenuineIntel-6-6A-6",
+        "AuthenticAMD-23-31-0",
+    ] {
+        let o = sim_pmcstat(&[
+            "-t",
+            "^calls$",
+            "-p",
+            "instructions",
+            "-p",
+            "cycles",
+            "-p",
+            "branches",
+            "-l",
+            "1",
+        ])
+        .env("LIBPMC_SIM_WORKLOAD", "calls:2000")
+        .env("LIBPMC_SIM_CPUID", cpuid)
+        .output()
+        .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{cpuid}: {}", text(&o.stderr));
+        let counts = last_counts(&text(&o.stderr));
+        assert_eq!(counts.len(), 3, "{cpuid}: {}", text(&o.stderr));
+        let (insts, cycles, branches) = (counts[0], counts[1], counts[2]);
+        // A second at 10,000 instructions a tick, user and kernel work
+        // together; cycles are at least one per instruction.
+        assert!(
+            (100_000..=10_000_000).contains(&insts),
+            "{cpuid}: {counts:?}"
+        );
+        assert!(cycles >= insts, "{cpuid}: {counts:?}");
+        assert!(branches > 0 && branches < insts, "{cpuid}: {counts:?}");
+    }
+}
+
+#[test]
+fn hardware_sampling_takes_a_sample_per_period_and_the_tables_default() {
+    for (rate, args) in [
+        (10_000u64, &["-n", "10000"][..]),
+        // inst_retired.any_p's SampleAfterValue in the skylake table.
+        (2_000_003, &[][..]),
+    ] {
+        let log = tmp(&format!("hw-{rate}.log"));
+        let mut all = vec!["-t", "^calls$", "-P", "instructions", "-O", &log, "-l", "2"];
+        all.extend_from_slice(args);
+        let o = sim_pmcstat(&all)
+            .env("LIBPMC_SIM_WORKLOAD", "calls:5000")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let dump = pmcstat(&["-R", &log]);
+        assert!(dump.status.success(), "{}", text(&dump.stderr));
+        let samples = text(&dump.stdout)
+            .lines()
+            .filter(|l| l.starts_with("callchain "))
+            .count() as u64;
+        let _ = std::fs::remove_file(&log);
+        // Two seconds of the program at up to 10,000 instructions a tick.
+        let most = 2 * 1000 * 10_000 / rate;
+        assert!(samples <= most, "{rate}: {samples} samples");
+        if rate == 10_000 {
+            assert!(samples >= most / 2, "{rate}: {samples} samples");
+        } else {
+            assert!(samples <= 10, "{rate}: {samples} samples");
+        }
+    }
+}
+
+#[test]
+fn more_pmcs_than_counters_fail_as_on_freebsd() {
+    // Five programmable-counter events on the four IAP rows of CPU 0.
+    let mut args = vec!["-c", "0"];
+    for _ in 0..5 {
+        args.extend_from_slice(&["-s", "br_inst_retired.all_branches"]);
+    }
+    args.extend_from_slice(&["-l", "1"]);
+    let o = pmcstat(&args);
+    assert_eq!(o.status.code(), Some(71), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("Cannot allocate system-mode pmc with specification \"br_inst_retired.all_branches\": Invalid argument"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -146,7 +146,13 @@ fn the_banner_announces_each_class() {
     let module = r.unwrap();
     assert_eq!(
         m.console(),
-        ["hwpmc: SOFT/16/64/0x67<INT,USR,SYS,REA,WRI> TSC/1/64/0x20<REA>"]
+        // The default machine is a Skylake-SP: FreeBSD's capabilities of
+        // IAP (IAP_PMC_CAPS) and IAF (IAF_PMC_CAPS), counts and widths
+        // from its CPUID leaf 0xA.
+        [
+            "hwpmc: SOFT/16/64/0x67<INT,USR,SYS,REA,WRI> TSC/1/64/0x20<REA> \
+          IAP/4/48/0x3ff<INT,USR,SYS,EDG,THR,REA,WRI,INV,QUA,PRC> IAF/3/48/0x67<INT,USR,SYS,REA,WRI>"
+        ]
     );
     unload(&m, module);
 }

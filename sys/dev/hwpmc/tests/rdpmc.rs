@@ -89,6 +89,7 @@ fn md(_ncpu: u32) -> KResult<MachineDep> {
     Ok(MachineDep {
         cputype: PmcCputype::IntelSkylake,
         classes,
+        intr: None,
     })
 }
 

@@ -139,6 +139,15 @@ impl Sim {
             offset_of!(PmcOpPmcallocate, pm_count),
             &a.pm_count.to_ne_bytes(),
         );
+        #[cfg(target_arch = "x86_64")]
+        {
+            // The first 16 bytes of pm_md: IAP's config and off-core
+            // response, AMD's config and sub-class.
+            let md = a.pm_md.iap();
+            let at = offset_of!(PmcOpPmcallocate, pm_md);
+            put(at, &md.pm_iap_config.to_ne_bytes());
+            put(at + 8, &md.pm_iap_rsp.to_ne_bytes());
+        }
         self.call_bytes(p, PmcOp::Pmcallocate.raw(), &mut b)?;
         let off = offset_of!(PmcOpPmcallocate, pm_pmcid);
         Ok(u32::from_ne_bytes(b[off..off + 4].try_into().unwrap()))

@@ -1,0 +1,813 @@
+//! Intel's architectural performance counters (hwpmc_core.c): the IAP
+//! class (programmable counters, IA32_PERFEVTSELx / IA32_PMCx) and the
+//! IAF class (fixed-function counters, IA32_FIXED_CTR_CTRL /
+//! IA32_FIXED_CTRx), on architectural performance monitoring versions 2
+//! to 5, and their interrupt handler.
+//!
+//! Counts and widths come from CPUID leaf 0xA. Both classes share one
+//! per-CPU state: the fixed counters' control word and the global
+//! control word the driver keeps (`pc_iafctrl`, `pc_globalctrl`), the
+//! rows stalled on a full sample ring, and each row's PMC in an
+//! [`NmiSlot`], which the PMI handler reads without a lock.
+//!
+//! Differences from FreeBSD, deliberate:
+//! - a request whose configuration sets bits the hardware reserves (or
+//!   that the driver owns: EN) is refused with EINVAL, so that no request
+//!   can make the driver's `wrmsr` fault;
+//! - the off-core response value of the request is written to
+//!   MSR_OFFCORE_RSP_0/1 for events 0xB7 and 0xBB (FreeBSD drops it);
+//! - counter constraints for the models whose tables FreeBSD leaves
+//!   unchecked (Skylake, Skylake-X, Ice Lake-X) follow the pmu-events
+//!   tables' "Counter" field.
+
+use kpi::KResult;
+use kpi::atomic::{AtomicU64, Ordering};
+use kpi::errno::{EINVAL, EPROGMISMATCH};
+use kpi::malloc::{KArc, KVec, Wait};
+use kpi::nmi::NmiSlot;
+use kpi::x86::{rdmsr, wrmsr};
+use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcCputype, PmcFlags, set_c_field_str};
+use uapi::pmc_mdep::x86::{IAF_ANY, IAF_OS, IAF_PMI, IAF_USR};
+
+use crate::Pmc;
+use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep, RowPmcs};
+
+/// IA32_PMC0.
+const IAP_PMC0: u32 = 0xC1;
+/// IA32_A_PMC0 minus IA32_PMC0: where full-width writes go.
+const IAP_A_PMC_OFFSET: u32 = 0x4C1 - 0xC1;
+/// IA32_PERFEVTSEL0.
+const IAP_EVSEL0: u32 = 0x186;
+/// MSR_OFFCORE_RSP_0, _1.
+const OFFCORE_RSP0: u32 = 0x1A6;
+const OFFCORE_RSP1: u32 = 0x1A7;
+/// IA32_DEBUGCTL and its freeze-on-PMI bit.
+const DEBUGCTL: u32 = 0x1D9;
+const DEBUGCTL_FREEZE_ON_PMI: u64 = 1 << 12;
+/// IA32_FIXED_CTR0.
+const IAF_CTR0: u32 = 0x309;
+/// IA32_PERF_CAPABILITIES and its full-width-write bit.
+const PERF_CAPABILITIES: u32 = 0x345;
+const PERFCAP_FW_WRITE: u64 = 1 << 13;
+/// IA32_FIXED_CTR_CTRL.
+const IAF_CTRL: u32 = 0x38D;
+/// IA32_PERF_GLOBAL_STATUS, _CTRL, _OVF_CTRL.
+const GLOBAL_STATUS: u32 = 0x38E;
+const GLOBAL_CTRL: u32 = 0x38F;
+const GLOBAL_OVF_CTRL: u32 = 0x390;
+/// GLOBAL_STATUS.CTR_FRZ (version 4): the hardware froze the counters.
+const STATUS_CTR_FRZ: u64 = 1 << 59;
+/// The fixed counters' bits in the global registers start here.
+const IAF_OFFSET: u32 = 32;
+/// The RDPMC index of fixed counter 0.
+const RDPMC_FIXED: u32 = 1 << 30;
+
+/// PERFEVTSEL fields.
+const SEL_USR: u64 = 1 << 16;
+const SEL_OS: u64 = 1 << 17;
+const SEL_INT: u64 = 1 << 20;
+const SEL_ANY: u64 = 1 << 21;
+const SEL_EN: u64 = 1 << 22;
+/// PERFEVTSEL bits a request may set: event, umask, USR, OS, edge, pin
+/// control, INT, ANY, INV and cmask (EN is the driver's).
+const SEL_REQUEST: u64 = 0xFFFF_FFFF & !SEL_EN;
+/// Offcore response bits a request may set.
+const OFFCORE_REQUEST: u64 = (1 << 38) - 1;
+
+/// `IAP_PMC_CAPS`.
+const IAP_CAPS: PmcCaps = PmcCaps::INTERRUPT
+    .union(PmcCaps::USER)
+    .union(PmcCaps::SYSTEM)
+    .union(PmcCaps::EDGE)
+    .union(PmcCaps::THRESHOLD)
+    .union(PmcCaps::READ)
+    .union(PmcCaps::WRITE)
+    .union(PmcCaps::INVERT)
+    .union(PmcCaps::QUALIFIER)
+    .union(PmcCaps::PRECISE);
+/// `IAF_PMC_CAPS`.
+const IAF_CAPS: PmcCaps = PmcCaps::READ
+    .union(PmcCaps::WRITE)
+    .union(PmcCaps::INTERRUPT)
+    .union(PmcCaps::USER)
+    .union(PmcCaps::SYSTEM);
+
+fn width_mask(width: u32) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1 << width) - 1
+    }
+}
+
+/// One CPU's state (`struct core_cpu`).
+struct CoreCpu {
+    iap: KVec<NmiSlot<Pmc>>,
+    iaf: KVec<NmiSlot<Pmc>>,
+    /// `pc_iafctrl`.
+    iafctrl: AtomicU64,
+    /// `pc_globalctrl`.
+    globalctrl: AtomicU64,
+    /// Global-control bits of counters stalled on a full ring.
+    stalled: AtomicU64,
+}
+
+/// What the two classes share (`core_*` of hwpmc_core.c).
+pub struct Core {
+    cputype: PmcCputype,
+    version: u32,
+    iap_npmc: u32,
+    iap_width: u32,
+    iaf_npmc: u32,
+    iaf_width: u32,
+    /// Offset of the MSR that IAP writes go to (full-width when the CPU
+    /// has IA32_A_PMCx).
+    wroffset: u32,
+    cpus: KVec<CoreCpu>,
+}
+
+impl core::fmt::Debug for Core {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Core")
+            .field("version", &self.version)
+            .field("iap", &(self.iap_npmc, self.iap_width))
+            .field("iaf", &(self.iaf_npmc, self.iaf_width))
+            .finish()
+    }
+}
+
+/// The perfctr value that overflows after `count` more events.
+fn reload_to_perfctr(count: u64, width: u32) -> u64 {
+    (width_mask(width).wrapping_add(1)).wrapping_sub(count) & width_mask(width)
+}
+
+/// The events left before a sampling counter overflows; 0 when it has.
+fn perfctr_to_reload(value: u64, width: u32) -> u64 {
+    let v = value & width_mask(width);
+    if v >> (width - 1) & 1 == 0 {
+        return 0;
+    }
+    width_mask(width) - v + 1
+}
+
+impl Core {
+    /// `pmc_core_initialize`: reads CPUID leaf 0xA; EPROGMISMATCH for an
+    /// architecture version the driver does not know.
+    pub fn initialize(cputype: PmcCputype, ncpu: u32) -> KResult<KArc<Core>> {
+        let [eax, _ebx, _ecx, edx] = kpi::x86::cpuid(0xA, 0);
+        let version = eax & 0xFF;
+        if !(2..=5).contains(&version) {
+            crate::say(format_args!(
+                "hwpmc_core: unknown PMC architecture: {version}"
+            ));
+            return Err(EPROGMISMATCH);
+        }
+        let pdcm = kpi::x86::cpuid(1, 0)[2] & (1 << 15) != 0;
+        let wroffset = if pdcm && rdmsr(PERF_CAPABILITIES) & PERFCAP_FW_WRITE != 0 {
+            IAP_A_PMC_OFFSET
+        } else {
+            0
+        };
+        let iap_npmc = eax >> 8 & 0xFF;
+        let iap_width = eax >> 16 & 0xFF;
+        let iaf_npmc = edx & 0x1F;
+        let iaf_width = edx >> 5 & 0xFF;
+        let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |cpu| {
+            Ok(CoreCpu {
+                iap: KVec::from_fn(iap_npmc as usize, Wait::WaitOk, |_| {
+                    NmiSlot::new(cpu as u32)
+                })?,
+                iaf: KVec::from_fn(iaf_npmc as usize, Wait::WaitOk, |_| {
+                    NmiSlot::new(cpu as u32)
+                })?,
+                iafctrl: AtomicU64::new(0),
+                globalctrl: AtomicU64::new(0),
+                stalled: AtomicU64::new(0),
+            })
+        })?;
+        KArc::try_new(
+            Core {
+                cputype,
+                version,
+                iap_npmc,
+                iap_width,
+                iaf_npmc,
+                iaf_width,
+                wroffset,
+                cpus,
+            },
+            Wait::WaitOk,
+        )
+    }
+
+    /// The architecture version.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    fn cpu(&self, cpu: u32) -> KResult<&CoreCpu> {
+        self.cpus.get(cpu as usize).ok_or(EINVAL)
+    }
+
+    /// Writes the global control word the driver keeps.
+    fn write_globalctrl(&self, c: &CoreCpu) {
+        wrmsr(GLOBAL_CTRL, c.globalctrl.load(Ordering::Acquire));
+    }
+
+    /// Turns `bit` on in the global control (a stop leaves it on: the
+    /// counter's own enable is what stops it), writing the MSR only when
+    /// it changes.
+    fn enable(&self, c: &CoreCpu, bit: u64) {
+        c.stalled.fetch_and(!bit, Ordering::AcqRel);
+        let was = c.globalctrl.fetch_or(bit, Ordering::AcqRel);
+        if was & bit == 0 {
+            wrmsr(GLOBAL_CTRL, was | bit);
+        }
+    }
+
+    /// `core_pcpu_init`: freeze on PMI where the architecture has it.
+    fn pcpu_init(&self, _cpu: u32) -> KResult<()> {
+        wrmsr(DEBUGCTL, rdmsr(DEBUGCTL) | DEBUGCTL_FREEZE_ON_PMI);
+        Ok(())
+    }
+
+    /// `core_pcpu_fini`: every counter off.
+    fn pcpu_fini(&self, _cpu: u32) {
+        for ri in 0..self.iap_npmc {
+            wrmsr(IAP_EVSEL0 + ri, 0);
+        }
+        wrmsr(IAF_CTRL, 0);
+    }
+
+    /// `core2_intr`: the PMI handler. Reads and clears the overflow
+    /// status, takes a sample for each overflowed sampling PMC that runs,
+    /// reloads its counter and stalls it if the ring was full. NMI
+    /// context: no lock, no allocation, no reference count.
+    pub fn intr(&self, cpu: u32, sink: &dyn IntrSink) -> bool {
+        let Ok(c) = self.cpu(cpu) else {
+            return false;
+        };
+        let status = rdmsr(GLOBAL_STATUS);
+        let frozen = status & STATUS_CTR_FRZ != 0;
+        if !frozen {
+            wrmsr(GLOBAL_CTRL, 0);
+        }
+        let mut found = false;
+        let mut disable = 0u64;
+        let mut take = |bit: u64, slot: &NmiSlot<Pmc>, ctr: u32, width: u32| {
+            if status & bit == 0 {
+                return;
+            }
+            found = true;
+            slot.with(|pm| {
+                let Some(pm) = pm.filter(|pm| pm.running_unlocked() && !pm.mode.is_counting())
+                else {
+                    return;
+                };
+                if !sink.sample(pm, cpu) {
+                    disable |= bit;
+                }
+                wrmsr(ctr, reload_to_perfctr(pm.reload_unlocked(), width));
+            });
+        };
+        for (n, slot) in c.iaf.iter().enumerate() {
+            let n = n as u32;
+            take(1 << (IAF_OFFSET + n), slot, IAF_CTR0 + n, self.iaf_width);
+        }
+        for (n, slot) in c.iap.iter().enumerate() {
+            let n = n as u32;
+            take(1 << n, slot, self.wroffset + IAP_PMC0 + n, self.iap_width);
+        }
+        if found {
+            sink.processed();
+            kpi::x86::lapic_reenable_pcint();
+        } else {
+            sink.ignored();
+        }
+        if disable != 0 {
+            c.stalled.fetch_or(disable, Ordering::AcqRel);
+            c.globalctrl.fetch_and(!disable, Ordering::AcqRel);
+        }
+        if frozen {
+            if disable != 0 {
+                self.write_globalctrl(c);
+            }
+            wrmsr(GLOBAL_OVF_CTRL, status);
+        } else {
+            wrmsr(GLOBAL_OVF_CTRL, status);
+            self.write_globalctrl(c);
+        }
+        found
+    }
+
+    /// Counters stalled on a full ring run again, for those of `bits`
+    /// (the class's) whose PMC `pmc_of` finds running.
+    fn unstall(&self, cpu: u32, bits: u64, pmc_of: impl Fn(u32) -> bool) {
+        let Ok(c) = self.cpu(cpu) else {
+            return;
+        };
+        let mut stalled = c.stalled.load(Ordering::Acquire) & bits;
+        if stalled == 0 {
+            return;
+        }
+        if kpi::cpu::curcpu() != cpu {
+            // The MSRs are per CPU: that CPU's next sweep restarts them.
+            kpi::kern_pmc::set_cpu_sampled(cpu);
+            return;
+        }
+        while stalled != 0 {
+            let bit = stalled.trailing_zeros();
+            stalled &= stalled - 1;
+            if pmc_of(bit) {
+                self.enable(c, 1 << bit);
+            }
+        }
+    }
+
+    fn stalled(&self, cpu: u32, bits: u64) -> bool {
+        self.cpu(cpu)
+            .is_ok_and(|c| c.stalled.load(Ordering::Acquire) & bits != 0)
+    }
+}
+
+/// The events that the model's tables restrict to some counters: the
+/// counter mask allowed, or None for any counter.
+fn iap_counters(cputype: PmcCputype, event: u8, umask: u8, cmask: u8) -> Option<u32> {
+    use PmcCputype::*;
+    match cputype {
+        // FreeBSD's table for these models (by event only).
+        IntelSandybridge | IntelSandybridgeXeon | IntelIvybridge | IntelIvybridgeXeon
+        | IntelHaswell | IntelHaswellXeon | IntelBroadwell | IntelBroadwellXeon => match event {
+            0xB7 => Some(1 << 0),
+            0xC0 => Some(1 << 1),
+            0x48 | 0xA2 | 0xA3 => Some(1 << 2),
+            0xBB | 0xCD => Some(1 << 3),
+            _ => None,
+        },
+        // The pmu-events tables: INST_RETIRED.PREC_DIST on counter 1;
+        // with a counter mask (INST_RETIRED.TOTAL_CYCLES_PS) on 0, 2, 3.
+        IntelSkylake | IntelSkylakeXeon => match (event, umask) {
+            (0xC0, 0x01) if cmask == 0 => Some(1 << 1),
+            (0xC0, 0x01) => Some(0b1101),
+            _ => None,
+        },
+        // Ice Lake-X: the events its tables keep to counters 0-3.
+        IntelIcelakeXeon if ICELAKEX_LOW_COUNTERS.contains(&(event, umask)) => Some(0xF),
+        _ => None,
+    }
+}
+
+/// (event, umask) pairs of the Ice Lake-X tables whose "Counter" is
+/// "0,1,2,3" (of eight).
+const ICELAKEX_LOW_COUNTERS: &[(u8, u8)] = &[
+    (0x03, 0x02),
+    (0x03, 0x08),
+    (0x07, 0x01),
+    (0x08, 0x02),
+    (0x08, 0x04),
+    (0x08, 0x08),
+    (0x08, 0x0E),
+    (0x08, 0x10),
+    (0x08, 0x20),
+    (0x24, 0x21),
+    (0x24, 0x22),
+    (0x24, 0x24),
+    (0x24, 0x27),
+    (0x24, 0x28),
+    (0x24, 0xC1),
+    (0x24, 0xC2),
+    (0x24, 0xC4),
+    (0x24, 0xC8),
+    (0x24, 0xE1),
+    (0x24, 0xE2),
+    (0x24, 0xE4),
+    (0x28, 0x07),
+    (0x28, 0x18),
+    (0x28, 0x20),
+    (0x32, 0x01),
+    (0x32, 0x02),
+    (0x32, 0x04),
+    (0x32, 0x08),
+    (0x48, 0x01),
+    (0x48, 0x02),
+    (0x48, 0x04),
+    (0x49, 0x02),
+    (0x49, 0x04),
+    (0x49, 0x08),
+    (0x49, 0x0E),
+    (0x49, 0x10),
+    (0x49, 0x20),
+    (0x4C, 0x01),
+    (0x51, 0x01),
+    (0x54, 0x01),
+    (0x54, 0x02),
+    (0x54, 0x80),
+    (0x55, 0x01),
+    (0x56, 0x01),
+    (0x60, 0x01),
+    (0x60, 0x02),
+    (0x60, 0x04),
+    (0x60, 0x08),
+    (0x60, 0x10),
+    (0x79, 0x04),
+    (0x79, 0x08),
+    (0x79, 0x30),
+    (0x80, 0x04),
+    (0x83, 0x01),
+    (0x83, 0x02),
+    (0x83, 0x04),
+    (0x85, 0x02),
+    (0x85, 0x04),
+    (0x85, 0x0E),
+    (0x85, 0x10),
+    (0x85, 0x20),
+    (0x87, 0x01),
+    (0xA3, 0x01),
+    (0xA3, 0x05),
+    (0xA3, 0x06),
+    (0xA3, 0x08),
+    (0xA3, 0x0C),
+    (0xA8, 0x01),
+    (0xAB, 0x02),
+    (0xB0, 0x01),
+    (0xB0, 0x02),
+    (0xB0, 0x04),
+    (0xB0, 0x08),
+    (0xB0, 0x10),
+    (0xB0, 0x80),
+    (0xB7, 0x01),
+    (0xBD, 0x01),
+    (0xBD, 0x20),
+    (0xD0, 0x11),
+    (0xD0, 0x12),
+    (0xD0, 0x21),
+    (0xD0, 0x41),
+    (0xD0, 0x42),
+    (0xD0, 0x81),
+    (0xD0, 0x82),
+    (0xD0, 0x83),
+    (0xD1, 0x01),
+    (0xD1, 0x02),
+    (0xD1, 0x04),
+    (0xD1, 0x08),
+    (0xD1, 0x10),
+    (0xD1, 0x20),
+    (0xD1, 0x40),
+    (0xD1, 0x80),
+    (0xD2, 0x01),
+    (0xD2, 0x02),
+    (0xD2, 0x04),
+    (0xD2, 0x08),
+    (0xD3, 0x01),
+    (0xD3, 0x02),
+    (0xD3, 0x04),
+    (0xD3, 0x08),
+    (0xD3, 0x10),
+    (0xD4, 0x04),
+    (0xE6, 0x01),
+    (0xEF, 0x01),
+    (0xEF, 0x02),
+    (0xEF, 0x04),
+    (0xEF, 0x08),
+    (0xEF, 0x10),
+    (0xEF, 0x20),
+    (0xEF, 0x40),
+    (0xF0, 0x40),
+    (0xF1, 0x1F),
+    (0xF2, 0x01),
+    (0xF2, 0x02),
+    (0xF4, 0x04),
+];
+
+fn name_row(prefix: &[u8], ri: u32) -> [u8; PMC_NAME_MAX] {
+    let mut name = [0; PMC_NAME_MAX];
+    let mut buf = kpi::LineBuf::<16>::new();
+    let _ = core::fmt::Write::write_fmt(
+        &mut buf,
+        format_args!("{}-{ri}", core::str::from_utf8(prefix).unwrap_or("")),
+    );
+    set_c_field_str(&mut name, buf.as_str().as_bytes());
+    name
+}
+
+/// Whether an allocation request is for a PMU table event.
+fn from_pmu_tables(req: &AllocRequest<'_>) -> bool {
+    PmcFlags::from_bits_retain(req.raw.pm_flags).contains(PmcFlags::EV_PMU)
+}
+
+/// The IAP class.
+#[derive(Debug)]
+pub struct IapClass(pub KArc<Core>);
+
+impl IapClass {
+    fn evsel(&self, pm: &Pmc) -> u64 {
+        pm.md.iap().pm_iap_config & SEL_REQUEST
+    }
+}
+
+impl PmcClassDep for IapClass {
+    fn class(&self) -> PmcClass {
+        PmcClass::Iap
+    }
+    fn caps(&self) -> PmcCaps {
+        IAP_CAPS
+    }
+    fn width(&self) -> u32 {
+        self.0.iap_width
+    }
+    fn num(&self) -> u32 {
+        self.0.iap_npmc
+    }
+    fn row_name(&self, ri: u32) -> [u8; PMC_NAME_MAX] {
+        name_row(b"IAP", ri)
+    }
+    fn pcpu_init(&self, cpu: u32) -> KResult<()> {
+        self.0.pcpu_init(cpu)
+    }
+    fn pcpu_fini(&self, cpu: u32) {
+        self.0.pcpu_fini(cpu)
+    }
+    fn allocate_pmc(&self, _cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()> {
+        if req.raw.pm_class != PmcClass::Iap.raw() || !from_pmu_tables(req) {
+            return Err(EINVAL);
+        }
+        let md = req.raw.pm_md.iap();
+        let config = md.pm_iap_config;
+        if config & !SEL_REQUEST != 0 || md.pm_iap_rsp & !OFFCORE_REQUEST != 0 {
+            return Err(EINVAL);
+        }
+        if config & SEL_ANY != 0 && self.0.version >= 5 {
+            return Err(EINVAL);
+        }
+        let (event, umask, cmask) = (config as u8, (config >> 8) as u8, (config >> 24) as u8);
+        match iap_counters(self.0.cputype, event, umask, cmask) {
+            Some(allowed) if allowed & (1 << ri) == 0 => Err(EINVAL),
+            _ => Ok(()),
+        }
+    }
+    fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
+        let c = self.0.cpu(cpu)?;
+        let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
+        let old = slot.replace(pm.cloned());
+        drop(old);
+        Ok(())
+    }
+    fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
+        let c = self.0.cpu(cpu)?;
+        let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
+        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
+        let v = rdmsr(IAP_PMC0 + ri);
+        Ok(if sampling {
+            perfctr_to_reload(v, self.0.iap_width)
+        } else {
+            v & width_mask(self.0.iap_width)
+        })
+    }
+    fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
+        let c = self.0.cpu(cpu)?;
+        let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
+        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
+        let w = self.0.iap_width;
+        let v = if sampling {
+            reload_to_perfctr(value, w)
+        } else {
+            value & width_mask(w)
+        };
+        wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
+        Ok(())
+    }
+    fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
+        let c = self.0.cpu(cpu)?;
+        let evsel = self.evsel(pm);
+        let rsp = pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST;
+        match evsel as u8 {
+            0xB7 => wrmsr(OFFCORE_RSP0, rsp),
+            0xBB => wrmsr(OFFCORE_RSP1, rsp),
+            _ => {}
+        }
+        wrmsr(IAP_EVSEL0 + ri, evsel | SEL_EN);
+        self.0.enable(c, 1 << ri);
+        Ok(())
+    }
+    fn stop_pmc(&self, _cpu: u32, ri: u32, _pm: &Pmc) -> KResult<()> {
+        wrmsr(IAP_EVSEL0 + ri, 0);
+        Ok(())
+    }
+    fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
+        Ok(())
+    }
+    fn get_msr(&self, ri: u32) -> KResult<u32> {
+        Ok(ri)
+    }
+    fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
+        // config_pmc, write_pmc and start_pmc, with one look-up.
+        let Ok(c) = self.0.cpu(cpu) else {
+            return;
+        };
+        let Some(slot) = c.iap.get(ri as usize) else {
+            return;
+        };
+        drop(slot.replace(Some(pm.clone())));
+        let w = self.0.iap_width;
+        let v = if pm.mode.is_counting() {
+            value & width_mask(w)
+        } else {
+            reload_to_perfctr(value, w)
+        };
+        wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
+        let _ = self.start_pmc(cpu, ri, pm);
+    }
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+        // stop_pmc, read_pmc and config_pmc(None), with one look-up.
+        let c = self.0.cpu(cpu)?;
+        let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
+        wrmsr(IAP_EVSEL0 + ri, 0);
+        let v = rdmsr(IAP_PMC0 + ri);
+        drop(slot.replace(None));
+        let w = self.0.iap_width;
+        Ok(if pm.mode.is_counting() {
+            v & width_mask(w)
+        } else {
+            perfctr_to_reload(v, w)
+        })
+    }
+    fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
+        let bits = width_mask(self.0.iap_npmc);
+        self.0.unstall(cpu, bits, |bit| {
+            pmcs.get(bit).is_some_and(|pm| pm.running_unlocked())
+        });
+    }
+    fn stalled(&self, cpu: u32) -> bool {
+        self.0.stalled(cpu, width_mask(self.0.iap_npmc))
+    }
+}
+
+/// The IAF class.
+#[derive(Debug)]
+pub struct IafClass(pub KArc<Core>);
+
+impl IafClass {
+    /// The counter's four control bits: from the request's
+    /// configuration, then from the PMC's capabilities.
+    fn ctrl(&self, pm: &Pmc) -> u64 {
+        let config = pm.md.iap().pm_iap_config;
+        let mut flags = 0;
+        if config & SEL_OS != 0 {
+            flags |= IAF_OS;
+        }
+        if config & SEL_USR != 0 {
+            flags |= IAF_USR;
+        }
+        if config & SEL_ANY != 0 {
+            flags |= IAF_ANY;
+        }
+        if config & SEL_INT != 0 || pm.caps.contains(PmcCaps::INTERRUPT) {
+            flags |= IAF_PMI;
+        }
+        if pm.caps.contains(PmcCaps::SYSTEM) {
+            flags |= IAF_OS;
+        }
+        if pm.caps.contains(PmcCaps::USER) {
+            flags |= IAF_USR;
+        }
+        if !pm.caps.intersects(PmcCaps::USER.union(PmcCaps::SYSTEM)) {
+            flags |= IAF_OS | IAF_USR;
+        }
+        u64::from(flags)
+    }
+}
+
+impl PmcClassDep for IafClass {
+    fn class(&self) -> PmcClass {
+        PmcClass::Iaf
+    }
+    fn caps(&self) -> PmcCaps {
+        IAF_CAPS
+    }
+    fn width(&self) -> u32 {
+        self.0.iaf_width
+    }
+    fn num(&self) -> u32 {
+        self.0.iaf_npmc
+    }
+    fn row_name(&self, ri: u32) -> [u8; PMC_NAME_MAX] {
+        name_row(b"IAF", ri)
+    }
+    fn pcpu_init(&self, _cpu: u32) -> KResult<()> {
+        Ok(())
+    }
+    fn pcpu_fini(&self, _cpu: u32) {}
+    fn allocate_pmc(&self, _cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()> {
+        if ri >= self.0.iaf_npmc || req.raw.pm_class != PmcClass::Iaf.raw() || !from_pmu_tables(req)
+        {
+            return Err(EINVAL);
+        }
+        let config = req.raw.pm_md.iap().pm_iap_config;
+        // Only the mode, any-thread and interrupt bits mean anything to
+        // a fixed counter.
+        let allowed = 0xFFFF | SEL_USR | SEL_OS | SEL_INT | SEL_ANY;
+        if config & !allowed != 0 || (config & SEL_ANY != 0 && self.0.version >= 5) {
+            return Err(EINVAL);
+        }
+        let (event, umask) = (config as u8, (config >> 8) as u8);
+        let ok = if event == 0 {
+            u32::from(umask) == ri + 1
+        } else {
+            matches!(
+                (ri, event, umask),
+                (0, 0xC0, 0x00) | (1, 0x3C, 0x00) | (2, 0x3C, 0x01) | (3, 0xA4, 0x01)
+            )
+        };
+        if ok { Ok(()) } else { Err(EINVAL) }
+    }
+    fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
+        let c = self.0.cpu(cpu)?;
+        let slot = c.iaf.get(ri as usize).ok_or(EINVAL)?;
+        let old = slot.replace(pm.cloned());
+        drop(old);
+        Ok(())
+    }
+    fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
+        let c = self.0.cpu(cpu)?;
+        let slot = c.iaf.get(ri as usize).ok_or(EINVAL)?;
+        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
+        let v = rdmsr(IAF_CTR0 + ri);
+        Ok(if sampling {
+            perfctr_to_reload(v, self.0.iaf_width)
+        } else {
+            v & width_mask(self.0.iaf_width)
+        })
+    }
+    fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
+        let c = self.0.cpu(cpu)?;
+        let slot = c.iaf.get(ri as usize).ok_or(EINVAL)?;
+        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
+        let w = self.0.iaf_width;
+        let v = if sampling {
+            reload_to_perfctr(value, w)
+        } else {
+            value & width_mask(w)
+        };
+        // The counter is off while it is written.
+        let ctrl = c.iafctrl.load(Ordering::Acquire);
+        wrmsr(IAF_CTRL, ctrl & !(0xF << (4 * ri)));
+        wrmsr(IAF_CTR0 + ri, v);
+        wrmsr(IAF_CTRL, ctrl);
+        Ok(())
+    }
+    fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
+        let c = self.0.cpu(cpu)?;
+        let field = self.ctrl(pm) << (4 * ri);
+        let ctrl = c.iafctrl.fetch_or(field, Ordering::AcqRel) | field;
+        wrmsr(IAF_CTRL, ctrl);
+        self.0.enable(c, 1 << (IAF_OFFSET + ri));
+        Ok(())
+    }
+    fn stop_pmc(&self, cpu: u32, ri: u32, _pm: &Pmc) -> KResult<()> {
+        let c = self.0.cpu(cpu)?;
+        let field = 0xF << (4 * ri);
+        let ctrl = c.iafctrl.fetch_and(!field, Ordering::AcqRel) & !field;
+        wrmsr(IAF_CTRL, ctrl);
+        Ok(())
+    }
+    fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
+        Ok(())
+    }
+    fn get_msr(&self, ri: u32) -> KResult<u32> {
+        Ok(RDPMC_FIXED + ri)
+    }
+    fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
+        let bits = width_mask(self.0.iaf_npmc) << IAF_OFFSET;
+        self.0.unstall(cpu, bits, |bit| {
+            pmcs.get(bit - IAF_OFFSET)
+                .is_some_and(|pm| pm.running_unlocked())
+        });
+    }
+    fn stalled(&self, cpu: u32) -> bool {
+        self.0
+            .stalled(cpu, width_mask(self.0.iaf_npmc) << IAF_OFFSET)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reload_conversions() {
+        assert_eq!(reload_to_perfctr(1, 48), (1 << 48) - 1);
+        assert_eq!(reload_to_perfctr(65536, 48), (1 << 48) - 65536);
+        assert_eq!(perfctr_to_reload((1 << 48) - 65536, 48), 65536);
+        assert_eq!(perfctr_to_reload(5, 48), 0, "overflowed");
+    }
+
+    #[test]
+    fn constraints() {
+        use PmcCputype::*;
+        assert_eq!(iap_counters(IntelSkylake, 0xC0, 0x01, 0), Some(2));
+        assert_eq!(iap_counters(IntelSkylake, 0xC0, 0x00, 0), None);
+        assert_eq!(iap_counters(IntelHaswell, 0xCD, 0x01, 0), Some(8));
+        assert_eq!(iap_counters(IntelIcelakeXeon, 0xD0, 0x81, 0), Some(0xF));
+        assert_eq!(iap_counters(IntelIcelakeXeon, 0xC0, 0x00, 0), None);
+    }
+}

@@ -1,0 +1,660 @@
+//! The x86 hardware classes on the simulated PMU models: rows and
+//! capabilities per model, counting of real programs against the CPU's
+//! own retired-instruction and cycle counts, sampling by overflow
+//! interrupts, the errors of bad requests, and the fallback of an unknown
+//! CPU.
+
+// Host test code: the kernel crates' allocation lints (sys/dev/clippy.toml)
+// do not apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use ksim::cpu::cost::CostModel;
+use ksim::cpu::events::Counts;
+use ksim::user_process::{UserProcess, UserThread};
+use ksim::{Cred, MachineConfig};
+use uapi::Plain;
+use uapi::pmc::*;
+
+const SKYLAKE_X: &str = "GenuineIntel-6-55-4";
+const SKYLAKE: &str = "GenuineIntel-6-5E-3";
+const ICELAKE_X: &str = "GenuineIntel-6-6A-6";
+const ZEN2: &str = "AuthenticAMD-23-31-0";
+
+/// PERFEVTSEL bits.
+const USR: u64 = 1 << 16;
+const OS: u64 = 1 << 17;
+const INT: u64 = 1 << 20;
+
+fn sim(cpuid: &str) -> Sim {
+    Sim::with_md(
+        MachineConfig {
+            cpuid: cpuid.into(),
+            ..MachineConfig::default()
+        },
+        &[],
+        hwpmc::MachineDep::initialize,
+    )
+}
+
+/// An allocation request of a pmu-events encoding.
+fn request(
+    class: PmcClass,
+    mode: PmcMode,
+    config: u64,
+    caps: PmcCaps,
+    count: u64,
+) -> PmcOpPmcallocate {
+    let mut a = PmcOpPmcallocate::zeroed();
+    a.pm_class = class.raw();
+    a.pm_mode = mode.raw();
+    a.pm_cpu = PMC_CPU_ANY;
+    a.pm_flags = PmcFlags::EV_PMU.bits();
+    a.pm_caps = (caps | PmcCaps::READ | PmcCaps::WRITE).bits();
+    a.pm_count = count;
+    a.pm_md = uapi::pmc_mdep::x86::PmcMdOpPmcallocate {
+        pm_iap: uapi::pmc_mdep::x86::PmcMdIapOpPmcallocate {
+            pm_iap_config: config,
+            pm_iap_rsp: 0,
+        },
+    };
+    a
+}
+
+fn amd_request(mode: PmcMode, config: u64, caps: PmcCaps, count: u64) -> PmcOpPmcallocate {
+    let mut a = request(PmcClass::K8, mode, 0, caps, count);
+    a.pm_md = uapi::pmc_mdep::x86::PmcMdOpPmcallocate {
+        pm_amd: uapi::pmc_mdep::x86::PmcMdAmdOpPmcallocate {
+            pm_amd_config: config,
+            pm_amd_sub_class: 0,
+        },
+    };
+    a
+}
+
+fn allocate(s: &Sim, p: P, a: PmcOpPmcallocate) -> Result<PmcId, Errno> {
+    s.allocate_raw(p, &a)
+}
+
+/// What the CPU itself saw of a program: its retired instructions, and
+/// the cost model's cycles over them.
+struct Observed {
+    counts: Arc<Mutex<Counts>>,
+    cost: Arc<Mutex<CostModel>>,
+}
+
+/// Execs workload `name` in a new process, with the CPU's own counts
+/// subscribed; returns the process and its thread.
+fn exec(s: &Sim, name: &str, argv: &[&str]) -> (P, Observed) {
+    let image =
+        ksim::programs::image(ksim::cpu::Arch::X86_64, name).expect("the ksim build made it");
+    let p = s.spawn(Cred::root(), name);
+    let path = format!("/usr/bin/{name}");
+    let mut process = UserProcess::exec(&image, &path, argv, &[], p.pid as i32, 0).expect("exec");
+    let counts = Arc::new(Mutex::new(Counts::default()));
+    let cost = Arc::new(Mutex::new(CostModel::default()));
+    process
+        .cpu()
+        .subscribe(Box::new(counts.clone()))
+        .expect("subscribe");
+    process
+        .cpu()
+        .subscribe(Box::new(cost.clone()))
+        .expect("subscribe");
+    let per_tick = MachineConfig::default().insns_per_tick;
+    s.m.exec_user_thread(p.pid, &path, &image, UserThread::new(process, per_tick));
+    (p, Observed { counts, cost })
+}
+
+/// Runs `p` on `cpu` until it exits.
+fn run_to_exit(s: &Sim, p: P, cpu: u32) {
+    for _ in 0..100_000 {
+        if s.m.proc_info(p.pid).is_none_or(|i| i.zombie) {
+            return;
+        }
+        s.run(p, cpu, 10);
+    }
+    panic!("{} did not exit", p.pid);
+}
+
+fn row_names(s: &Sim, p: P) -> Vec<String> {
+    s.pmcinfo(p, 0)
+        .expect("pmcinfo")
+        .iter()
+        .map(|i| String::from_utf8_lossy(uapi::pmc::c_field_str(&i.pm_name)).into_owned())
+        .collect()
+}
+
+#[test]
+fn each_model_has_the_rows_and_widths_of_its_cpuid() {
+    for (cpuid, cputype, iap, iaf) in [
+        (SKYLAKE, PmcCputype::IntelSkylake, 4, 3),
+        (SKYLAKE_X, PmcCputype::IntelSkylakeXeon, 4, 3),
+        (ICELAKE_X, PmcCputype::IntelIcelakeXeon, 8, 4),
+    ] {
+        let s = sim(cpuid);
+        let root = s.root();
+        let info = s.cpuinfo(root);
+        assert_eq!(info.pm_cputype, cputype.raw(), "{cpuid}");
+        let names = row_names(&s, root);
+        let want_iap: Vec<String> = (0..iap).map(|i| format!("IAP-{i}")).collect();
+        let want_iaf: Vec<String> = (0..iaf).map(|i| format!("IAF-{i}")).collect();
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| n.starts_with("IAP-"))
+                .cloned()
+                .collect::<Vec<_>>(),
+            want_iap
+        );
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| n.starts_with("IAF-"))
+                .cloned()
+                .collect::<Vec<_>>(),
+            want_iaf
+        );
+        let classes: Vec<(u32, u32, u32)> = info.pm_classes[..info.pm_nclass as usize]
+            .iter()
+            .map(|c| (c.pm_class, c.pm_num, c.pm_width))
+            .collect();
+        assert!(
+            classes.contains(&(PmcClass::Iap.raw(), iap, 48)),
+            "{cpuid}: {classes:?}"
+        );
+        assert!(
+            classes.contains(&(PmcClass::Iaf.raw(), iaf, 48)),
+            "{cpuid}: {classes:?}"
+        );
+        let banner = s.m.console().join("\n");
+        assert!(
+            banner.contains(&format!(
+                "IAP/{iap}/48/0x3ff<INT,USR,SYS,EDG,THR,REA,WRI,INV,QUA,PRC>"
+            )),
+            "{banner}"
+        );
+        assert!(
+            banner.contains(&format!("IAF/{iaf}/48/0x67<INT,USR,SYS,REA,WRI>")),
+            "{banner}"
+        );
+        s.finish();
+    }
+    let s = sim(ZEN2);
+    let root = s.root();
+    assert_eq!(s.cpuinfo(root).pm_cputype, PmcCputype::AmdK8.raw());
+    let k8: Vec<String> = row_names(&s, root)
+        .into_iter()
+        .filter(|n| n.starts_with("K8-"))
+        .collect();
+    assert_eq!(k8, (0..6).map(|i| format!("K8-{i}")).collect::<Vec<_>>());
+    s.finish();
+}
+
+#[test]
+fn an_unknown_cpu_falls_back_to_the_generic_classes() {
+    let s = sim("GenuineIntel-6-01-1");
+    let root = s.root();
+    assert_eq!(s.cpuinfo(root).pm_cputype, PmcCputype::Generic.raw());
+    assert!(s.m.console().iter().any(|l| l == "pmc: Unknown Intel CPU."));
+    assert!(row_names(&s, root).iter().all(|n| !n.starts_with("IA")));
+    s.finish();
+}
+
+#[test]
+fn counting_matches_the_cpus_own_retired_instructions_and_cycles() {
+    let s = sim(SKYLAKE_X);
+    let owner = s.root();
+    let (prog, seen) = exec(&s, "calls", &["calls", "300"]);
+    // INST_RETIRED.ANY_P on IAP, user mode; the fixed instructions and
+    // cycles counters; branches.
+    let insts = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAP");
+    let fixed = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iaf, PmcMode::Tc, 0x100 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAF-0");
+    let cycles = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iaf, PmcMode::Tc, 0x200 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAF-1");
+    let branches = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iap, PmcMode::Tc, 0xC4 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAP branches");
+    let all = allocate(
+        &s,
+        owner,
+        request(
+            PmcClass::Iap,
+            PmcMode::Tc,
+            0xC0 | USR | OS,
+            PmcCaps::USER | PmcCaps::SYSTEM,
+            0,
+        ),
+    )
+    .expect("IAP both modes");
+    for id in [insts, fixed, cycles, branches, all] {
+        s.attach(owner, id, prog.pid as i32).expect("attach");
+        s.start(owner, id).expect("start");
+    }
+    run_to_exit(&s, prog, 1);
+    let counts = seen.counts.lock().unwrap().clone();
+    assert!(counts.instructions > 10_000, "the program ran: {counts:?}");
+    assert_eq!(s.read(owner, insts), Ok(counts.instructions));
+    assert_eq!(s.read(owner, fixed), Ok(counts.instructions));
+    assert_eq!(s.read(owner, branches), Ok(counts.branches));
+    assert_eq!(
+        s.read(owner, cycles),
+        Ok(seen.cost.lock().unwrap().counts().cycles)
+    );
+    let both = s.read(owner, all).expect("read");
+    assert!(
+        both > counts.instructions,
+        "kernel work counts in OS mode: {both}"
+    );
+    s.finish();
+}
+
+#[test]
+fn sampling_interrupts_every_reload_count_instructions() {
+    let s = sim(SKYLAKE);
+    let owner = s.root();
+    let (prog, seen) = exec(&s, "sort", &["sort", "2"]);
+    let fd = s.open(owner, ksim::FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).expect("log");
+    let period = 5_000;
+    let id = allocate(
+        &s,
+        owner,
+        request(
+            PmcClass::Iap,
+            PmcMode::Ts,
+            0xC0 | USR | INT,
+            PmcCaps::USER | PmcCaps::INTERRUPT,
+            period,
+        ),
+    )
+    .expect("IAP sampling");
+    s.attach(owner, id, prog.pid as i32).expect("attach");
+    s.start(owner, id).expect("start");
+    let before = s.stats(owner);
+    run_to_exit(&s, prog, 0);
+    let after = s.stats(owner);
+    let n = seen.counts.lock().unwrap().instructions;
+    let taken = after.pm_intr_processed - before.pm_intr_processed;
+    assert_eq!(
+        u64::from(taken),
+        n / period,
+        "one PMI per {period} of {n} instructions"
+    );
+    assert_eq!(after.pm_intr_bufferfull, before.pm_intr_bufferfull);
+    s.finish();
+}
+
+#[test]
+fn amd_core_counters_count_instructions() {
+    let s = sim(ZEN2);
+    let owner = s.root();
+    let (prog, seen) = exec(&s, "calls", &["calls", "200"]);
+    let fd = s.open(owner, ksim::FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).expect("log");
+    let id = allocate(
+        &s,
+        owner,
+        amd_request(PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
+    )
+    .expect("K8");
+    let sampler = allocate(
+        &s,
+        owner,
+        amd_request(
+            PmcMode::Ts,
+            0xC0 | USR | INT,
+            PmcCaps::USER | PmcCaps::INTERRUPT,
+            4000,
+        ),
+    )
+    .expect("K8 sampling");
+    for id in [id, sampler] {
+        s.attach(owner, id, prog.pid as i32).expect("attach");
+        s.start(owner, id).expect("start");
+    }
+    let before = s.stats(owner).pm_intr_processed;
+    run_to_exit(&s, prog, 2);
+    let n = seen.counts.lock().unwrap().instructions;
+    assert_eq!(s.read(owner, id), Ok(n));
+    assert_eq!(
+        u64::from(s.stats(owner).pm_intr_processed - before),
+        n / 4000
+    );
+    s.finish();
+}
+
+#[test]
+fn requests_the_hardware_would_fault_on_are_refused() {
+    let s = sim(ICELAKE_X);
+    let owner = s.root();
+    let bad = [
+        // A reserved PERFEVTSEL bit.
+        request(
+            PmcClass::Iap,
+            PmcMode::Tc,
+            0xC0 | USR | 1 << 32,
+            PmcCaps::USER,
+            0,
+        ),
+        // EN is the driver's.
+        request(
+            PmcClass::Iap,
+            PmcMode::Tc,
+            0xC0 | USR | 1 << 22,
+            PmcCaps::USER,
+            0,
+        ),
+        // AnyThread is deprecated on version 5.
+        request(
+            PmcClass::Iap,
+            PmcMode::Tc,
+            0xC0 | USR | 1 << 21,
+            PmcCaps::USER,
+            0,
+        ),
+        // A fixed counter with a counter mask.
+        request(
+            PmcClass::Iaf,
+            PmcMode::Tc,
+            0x100 | 1 << 24,
+            PmcCaps::USER,
+            0,
+        ),
+        // A fixed-counter umask that names no counter.
+        request(PmcClass::Iaf, PmcMode::Tc, 0x900, PmcCaps::USER, 0),
+    ];
+    for a in bad {
+        assert_eq!(
+            allocate(&s, owner, a),
+            Err(EINVAL),
+            "{:#x}",
+            a.pm_md.iap().pm_iap_config
+        );
+    }
+    // Without PMC_F_EV_PMU.
+    let mut a = request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0);
+    a.pm_flags = 0;
+    assert_eq!(allocate(&s, owner, a), Err(EINVAL));
+    s.finish();
+}
+
+#[test]
+fn more_system_pmcs_than_counters_are_refused() {
+    let s = sim(SKYLAKE);
+    let owner = s.root();
+    let system = |config| {
+        let mut a = request(PmcClass::Iap, PmcMode::Sc, config, PmcCaps::USER, 0);
+        a.pm_cpu = 0;
+        a
+    };
+    for _ in 0..4 {
+        allocate(&s, owner, system(0xC0 | USR)).expect("a free counter");
+    }
+    assert_eq!(
+        allocate(&s, owner, system(0xC0 | USR)),
+        Err(EINVAL),
+        "no fifth counter"
+    );
+    // INST_RETIRED.PREC_DIST lives on counter 1 only, now taken.
+    let s2 = sim(SKYLAKE);
+    let o2 = s2.root();
+    let prec = || {
+        let mut a = request(PmcClass::Iap, PmcMode::Sc, 0x1C0 | USR, PmcCaps::USER, 0);
+        a.pm_cpu = 0;
+        a
+    };
+    allocate(&s2, o2, prec()).expect("counter 1");
+    assert_eq!(allocate(&s2, o2, prec()), Err(EINVAL));
+    s2.finish();
+    s.finish();
+}
+
+/// Runs `p` until it exits, moving it to the next CPU every `slice` ticks.
+fn run_migrating(s: &Sim, p: P, cpus: u32, slice: u32) {
+    for round in 0..100_000 {
+        if s.m.proc_info(p.pid).is_none_or(|i| i.zombie) {
+            return;
+        }
+        s.run(p, round % cpus, slice);
+    }
+    panic!("{} did not exit", p.pid);
+}
+
+#[test]
+fn per_thread_values_survive_migrations_and_switches() {
+    let s = sim(SKYLAKE);
+    let owner = s.root();
+    let (prog, seen) = exec(&s, "recurse", &["recurse"]);
+    let insts = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAP");
+    let fixed = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iaf, PmcMode::Tc, 0x100 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAF");
+    for id in [insts, fixed] {
+        s.attach(owner, id, prog.pid as i32).expect("attach");
+        s.start(owner, id).expect("start");
+    }
+    // Another process counts on the same counters in between.
+    let (other, other_seen) = exec(&s, "calls", &["calls", "50"]);
+    let theirs = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAP");
+    s.attach(owner, theirs, other.pid as i32).expect("attach");
+    s.start(owner, theirs).expect("start");
+    for round in 0..100_000u32 {
+        let mine = s.m.proc_info(prog.pid).is_some_and(|i| !i.zombie);
+        let its = s.m.proc_info(other.pid).is_some_and(|i| !i.zombie);
+        if !mine && !its {
+            break;
+        }
+        if mine {
+            s.run(prog, round % 4, 3);
+        }
+        if its {
+            s.run(other, (round + 1) % 4, 2);
+        }
+    }
+    let n = seen.counts.lock().unwrap().instructions;
+    assert!(n > 10_000);
+    assert_eq!(s.read(owner, insts), Ok(n));
+    assert_eq!(s.read(owner, fixed), Ok(n));
+    assert_eq!(
+        s.read(owner, theirs),
+        Ok(other_seen.counts.lock().unwrap().instructions)
+    );
+    s.finish();
+}
+
+/// Tallies retired instructions by PC.
+#[derive(Default)]
+struct ByPc(std::collections::BTreeMap<u64, u64>);
+
+impl ksim::cpu::events::Subscriber for ByPc {
+    fn retired(&mut self, insn: &ksim::cpu::events::Retired<'_>) {
+        *self.0.entry(insn.pc).or_default() += 1;
+    }
+}
+
+#[test]
+fn sample_shares_follow_the_instructions_the_cpu_retired() {
+    use uapi::pmclog::{PmclogBody, records};
+    let s = Sim::with_md(
+        MachineConfig {
+            cpuid: SKYLAKE_X.into(),
+            ..MachineConfig::default()
+        },
+        &[("kern.hwpmc.mincount", "1")],
+        hwpmc::MachineDep::initialize,
+    );
+    let owner = s.root();
+    let fd = s.open(owner, ksim::FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).expect("log");
+    let image = ksim::programs::image(ksim::cpu::Arch::X86_64, "calls").expect("built");
+    let symbols = ksim::elf::parse_symbols(&image).expect("symbols");
+    let function_of = |pc: u64| {
+        symbols
+            .iter()
+            .find(|(_, start, size)| (*start..start + size.max(&1)).contains(&pc))
+            .map(|(name, _, _)| name.clone())
+    };
+    let prog = s.spawn(Cred::root(), "calls");
+    let mut process = UserProcess::exec(
+        &image,
+        "/usr/bin/calls",
+        &["calls", "400"],
+        &[],
+        prog.pid as i32,
+        0,
+    )
+    .expect("exec");
+    let by_pc = Arc::new(Mutex::new(ByPc::default()));
+    process
+        .cpu()
+        .subscribe(Box::new(by_pc.clone()))
+        .expect("subscribe");
+    s.m.exec_user_thread(
+        prog.pid,
+        "/usr/bin/calls",
+        &image,
+        UserThread::new(process, 10_000),
+    );
+    let period = 997;
+    let mut a = request(
+        PmcClass::Iap,
+        PmcMode::Ts,
+        0xC0 | USR | INT,
+        PmcCaps::USER | PmcCaps::INTERRUPT,
+        period,
+    );
+    a.pm_flags |= PmcFlags::CALLCHAIN.bits();
+    let id = allocate(&s, owner, a).expect("sampler");
+    s.attach(owner, id, prog.pid as i32).expect("attach");
+    s.start(owner, id).expect("start");
+    run_migrating(&s, prog, 2, 5);
+    s.configurelog(owner, -1, 0).expect("close");
+
+    let mut want: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut total_insns = 0;
+    for (&pc, &n) in &by_pc.lock().unwrap().0 {
+        total_insns += n;
+        *want
+            .entry(function_of(pc).unwrap_or_else(|| "?".into()))
+            .or_default() += n;
+    }
+    let data = s.file(owner, fd);
+    let mut got: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut samples = 0u64;
+    let mut chained = 0;
+    for r in records(&data) {
+        let r = r.expect("a well-formed log");
+        let PmclogBody::Callchain {
+            pid, pmcid, pcs, ..
+        } = r.body
+        else {
+            continue;
+        };
+        assert_eq!((pid, pmcid), (prog.pid, id));
+        let pcs: Vec<u64> = pcs.iter().map(|p| p as u64).collect();
+        let f = function_of(pcs[0]).unwrap_or_else(|| "?".into());
+        if pcs.len() > 1 {
+            chained += 1;
+            assert!(
+                function_of(pcs[1]).is_some(),
+                "caller {:#x} of {f} is in the program",
+                pcs[1]
+            );
+        }
+        *got.entry(f).or_default() += 1;
+        samples += 1;
+    }
+    assert_eq!(
+        samples,
+        total_insns / period,
+        "a sample every {period} instructions"
+    );
+    assert!(chained > 0, "user call chains were walked");
+    // The statistical bound: four standard errors of a share estimated
+    // from `samples` samples, at most 2/sqrt(samples), plus 1%.
+    let bound = 2.0 / (samples as f64).sqrt() + 0.01;
+    for (f, n) in &want {
+        let share = *n as f64 / total_insns as f64;
+        let sampled = got.get(f).copied().unwrap_or(0) as f64 / samples as f64;
+        assert!(
+            (share - sampled).abs() <= bound,
+            "{f}: {share:.4} of the instructions, {sampled:.4} of the samples (bound {bound:.4})"
+        );
+    }
+    s.finish();
+}
+
+#[test]
+fn getmsr_gives_rdpmc_indices_and_user_rdpmc_only_while_the_owner_runs() {
+    let s = sim(SKYLAKE);
+    let p = s.root();
+    let iap = allocate(
+        &s,
+        p,
+        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAP");
+    let iaf = allocate(
+        &s,
+        p,
+        request(PmcClass::Iaf, PmcMode::Tc, 0x300 | USR, PmcCaps::USER, 0),
+    )
+    .expect("IAF-2");
+    // Not yet attached to its owner.
+    assert_eq!(s.getmsr(p, iap), Err(EINVAL));
+    for id in [iap, iaf] {
+        s.attach(p, id, p.pid as i32).expect("attach to self");
+    }
+    let ri = pmc_id_to_rowindex(iap) - 17;
+    assert_eq!(s.getmsr(p, iap), Ok(ri), "IAP rows are RDPMC index n");
+    assert_eq!(s.getmsr(p, iaf), Ok(0x4000_0002), "IAF-2 is 1<<30 | 2");
+    assert!(!ksim::kern::user_rdpmc(1));
+    s.m.switch_in(1, p.tid);
+    assert!(ksim::kern::user_rdpmc(1), "CR4.PCE on while the owner runs");
+    s.m.switch_out(1);
+    assert!(!ksim::kern::user_rdpmc(1), "and off after");
+    let other = s.root();
+    s.m.switch_in(1, other.tid);
+    assert!(!ksim::kern::user_rdpmc(1), "off for another process");
+    s.m.switch_out(1);
+    s.finish();
+}
