@@ -9,6 +9,11 @@
 //!     hwpmc-bench sample ON TICKS       clock ticks of a thread under a
 //!                                       system sampling PMC with call chains
 //!                                       (ON = 0: the PMC is not started)
+//!     hwpmc-bench hwcsw PMCS SWITCHES   the same with PMCS IAP counting PMCs
+//!                                       on an Ice Lake-SP (8 counters)
+//!     hwpmc-bench pmi ON COUNT          PMIs of a system sampling IAP PMC
+//!                                       with call chains on a 16-frame kernel
+//!                                       stack (ON = 0: the PMC is not started)
 //!     hwpmc-bench pipeline              the log pipeline at increasing sample
 //!                                       rates: samples logged per second of
 //!                                       host time, and where drops begin
@@ -18,6 +23,7 @@ use std::time::Instant;
 
 use hwpmc::Module;
 use ksim::{Cred, FileKind, Location, Machine, MachineConfig};
+use uapi::Plain;
 use uapi::pmc::*;
 
 struct Bench {
@@ -28,9 +34,15 @@ struct Bench {
 
 impl Bench {
     fn new(kenv: &[(&str, &str)]) -> (Bench, ksim::machine_guard::Entered) {
+        Bench::with_cpu(kenv, &MachineConfig::default().cpuid)
+    }
+
+    /// A machine of CPU key `cpuid`.
+    fn with_cpu(kenv: &[(&str, &str)], cpuid: &str) -> (Bench, ksim::machine_guard::Entered) {
         // The witness is the simulator's checker, not kernel work.
         let m = Machine::new(MachineConfig {
             witness: false,
+            cpuid: cpuid.into(),
             ..MachineConfig::default()
         });
         let e = m.enter();
@@ -195,6 +207,130 @@ fn sample(on: bool, ticks: u32) {
     b.finish();
 }
 
+/// An IAP request for INST_RETIRED.ANY_P in user and kernel mode, as
+/// libpmc encodes it.
+fn iap_request(mode: PmcMode, cpu: u32, flags: PmcFlags, count: u64) -> PmcOpPmcallocate {
+    let mut a = PmcOpPmcallocate::zeroed();
+    a.pm_class = PmcClass::Iap.raw();
+    a.pm_mode = mode.raw();
+    a.pm_cpu = cpu;
+    a.pm_flags = (flags | PmcFlags::EV_PMU).bits();
+    a.pm_caps = (PmcCaps::READ | PmcCaps::WRITE | PmcCaps::INTERRUPT).bits();
+    a.pm_count = count;
+    let int = if mode.is_sampling() { 1 << 20 } else { 0 };
+    a.pm_md = uapi::pmc_mdep::x86::PmcMdOpPmcallocate {
+        pm_iap: uapi::pmc_mdep::x86::PmcMdIapOpPmcallocate {
+            pm_iap_config: 0xC0 | 1 << 16 | 1 << 17 | int,
+            pm_iap_rsp: 0,
+        },
+    };
+    a
+}
+
+impl Bench {
+    /// Allocates a request whole (pm_md included): the system call's
+    /// argument block as the caller lays it out.
+    fn allocate_request(&self, owner: (u32, u32), a: &PmcOpPmcallocate) -> PmcId {
+        let mut b = vec![0u8; size_of::<PmcOpPmcallocate>()];
+        let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_caps),
+            &a.pm_caps.to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_cpu),
+            &a.pm_cpu.to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_class),
+            &a.pm_class.to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_flags),
+            &a.pm_flags.to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_mode),
+            &a.pm_mode.to_ne_bytes(),
+        );
+        put(
+            core::mem::offset_of!(PmcOpPmcallocate, pm_count),
+            &a.pm_count.to_ne_bytes(),
+        );
+        let md = a.pm_md.iap();
+        let at = core::mem::offset_of!(PmcOpPmcallocate, pm_md);
+        put(at, &md.pm_iap_config.to_ne_bytes());
+        put(at + 8, &md.pm_iap_rsp.to_ne_bytes());
+        self.call(owner.0, owner.1, PmcOp::Pmcallocate, &mut b)
+            .expect("allocate");
+        let off = core::mem::offset_of!(PmcOpPmcallocate, pm_pmcid);
+        u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+    }
+}
+
+fn hwcsw(pmcs: u32, switches: u32) {
+    let (b, _e) = Bench::with_cpu(&[], "GenuineIntel-6-6A-6");
+    let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+    let (tpid, ttid) = b.m.spawn(Cred::root(), "target");
+    for _ in 0..pmcs {
+        let id = b.allocate_request(
+            (opid, otid),
+            &iap_request(PmcMode::Tc, PMC_CPU_ANY, PmcFlags::empty(), 0),
+        );
+        let mut a = [0u8; 8];
+        a[0..4].copy_from_slice(&id.to_ne_bytes());
+        a[4..8].copy_from_slice(&(tpid as i32).to_ne_bytes());
+        b.call(opid, otid, PmcOp::Pmcattach, &mut a)
+            .expect("attach");
+        b.simple(opid, otid, PmcOp::Pmcstart, id);
+    }
+    for _ in 0..switches {
+        b.m.switch_in(1, ttid);
+        b.m.switch_out(1);
+    }
+    b.finish();
+}
+
+/// A kernel stack of 16 frames.
+fn deep_kernel_location() -> Location {
+    Location {
+        user_mode: false,
+        kernel_stack: (0..16).map(|i| 0xffff_ffff_8020_1010 + i * 0x100).collect(),
+        user_stack: vec![0x40_1010, 0x40_2020],
+        user_regs: None,
+    }
+}
+
+fn pmi(on: bool, count: u32) {
+    let (b, _e) = Bench::with_cpu(&[("kern.hwpmc.mincount", "1")], "GenuineIntel-6-55-4");
+    let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+    let (_, wtid) = b.m.spawn(Cred::root(), "worker");
+    b.log_to_file(opid, otid);
+    let id = b.allocate_request(
+        (opid, otid),
+        &iap_request(PmcMode::Ss, 1, PmcFlags::CALLCHAIN, 1000),
+    );
+    if on {
+        b.simple(opid, otid, PmcOp::Pmcstart, id);
+    }
+    b.m.set_location(wtid, deep_kernel_location());
+    b.m.switch_in(1, wtid);
+    let pmus = b.m.pmus().expect("a PMU model");
+    // IAP-0's overflow bit, set as the hardware sets it; the handler
+    // clears it again. Each PMI's sample is drained at the next tick.
+    for i in 0..count {
+        pmus.wrmsr(1, 0x391, 1)
+            .expect("IA32_PERF_GLOBAL_STATUS_SET");
+        pmus.set_lvt_all(ksim::x86::pmu::LVT_DM_NMI);
+        b.m.pmc_interrupt(1);
+        if i % 64 == 63 {
+            b.m.tick(1);
+        }
+    }
+    b.m.switch_out(1);
+    b.finish();
+}
+
 /// Samples per clock tick on one CPU, raised until the ring overflows;
 /// reports host throughput of the whole pipeline (interrupt, ring, log
 /// buffers, writer) and the drops.
@@ -250,12 +386,16 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("csw") => csw(num(2), num(3)),
         Some("sample") => sample(num(2) != 0, num(3)),
+        Some("hwcsw") => hwcsw(num(2), num(3)),
+        Some("pmi") => pmi(num(2) != 0, num(3)),
         Some("pipeline") => pipeline(),
         _ => usage(),
     }
 }
 
 fn usage() -> ! {
-    eprintln!("usage: hwpmc-bench csw PMCS SWITCHES | sample ON TICKS | pipeline");
+    eprintln!(
+        "usage: hwpmc-bench csw PMCS SWITCHES | hwcsw PMCS SWITCHES | sample ON TICKS | pmi ON COUNT | pipeline"
+    );
     std::process::exit(2);
 }
