@@ -1,10 +1,11 @@
 //! AMD core performance counters (hwpmc_amd.c): the K8 class, on every
 //! family from K8 (0Fh) on, as FreeBSD identifies them.
 //!
-//! This driver gives the six core counters (PERF_CTL0-3/PERF_CTR0-3 at
-//! C001_0000h and C001_0004h, counters 4 and 5 at C001_0208h-C001_020Bh)
-//! and not FreeBSD's ten L3 and Data Fabric rows: a request for those
-//! sub-classes is refused with EINVAL (hwpmc(4) says so).
+//! This driver gives the core counters (PERF_CTL0-3/PERF_CTR0-3 at
+//! C001_0000h and C001_0004h, and with PerfCtrExtCore counters 4 and 5 at
+//! C001_0208h-C001_020Bh; FreeBSD offers six whatever the CPU) and not
+//! FreeBSD's ten L3 and Data Fabric rows: a request for those sub-classes
+//! is refused with EINVAL (hwpmc(4) says so).
 //!
 //! Differences from FreeBSD, deliberate: a configuration that sets bits
 //! the hardware reserves, or EN, is refused with EINVAL; the RDPMC index
@@ -24,8 +25,10 @@ use crate::hwpmc_tsc::TscClass;
 use crate::hwpmc_x86::Signature;
 use crate::{MachineDep, Pmc, say};
 
-/// Core counters.
+/// Core counters with PerfCtrExtCore (CPUID 0x80000001 ECX bit 23).
 pub const AMD_CORE_NPMCS: u32 = 6;
+/// Core counters without it (the legacy four).
+pub const AMD_LEGACY_NPMCS: u32 = 4;
 /// Counter width.
 const AMD_WIDTH: u32 = 48;
 const WIDTH_MASK: u64 = (1 << AMD_WIDTH) - 1;
@@ -66,6 +69,8 @@ struct AmdCpu {
 
 /// The K8 class.
 pub struct AmdClass {
+    /// Core counters: 6 with PerfCtrExtCore, else 4.
+    npmc: u32,
     cpus: KVec<AmdCpu>,
 }
 
@@ -80,17 +85,15 @@ fn sampling(slot: &NmiSlot<Pmc>) -> bool {
 }
 
 impl AmdClass {
-    fn new(ncpu: u32) -> KResult<AmdClass> {
+    fn new(ncpu: u32, npmc: u32) -> KResult<AmdClass> {
         let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |cpu| {
             Ok(AmdCpu {
-                rows: KVec::from_fn(AMD_CORE_NPMCS as usize, Wait::WaitOk, |_| {
-                    NmiSlot::new(cpu as u32)
-                })?,
+                rows: KVec::from_fn(npmc as usize, Wait::WaitOk, |_| NmiSlot::new(cpu as u32))?,
                 stalled: AtomicU64::new(0),
                 nmi_counter: AtomicU32::new(0),
             })
         })?;
-        Ok(AmdClass { cpus })
+        Ok(AmdClass { npmc, cpus })
     }
 
     fn row(&self, cpu: u32, ri: u32) -> KResult<(&AmdCpu, &NmiSlot<Pmc>)> {
@@ -163,7 +166,7 @@ impl PmcClassDep for AmdClass {
         AMD_WIDTH
     }
     fn num(&self) -> u32 {
-        AMD_CORE_NPMCS
+        self.npmc
     }
     fn row_name(&self, ri: u32) -> [u8; PMC_NAME_MAX] {
         let mut name = [0; PMC_NAME_MAX];
@@ -176,13 +179,13 @@ impl PmcClassDep for AmdClass {
         Ok(())
     }
     fn pcpu_fini(&self, _cpu: u32) {
-        for ri in 0..AMD_CORE_NPMCS {
+        for ri in 0..self.npmc {
             let (evsel, _) = msrs(ri);
             wrmsr(evsel, rdmsr(evsel) & !AMD_PMC_ENABLE);
         }
     }
     fn allocate_pmc(&self, _cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()> {
-        if ri >= AMD_CORE_NPMCS
+        if ri >= self.npmc
             || req.raw.pm_class != PmcClass::K8.raw()
             || !PmcFlags::from_bits_retain(req.raw.pm_flags).contains(PmcFlags::EV_PMU)
         {
@@ -314,7 +317,15 @@ pub fn initialize(sig: Signature, ncpu: u32) -> KResult<Option<MachineDep>> {
         ));
         return Ok(None);
     }
-    let amd = KArc::try_new(AmdClass::new(ncpu)?, Wait::WaitOk)?;
+    // Counters 4 and 5 exist only with PerfCtrExtCore: without it their
+    // MSRs would fault (FreeBSD offers them on every family).
+    let ext_core = kpi::x86::cpuid(0x8000_0001, 0)[2] & (1 << 23) != 0;
+    let npmc = if ext_core {
+        AMD_CORE_NPMCS
+    } else {
+        AMD_LEGACY_NPMCS
+    };
+    let amd = KArc::try_new(AmdClass::new(ncpu, npmc)?, Wait::WaitOk)?;
     let mut classes = KVec::with_capacity(2, Wait::WaitOk)?;
     let tsc = kpi::kbox_dyn!(TscClass, Wait::WaitOk, dyn PmcClassDep)?;
     let k8 = kpi::kbox_dyn!(Shared(amd.clone()), Wait::WaitOk, dyn PmcClassDep)?;

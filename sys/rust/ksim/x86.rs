@@ -86,6 +86,12 @@ impl PmuSpec {
                 0x7D | 0x7E => Some(intel(5, 8, 4, "Ice Lake")),
                 _ => None,
             },
+            // Family 10h: the four legacy counters, no PerfCtrExtCore.
+            (Vendor::Amd, 0x10) => Some(PmuSpec::Amd {
+                counters: 4,
+                width: 48,
+                name: "K10",
+            }),
             (Vendor::Amd, 0x17) => Some(PmuSpec::Amd {
                 counters: 6,
                 width: 48,
@@ -205,7 +211,7 @@ impl CpuModel {
             0x8000_0000 => [0x8000_0001, 0, 0, 0],
             // ECX bit 23: PerfCtrExtCore (six core counters at C001_020x).
             0x8000_0001 => {
-                let ext = matches!(self.pmu, Some(PmuSpec::Amd { .. }));
+                let ext = matches!(self.pmu, Some(PmuSpec::Amd { counters: 6, .. }));
                 [self.signature(), 0, u32::from(ext) << 23, 0]
             }
             _ => [0; 4],

@@ -188,15 +188,23 @@ fn each_model_has_the_rows_and_widths_of_its_cpuid() {
         );
         s.finish();
     }
-    let s = sim(ZEN2);
-    let root = s.root();
-    assert_eq!(s.cpuinfo(root).pm_cputype, PmcCputype::AmdK8.raw());
-    let k8: Vec<String> = row_names(&s, root)
-        .into_iter()
-        .filter(|n| n.starts_with("K8-"))
-        .collect();
-    assert_eq!(k8, (0..6).map(|i| format!("K8-{i}")).collect::<Vec<_>>());
-    s.finish();
+    // Six core counters with PerfCtrExtCore (Zen 2), the legacy four
+    // without it (family 10h), whose extended MSRs would fault.
+    for (cpuid, n) in [(ZEN2, 6), ("AuthenticAMD-16-04-2", 4)] {
+        let s = sim(cpuid);
+        let root = s.root();
+        assert_eq!(s.cpuinfo(root).pm_cputype, PmcCputype::AmdK8.raw());
+        let k8: Vec<String> = row_names(&s, root)
+            .into_iter()
+            .filter(|n| n.starts_with("K8-"))
+            .collect();
+        assert_eq!(
+            k8,
+            (0..n).map(|i| format!("K8-{i}")).collect::<Vec<_>>(),
+            "{cpuid}"
+        );
+        s.finish();
+    }
 }
 
 #[test]

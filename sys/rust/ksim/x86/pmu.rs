@@ -7,7 +7,8 @@
 //! LVT entry that turns an overflow into an NMI.
 //!
 //! The registers behave as the Intel SDM (vol. 3B, ch. 20) and AMD's APM
-//! (vol. 2, 13.2) and family 17h PPR describe, bit for bit where the
+//! (vol. 2, 13.2) and family 17h PPR describe (family 10h has only the
+//! four legacy counters), bit for bit where the
 //! driver can tell: a read or write of an MSR the model does not have, a
 //! write that sets a reserved bit, and a write to a read-only register
 //! raise #GP ([`GpFault`]), which the simulated kernel turns into a panic.
@@ -485,7 +486,8 @@ impl Pmu {
     /// The counter and whether the MSR is its control (else its count).
     fn amd_counter(&self, msr: u32) -> Option<(usize, bool)> {
         let n = self.gp.len() as u32;
-        if (msr::AMD_F17H_CTL0..msr::AMD_F17H_CTL0 + 2 * n).contains(&msr) {
+        // The extended range exists only with PerfCtrExtCore (six).
+        if n > 4 && (msr::AMD_F17H_CTL0..msr::AMD_F17H_CTL0 + 2 * n).contains(&msr) {
             let off = msr - msr::AMD_F17H_CTL0;
             return Some(((off / 2) as usize, off % 2 == 0));
         }
