@@ -666,3 +666,51 @@ fn getmsr_gives_rdpmc_indices_and_user_rdpmc_only_while_the_owner_runs() {
     s.m.switch_out(1);
     s.finish();
 }
+
+#[test]
+fn descendants_are_counted_across_fork_and_exec() {
+    let s = sim(SKYLAKE);
+    let owner = s.root();
+    let parent = s.spawn(Cred::root(), "sh");
+    let mut a = request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0);
+    a.pm_flags |= PmcFlags::DESCENDANTS.bits();
+    let id = allocate(&s, owner, a).expect("IAP");
+    s.attach(owner, id, parent.pid as i32).expect("attach");
+    s.start(owner, id).expect("start");
+    // The parent forks; its child execs a real program.
+    let child = s.fork(parent);
+    let image = ksim::programs::image(ksim::cpu::Arch::X86_64, "calls").expect("built");
+    let mut process = UserProcess::exec(
+        &image,
+        "/usr/bin/calls",
+        &["calls", "100"],
+        &[],
+        child.pid as i32,
+        0,
+    )
+    .expect("exec");
+    let counts = Arc::new(Mutex::new(Counts::default()));
+    process
+        .cpu()
+        .subscribe(Box::new(counts.clone()))
+        .expect("subscribe");
+    s.m.exec_user_thread(
+        child.pid,
+        "/usr/bin/calls",
+        &image,
+        UserThread::new(process, 10_000),
+    );
+    let child = P {
+        pid: child.pid,
+        tid: s.m.proc_info(child.pid).expect("the child").threads[0],
+    };
+    run_migrating(&s, child, 2, 4);
+    let n = counts.lock().unwrap().instructions;
+    assert!(n > 10_000);
+    assert_eq!(
+        s.read(owner, id),
+        Ok(n),
+        "the child's instructions, counted through PMC_F_DESCENDANTS"
+    );
+    s.finish();
+}
