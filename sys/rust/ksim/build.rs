@@ -23,7 +23,7 @@ use std::process::Command;
 /// Programs: each is `<name>.c` linked with the crt, the system call
 /// stubs and the small library.
 const PROGRAMS: &[&str] = &[
-    "sort", "calls", "recurse", "syscalls", "faults", "threads", "mapobj",
+    "sort", "calls", "recurse", "syscalls", "faults", "threads", "mapobj", "rdpmc",
 ];
 
 /// Shared objects: file name, source, entry symbol.

@@ -1020,6 +1020,30 @@ impl Cpu {
         })
     }
 
+    /// Whether the instruction at the PC is x86's `rdpmc` (0F 33), which
+    /// the emulator does not implement: it faults, and the caller serves
+    /// it with [`Cpu::complete_rdpmc`] when the kernel allows it.
+    pub fn at_rdpmc(&self) -> bool {
+        let mut op = [0u8; 2];
+        self.arch == Arch::X86_64 && self.read(self.pc(), &mut op).is_ok() && op == [0x0F, 0x33]
+    }
+
+    /// The counter `rdpmc` asks for (%ecx).
+    pub fn rdpmc_index(&self) -> u32 {
+        self.reg(uc::UC_X86_REG_RCX) as u32
+    }
+
+    /// Completes an `rdpmc` with the counter's `value`: %edx:%eax (the
+    /// upper halves of %rax and %rdx cleared, as a 32-bit write does) and
+    /// the PC past the instruction.
+    pub fn complete_rdpmc(&mut self, value: u64) {
+        let r = self.regs();
+        r.set(uc::UC_X86_REG_RAX, value & 0xFFFF_FFFF);
+        r.set(uc::UC_X86_REG_RDX, value >> 32);
+        let pc = self.pc();
+        self.set_pc(pc + 2);
+    }
+
     /// Sets the registers a new image starts with, as FreeBSD's
     /// exec_setregs does: the PC at `entry`, the stack pointer at `stack`
     /// aligned as the ABI wants at a function's entry, and the first

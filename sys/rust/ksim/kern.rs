@@ -279,6 +279,12 @@ pub fn copyin(uaddr: u64, len: usize) -> Result<Vec<u8>, i32> {
 pub fn copyout(data: &[u8], uaddr: u64) -> Result<(), i32> {
     let m = current();
     let mut st = m.st();
+    let (_, tid) = st.cur();
+    match st.thread_copyout(tid, uaddr, data) {
+        Some(true) => return Ok(()),
+        Some(false) => return Err(EFAULT),
+        None => {}
+    }
     let pid = st.cur_pid();
     st.umem_write(pid, uaddr, data).ok_or(EFAULT)
 }

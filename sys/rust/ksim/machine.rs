@@ -327,6 +327,19 @@ pub trait Activity: Send {
         None
     }
 
+    /// Writes the thread's own address space, as [`Activity::copyin`]
+    /// reads it.
+    fn copyout(&mut self, addr: u64, data: &[u8]) -> Option<bool> {
+        let _ = (addr, data);
+        None
+    }
+
+    /// The result of a system call of a kernel module the thread made
+    /// ([`KernelRequest::ModuleSyscall`]), which it waited for.
+    fn module_syscall_done(&mut self, result: Result<i64, i32>) {
+        let _ = result;
+    }
+
     /// The wait(2) status once the program has ended: the machine then
     /// makes its process exit.
     fn ended(&self) -> Option<i32> {
@@ -365,6 +378,17 @@ pub enum KernelRequest {
         /// The bytes.
         bytes: Vec<u8>,
     },
+    /// A system call of a kernel module (`syscall_register`: the numbers
+    /// from 210, as FreeBSD's lkmnosys slots), such as hwpmc's: the
+    /// machine serves it after the tick in the thread's context and hands
+    /// the result to [`Activity::module_syscall_done`]; the thread waits
+    /// in the kernel until then.
+    ModuleSyscall {
+        /// The system call number.
+        number: u32,
+        /// Its arguments.
+        args: [u64; 6],
+    },
     /// munmap(2) of a range holding an executable mapping
     /// (PMC_FN_MUNMAP).
     Munmap {
@@ -385,6 +409,9 @@ impl std::fmt::Debug for KernelRequest {
             }
             KernelRequest::Munmap { addr, len } => write!(f, "Munmap({addr:#x}, {len:#x})"),
             KernelRequest::Output { fd, bytes } => write!(f, "Output({fd}, {} bytes)", bytes.len()),
+            KernelRequest::ModuleSyscall { number, args } => {
+                write!(f, "ModuleSyscall({number}, {args:x?})")
+            }
         }
     }
 }
@@ -403,6 +430,7 @@ pub struct TickContext<'a> {
     next_tid: Option<&'a mut u32>,
     requests: Vec<KernelRequest>,
     pmus: Option<Arc<crate::x86::PmuSet>>,
+    user_rdpmc: bool,
     resume: bool,
     interrupted: bool,
 }
@@ -422,6 +450,7 @@ impl<'a> TickContext<'a> {
             next_tid: Some(next_tid),
             requests: Vec::new(),
             pmus: None,
+            user_rdpmc: false,
             resume: false,
             interrupted: false,
         }
@@ -436,6 +465,7 @@ impl<'a> TickContext<'a> {
             next_tid: None,
             requests: Vec::new(),
             pmus: None,
+            user_rdpmc: false,
             resume: false,
             interrupted: false,
         }
@@ -473,6 +503,11 @@ impl<'a> TickContext<'a> {
     /// The machine's PMUs, which count what the thread executes.
     pub fn pmus(&self) -> Option<&Arc<crate::x86::PmuSet>> {
         self.pmus.as_ref()
+    }
+
+    /// Whether user mode may execute `rdpmc` on this CPU (CR4.PCE).
+    pub fn user_rdpmc(&self) -> bool {
+        self.user_rdpmc
     }
 
     /// Whether this call goes on with the tick that a PMI interrupted
@@ -1087,6 +1122,7 @@ impl Machine {
             next_tid,
             cfg,
             pmus,
+            user_rdpmc,
             ..
         } = st;
         let mut requests = Vec::new();
@@ -1100,6 +1136,7 @@ impl Machine {
                     next_tid: Some(next_tid),
                     requests: Vec::new(),
                     pmus: pmus.clone(),
+                    user_rdpmc: user_rdpmc.get(cpu as usize).copied().unwrap_or(false),
                     resume,
                     interrupted: false,
                 };
@@ -1215,6 +1252,13 @@ impl Machine {
             KernelRequest::Output { fd, bytes } => {
                 if let Some(p) = self.st().procs.get_mut(&pid) {
                     p.output[usize::from(fd == 2)].extend_from_slice(&bytes);
+                }
+            }
+            KernelRequest::ModuleSyscall { number, args } => {
+                let result = self.syscall(tid, number, &args);
+                let mut st = self.st();
+                if let Some(a) = st.threads.get_mut(&tid).and_then(|t| t.activity.as_mut()) {
+                    a.module_syscall_done(result);
                 }
             }
         }
@@ -1761,6 +1805,13 @@ impl State {
             .get(&tid)
             .and_then(|t| t.activity.as_ref())
             .and_then(|a| a.copyin(addr, buf))
+    }
+
+    pub(crate) fn thread_copyout(&mut self, tid: u32, addr: u64, data: &[u8]) -> Option<bool> {
+        self.threads
+            .get_mut(&tid)
+            .and_then(|t| t.activity.as_mut())
+            .and_then(|a| a.copyout(addr, data))
     }
 
     pub(crate) fn request_ast(&mut self, tid: u32) {

@@ -15,7 +15,7 @@ use crate::cpu::Arch;
 
 /// Every program.
 pub const NAMES: &[&str] = &[
-    "sort", "calls", "recurse", "syscalls", "faults", "threads", "mapobj",
+    "sort", "calls", "recurse", "syscalls", "faults", "threads", "mapobj", "rdpmc",
 ];
 
 /// The shared object `mapobj` maps (built from `workloads/second.c`),

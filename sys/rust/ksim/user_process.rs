@@ -39,6 +39,11 @@ pub mod sys {
     pub const MUNMAP: u64 = 73;
     /// sched_yield(2).
     pub const SCHED_YIELD: u64 = 331;
+    /// The first number of the kernel modules' system calls (FreeBSD's
+    /// lkmnosys slots, which kldload'ed modules such as hwpmc take).
+    pub const MODULE_FIRST: u64 = 210;
+    /// The last.
+    pub const MODULE_LAST: u64 = 219;
     /// thr_exit(2).
     pub const THR_EXIT: u64 = 431;
     /// thr_new(2).
@@ -175,6 +180,9 @@ pub struct UserProcess {
     shared: Arc<Mutex<ProcShared>>,
     /// The thread called thr_exit(2).
     thread_exited: bool,
+    /// The thread waits in the kernel for a module's system call
+    /// ([`KernelRequest::ModuleSyscall`]).
+    awaiting_module: bool,
     syscalls: u64,
     fault: Option<(u64, Fault)>,
 }
@@ -210,6 +218,7 @@ impl UserProcess {
             ppid: 1,
             shared: Arc::default(),
             thread_exited: false,
+            awaiting_module: false,
             syscalls: 0,
             fault: None,
         })
@@ -371,6 +380,16 @@ impl UserProcess {
             }
             sys::THR_NEW => self.thr_new(a[0], a[1], ctx),
             sys::MMAP => self.mmap([a[0], a[1], a[2], a[3], a[4], a[5]], ctx),
+            // A kernel module's (hwpmc's): the machine serves it after
+            // the tick; the thread waits in the kernel for the result.
+            n @ sys::MODULE_FIRST..=sys::MODULE_LAST => {
+                ctx.request(KernelRequest::ModuleSyscall {
+                    number: n as u32,
+                    args: a,
+                });
+                self.awaiting_module = true;
+                return;
+            }
             _ => {
                 // nosys: SIGSYS, whose default action ends the process.
                 self.end(ExitStatus::Signaled(signal::SIGSYS));
@@ -623,6 +642,7 @@ impl UserProcess {
             ppid: self.ppid,
             shared: self.shared.clone(),
             thread_exited: false,
+            awaiting_module: false,
             syscalls: 0,
             fault: None,
         };
@@ -847,6 +867,26 @@ impl UserThread {
         }
     }
 
+    /// Serves an `rdpmc` the emulator faulted on, as the CPU executes it
+    /// when CR4.PCE is set: the counter's value from the machine's PMU.
+    /// False (the fault stands: a #GP, SIGBUS) when the instruction is not
+    /// `rdpmc`, user mode may not execute it, or the index names no
+    /// counter. The instruction itself is not reported to subscribers.
+    fn serve_rdpmc(&mut self, ctx: &TickContext<'_>) -> bool {
+        let cpu = &mut self.process.cpu;
+        if !ctx.user_rdpmc() || !cpu.at_rdpmc() {
+            return false;
+        }
+        let Some(value) = ctx
+            .pmus()
+            .and_then(|p| p.rdpmc(ctx.cpu(), cpu.rdpmc_index()))
+        else {
+            return false;
+        };
+        cpu.complete_rdpmc(value);
+        true
+    }
+
     /// Whether a PMI stopped the tick: what is left of it is kept for the
     /// call that resumes it.
     fn pmi_stops(&mut self, ctx: &mut TickContext<'_>, left: u64) -> bool {
@@ -867,6 +907,11 @@ impl UserThread {
         };
         self.sync_pmu_feed(ctx);
         while left > 0 && !self.process.thread_ended() {
+            // In the kernel for a module's system call: the rest of the
+            // tick is spent waiting (the machine serves it after the tick).
+            if self.process.awaiting_module {
+                return;
+            }
             if let Some(k) = self.in_kernel.as_mut() {
                 let mut n = left.min(k.total - k.done);
                 if let Some(p) = ctx.pmus() {
@@ -906,7 +951,18 @@ impl UserThread {
                         total,
                     });
                 }
-                Some(Stop::Fault { pc, fault }) => self.process.end_by_fault(pc, fault),
+                Some(Stop::Fault { pc, fault }) => {
+                    if !self.serve_rdpmc(ctx) {
+                        // A refused rdpmc is a #GP, whatever the emulator
+                        // reported (FreeBSD sends SIGBUS).
+                        let fault = if self.process.cpu.at_rdpmc() {
+                            Fault::Exception { vector: 13 }
+                        } else {
+                            fault
+                        };
+                        self.process.end_by_fault(pc, fault);
+                    }
+                }
             }
             if self.pmi_stops(ctx, left) {
                 return;
@@ -954,6 +1010,18 @@ impl Activity for UserThread {
 
     fn copyin(&self, addr: u64, buf: &mut [u8]) -> Option<bool> {
         Some(self.process.cpu.read_user(addr, buf).is_ok())
+    }
+
+    fn copyout(&mut self, addr: u64, data: &[u8]) -> Option<bool> {
+        Some(self.process.cpu.write_user(addr, data).is_ok())
+    }
+
+    fn module_syscall_done(&mut self, result: Result<i64, i32>) {
+        if std::mem::replace(&mut self.process.awaiting_module, false) {
+            self.process
+                .cpu
+                .set_syscall_result(result.map(|v| [v as u64, 0]));
+        }
     }
 
     fn ended(&self) -> Option<i32> {

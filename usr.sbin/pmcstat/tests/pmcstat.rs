@@ -530,7 +530,7 @@ fn an_unknown_workload_fails_initialisation() {
         text(&o.stderr),
         "libpmc: simulated machine: LIBPMC_SIM_WORKLOAD=\"make\" is not work or \
          work:THREADS (THREADS from 1 to 64), or a program [arm64/]NAME[:ARG,...] with \
-         NAME one of sort, calls, recurse, syscalls, faults, threads, mapobj\n\
+         NAME one of sort, calls, recurse, syscalls, faults, threads, mapobj, rdpmc\n\
          pmcstat: ERROR: Initialization of the pmc(3) library failed: Invalid argument\n"
     );
     let o = sim_pmcstat(&["-s", "TSC"])

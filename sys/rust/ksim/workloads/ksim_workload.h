@@ -57,6 +57,8 @@ struct thr_param {
 int thr_new(struct thr_param *param, int param_size);
 void thr_exit(long *state) __attribute__((noreturn));
 long __ksim_syscall_number(long number);
+/* A system call by number with two arguments (a kernel module's). */
+long __ksim_syscall2(long number, long a0, long a1);
 
 void *memset(void *dst, int c, size_t len);
 void *memcpy(void *dst, const void *src, size_t len);

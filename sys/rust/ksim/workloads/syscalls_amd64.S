@@ -31,6 +31,18 @@ __ksim_syscall_number:
 	ret
 	.size	__ksim_syscall_number, . - __ksim_syscall_number
 
+/* A system call by number with two arguments. */
+	.globl	__ksim_syscall2
+	.type	__ksim_syscall2,@function
+__ksim_syscall2:
+	movq	%rdi, %rax
+	movq	%rsi, %rdi
+	movq	%rdx, %rsi
+	syscall
+	jb	__ksim_syscall_error
+	ret
+	.size	__ksim_syscall2, . - __ksim_syscall2
+
 	.globl	__ksim_syscall_error
 	.type	__ksim_syscall_error,@function
 __ksim_syscall_error:

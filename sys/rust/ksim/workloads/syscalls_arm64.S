@@ -28,6 +28,18 @@ __ksim_syscall_number:
 	ret
 	.size	__ksim_syscall_number, . - __ksim_syscall_number
 
+/* A system call by number with two arguments. */
+	.globl	__ksim_syscall2
+	.type	__ksim_syscall2,@function
+__ksim_syscall2:
+	mov	x8, x0
+	mov	x0, x1
+	mov	x1, x2
+	svc	#0
+	b.cs	__ksim_syscall_error
+	ret
+	.size	__ksim_syscall2, . - __ksim_syscall2
+
 	.globl	__ksim_syscall_error
 	.type	__ksim_syscall_error,@function
 __ksim_syscall_error:

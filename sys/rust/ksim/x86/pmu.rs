@@ -651,6 +651,19 @@ impl Pmu {
         }
     }
 
+    /// `rdpmc` of counter `index` (Intel: bit 30 selects the fixed
+    /// counters; AMD: the core counter); None for an index the model has
+    /// not, which faults.
+    pub fn rdpmc(&self, index: u32) -> Option<u64> {
+        if self.intel.is_some() && index & (1 << 30) != 0 {
+            return self
+                .fixed
+                .get((index & !(1 << 30)) as usize)
+                .map(|c| c.value);
+        }
+        self.gp.get(index as usize).map(|c| c.value)
+    }
+
     /// The LVT performance-counter entry.
     pub fn lvt(&self) -> u32 {
         self.lvt
@@ -872,6 +885,11 @@ impl PmuSet {
         let r = pmu.wrmsr(msr, value);
         self.update_counting(cpu, &pmu);
         r
+    }
+
+    /// `rdpmc` on `cpu`.
+    pub fn rdpmc(&self, cpu: u32, index: u32) -> Option<u64> {
+        self.pmu(cpu).rdpmc(index)
     }
 
     /// Whether a counter of `cpu` counts.
