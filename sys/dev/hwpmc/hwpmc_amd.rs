@@ -20,7 +20,7 @@ use kpi::x86::{rdmsr, wrmsr};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcCputype, PmcFlags, set_c_field_str};
 use uapi::pmc_mdep::x86::AmdSubClass;
 
-use crate::hwpmc_class::{AllocRequest, IntrSink, MdIntr, PmcClassDep, RowPmcs};
+use crate::hwpmc_class::{AllocRequest, IntrSink, MdIntr, PmcClassDep, RowPmcs, unstall_on};
 use crate::hwpmc_tsc::TscClass;
 use crate::hwpmc_x86::Signature;
 use crate::{MachineDep, Pmc, say};
@@ -244,21 +244,11 @@ impl PmcClassDep for AmdClass {
         let Some(c) = self.cpus.get(cpu as usize) else {
             return;
         };
-        let mut stalled = c.stalled.load(Ordering::Acquire);
-        if stalled == 0 {
-            return;
-        }
-        if kpi::cpu::curcpu() != cpu {
-            kpi::kern_pmc::set_cpu_sampled(cpu);
-            return;
-        }
-        while stalled != 0 {
-            let ri = stalled.trailing_zeros();
-            stalled &= stalled - 1;
+        unstall_on(cpu, c.stalled.load(Ordering::Acquire), |ri| {
             if let Some(pm) = pmcs.get(ri).filter(|pm| pm.running_unlocked()) {
                 let _ = self.start_pmc(cpu, ri, pm);
             }
-        }
+        });
     }
     fn stalled(&self, cpu: u32) -> bool {
         self.cpus
@@ -286,24 +276,9 @@ impl core::fmt::Debug for Shared {
 }
 
 impl PmcClassDep for Shared {
+    crate::forward_class_common!();
     crate::forward_class! {
-        class() -> PmcClass;
         caps() -> PmcCaps;
-        width() -> u32;
-        num() -> u32;
-        row_name(ri: u32) -> [u8; PMC_NAME_MAX];
-        pcpu_init(cpu: u32) -> KResult<()>;
-        pcpu_fini(cpu: u32) -> ();
-        allocate_pmc(cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
-        config_pmc(cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
-        read_pmc(cpu: u32, ri: u32) -> KResult<u64>;
-        write_pmc(cpu: u32, ri: u32, value: u64) -> KResult<()>;
-        start_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
-        stop_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
-        release_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
-        get_msr(ri: u32) -> KResult<u32>;
-        unstall(cpu: u32, pmcs: &RowPmcs<'_>) -> ();
-        stalled(cpu: u32) -> bool;
     }
 }
 

@@ -70,6 +70,51 @@ pub trait MdIntr: Send + Sync {
     fn intr(&self, cpu: u32, sink: &dyn IntrSink) -> bool;
 }
 
+/// Runs `restart` for each bit of `stalled` (a class's counters stalled on
+/// a full ring of `cpu`) on that CPU; from another CPU it asks for that
+/// CPU's next sweep instead, since the counters' registers are per CPU.
+pub fn unstall_on(cpu: u32, mut stalled: u64, mut restart: impl FnMut(u32)) {
+    if stalled == 0 {
+        return;
+    }
+    if kpi::cpu::curcpu() != cpu {
+        kpi::kern_pmc::set_cpu_sampled(cpu);
+        return;
+    }
+    while stalled != 0 {
+        let bit = stalled.trailing_zeros();
+        stalled &= stalled - 1;
+        restart(bit);
+    }
+}
+
+/// The [`PmcClassDep`] methods every wrapper of a class forwards (all but
+/// `caps`, `get_caps` and `shareable`), for [`forward_class!`].
+#[macro_export]
+#[doc(hidden)]
+macro_rules! forward_class_common {
+    () => {
+        $crate::forward_class! {
+            class() -> PmcClass;
+            width() -> u32;
+            num() -> u32;
+            row_name(ri: u32) -> [u8; PMC_NAME_MAX];
+            pcpu_init(cpu: u32) -> KResult<()>;
+            pcpu_fini(cpu: u32) -> ();
+            allocate_pmc(cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
+            config_pmc(cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
+            read_pmc(cpu: u32, ri: u32) -> KResult<u64>;
+            write_pmc(cpu: u32, ri: u32, value: u64) -> KResult<()>;
+            start_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+            stop_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+            release_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
+            get_msr(ri: u32) -> KResult<u32>;
+            unstall(cpu: u32, pmcs: &RowPmcs<'_>) -> ();
+            stalled(cpu: u32) -> bool;
+        }
+    };
+}
+
 /// Implements [`PmcClassDep`] methods by calling the same methods of
 /// `self.0`.
 #[macro_export]
@@ -91,24 +136,9 @@ impl core::fmt::Debug for WithoutCaps {
 }
 
 impl PmcClassDep for WithoutCaps {
-    forward_class! {
-        class() -> PmcClass;
-        width() -> u32;
-        num() -> u32;
+    crate::forward_class_common!();
+    crate::forward_class! {
         shareable() -> bool;
-        row_name(ri: u32) -> [u8; PMC_NAME_MAX];
-        pcpu_init(cpu: u32) -> KResult<()>;
-        pcpu_fini(cpu: u32) -> ();
-        allocate_pmc(cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
-        config_pmc(cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
-        read_pmc(cpu: u32, ri: u32) -> KResult<u64>;
-        write_pmc(cpu: u32, ri: u32, value: u64) -> KResult<()>;
-        start_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
-        stop_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
-        release_pmc(cpu: u32, ri: u32, pm: &Pmc) -> KResult<()>;
-        get_msr(ri: u32) -> KResult<u32>;
-        unstall(cpu: u32, pmcs: &RowPmcs<'_>) -> ();
-        stalled(cpu: u32) -> bool;
     }
     fn caps(&self) -> PmcCaps {
         self.0.caps().difference(self.1)

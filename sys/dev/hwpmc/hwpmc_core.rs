@@ -30,7 +30,7 @@ use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcCputype, PmcFlags, set_c_fie
 use uapi::pmc_mdep::x86::{IAF_ANY, IAF_OS, IAF_PMI, IAF_USR};
 
 use crate::Pmc;
-use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep, RowPmcs};
+use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep, RowPmcs, unstall_on};
 
 /// IA32_PMC0.
 const IAP_PMC0: u32 = 0xC1;
@@ -306,22 +306,11 @@ impl Core {
         let Ok(c) = self.cpu(cpu) else {
             return;
         };
-        let mut stalled = c.stalled.load(Ordering::Acquire) & bits;
-        if stalled == 0 {
-            return;
-        }
-        if kpi::cpu::curcpu() != cpu {
-            // The MSRs are per CPU: that CPU's next sweep restarts them.
-            kpi::kern_pmc::set_cpu_sampled(cpu);
-            return;
-        }
-        while stalled != 0 {
-            let bit = stalled.trailing_zeros();
-            stalled &= stalled - 1;
+        unstall_on(cpu, c.stalled.load(Ordering::Acquire) & bits, |bit| {
             if pmc_of(bit) {
                 self.enable(c, 1 << bit);
             }
-        }
+        });
     }
 
     fn stalled(&self, cpu: u32, bits: u64) -> bool {

@@ -951,17 +951,16 @@ impl UserThread {
                         total,
                     });
                 }
+                Some(Stop::Fault { .. }) if self.serve_rdpmc(ctx) => {}
                 Some(Stop::Fault { pc, fault }) => {
-                    if !self.serve_rdpmc(ctx) {
-                        // A refused rdpmc is a #GP, whatever the emulator
-                        // reported (FreeBSD sends SIGBUS).
-                        let fault = if self.process.cpu.at_rdpmc() {
-                            Fault::Exception { vector: 13 }
-                        } else {
-                            fault
-                        };
-                        self.process.end_by_fault(pc, fault);
-                    }
+                    // A refused rdpmc is a #GP, whatever the emulator
+                    // reported (FreeBSD sends SIGBUS).
+                    let fault = if self.process.cpu.at_rdpmc() {
+                        Fault::Exception { vector: 13 }
+                    } else {
+                        fault
+                    };
+                    self.process.end_by_fault(pc, fault);
                 }
             }
             if self.pmi_stops(ctx, left) {
