@@ -17,12 +17,12 @@ use kpi::errno::EINVAL;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::nmi::NmiSlot;
 use kpi::x86::{rdmsr, wrmsr};
-use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcCputype, PmcFlags, set_c_field_str};
+use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcCputype, PmcFlags};
 use uapi::pmc_mdep::x86::AmdSubClass;
 
 use crate::hwpmc_class::{AllocRequest, IntrSink, MdIntr, PmcClassDep, RowPmcs, unstall_on};
 use crate::hwpmc_tsc::TscClass;
-use crate::hwpmc_x86::Signature;
+use crate::hwpmc_x86::{Signature, from_perfctr, row_name, samples, to_perfctr};
 use crate::{MachineDep, Pmc, say};
 
 /// Core counters with PerfCtrExtCore (CPUID 0x80000001 ECX bit 23).
@@ -31,7 +31,6 @@ pub const AMD_CORE_NPMCS: u32 = 6;
 pub const AMD_LEGACY_NPMCS: u32 = 4;
 /// Counter width.
 const AMD_WIDTH: u32 = 48;
-const WIDTH_MASK: u64 = (1 << AMD_WIDTH) - 1;
 /// PERF_CTL: enable.
 const AMD_PMC_ENABLE: u64 = 1 << 22;
 /// PERF_CTL bits a request may set: event select (7:0, 35:32), unit
@@ -78,10 +77,6 @@ impl core::fmt::Debug for AmdClass {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("AmdClass").finish_non_exhaustive()
     }
-}
-
-fn sampling(slot: &NmiSlot<Pmc>) -> bool {
-    slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()))
 }
 
 impl AmdClass {
@@ -132,7 +127,7 @@ impl AmdClass {
                 let config = rdmsr(evsel);
                 wrmsr(evsel, config & !AMD_PMC_ENABLE);
                 let reload = pm.reload_unlocked();
-                wrmsr(perfctr, reload.wrapping_neg() & WIDTH_MASK);
+                wrmsr(perfctr, to_perfctr(true, reload, AMD_WIDTH));
                 if sink.sample(pm, cpu) {
                     wrmsr(evsel, config);
                 } else {
@@ -169,11 +164,7 @@ impl PmcClassDep for AmdClass {
         self.npmc
     }
     fn row_name(&self, ri: u32) -> [u8; PMC_NAME_MAX] {
-        let mut name = [0; PMC_NAME_MAX];
-        let mut buf = kpi::LineBuf::<16>::new();
-        let _ = core::fmt::Write::write_fmt(&mut buf, format_args!("K8-{ri}"));
-        set_c_field_str(&mut name, buf.as_str().as_bytes());
-        name
+        row_name("K8", ri)
     }
     fn pcpu_init(&self, _cpu: u32) -> KResult<()> {
         Ok(())
@@ -205,23 +196,11 @@ impl PmcClassDep for AmdClass {
     }
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
         let (_, slot) = self.row(cpu, ri)?;
-        let v = rdmsr(msrs(ri).1) & WIDTH_MASK;
-        if !sampling(slot) {
-            return Ok(v);
-        }
-        if v >> (AMD_WIDTH - 1) & 1 == 0 {
-            return Ok(0);
-        }
-        Ok(WIDTH_MASK - v + 1)
+        Ok(from_perfctr(samples(slot), rdmsr(msrs(ri).1), AMD_WIDTH))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let (_, slot) = self.row(cpu, ri)?;
-        let v = if sampling(slot) {
-            value.wrapping_neg()
-        } else {
-            value
-        };
-        wrmsr(msrs(ri).1, v & WIDTH_MASK);
+        wrmsr(msrs(ri).1, to_perfctr(samples(slot), value, AMD_WIDTH));
         Ok(())
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {

@@ -26,11 +26,13 @@ use kpi::errno::{EINVAL, EPROGMISMATCH};
 use kpi::malloc::{KArc, KVec, Wait};
 use kpi::nmi::NmiSlot;
 use kpi::x86::{rdmsr, wrmsr};
-use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcCputype, PmcFlags, set_c_field_str};
+use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcCputype, PmcFlags};
 use uapi::pmc_mdep::x86::{IAF_ANY, IAF_OS, IAF_PMI, IAF_USR};
 
 use crate::Pmc;
 use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep, RowPmcs, unstall_on};
+use crate::hwpmc_x86::{from_perfctr, row_name, samples, to_perfctr};
+use crate::ops::width_mask;
 
 /// IA32_PMC0.
 const IAP_PMC0: u32 = 0xC1;
@@ -92,14 +94,6 @@ const IAF_CAPS: PmcCaps = PmcCaps::READ
     .union(PmcCaps::USER)
     .union(PmcCaps::SYSTEM);
 
-fn width_mask(width: u32) -> u64 {
-    if width >= 64 {
-        u64::MAX
-    } else {
-        (1 << width) - 1
-    }
-}
-
 /// One CPU's state (`struct core_cpu`).
 struct CoreCpu {
     iap: KVec<NmiSlot<Pmc>>,
@@ -134,20 +128,6 @@ impl core::fmt::Debug for Core {
             .field("iaf", &(self.iaf_npmc, self.iaf_width))
             .finish()
     }
-}
-
-/// The perfctr value that overflows after `count` more events.
-fn reload_to_perfctr(count: u64, width: u32) -> u64 {
-    (width_mask(width).wrapping_add(1)).wrapping_sub(count) & width_mask(width)
-}
-
-/// The events left before a sampling counter overflows; 0 when it has.
-fn perfctr_to_reload(value: u64, width: u32) -> u64 {
-    let v = value & width_mask(width);
-    if v >> (width - 1) & 1 == 0 {
-        return 0;
-    }
-    width_mask(width) - v + 1
 }
 
 impl Core {
@@ -267,7 +247,7 @@ impl Core {
                 if !sink.sample(pm, cpu) {
                     disable |= bit;
                 }
-                wrmsr(ctr, reload_to_perfctr(pm.reload_unlocked(), width));
+                wrmsr(ctr, to_perfctr(true, pm.reload_unlocked(), width));
             });
         };
         for (n, slot) in c.iaf.iter().enumerate() {
@@ -468,17 +448,6 @@ const ICELAKEX_LOW_COUNTERS: &[(u8, u8)] = &[
     (0xF4, 0x04),
 ];
 
-fn name_row(prefix: &[u8], ri: u32) -> [u8; PMC_NAME_MAX] {
-    let mut name = [0; PMC_NAME_MAX];
-    let mut buf = kpi::LineBuf::<16>::new();
-    let _ = core::fmt::Write::write_fmt(
-        &mut buf,
-        format_args!("{}-{ri}", core::str::from_utf8(prefix).unwrap_or("")),
-    );
-    set_c_field_str(&mut name, buf.as_str().as_bytes());
-    name
-}
-
 /// Whether an allocation request is for a PMU table event.
 fn from_pmu_tables(req: &AllocRequest<'_>) -> bool {
     PmcFlags::from_bits_retain(req.raw.pm_flags).contains(PmcFlags::EV_PMU)
@@ -508,7 +477,7 @@ impl PmcClassDep for IapClass {
         self.0.iap_npmc
     }
     fn row_name(&self, ri: u32) -> [u8; PMC_NAME_MAX] {
-        name_row(b"IAP", ri)
+        row_name("IAP", ri)
     }
     fn pcpu_init(&self, cpu: u32) -> KResult<()> {
         self.0.pcpu_init(cpu)
@@ -544,24 +513,16 @@ impl PmcClassDep for IapClass {
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
-        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
-        let v = rdmsr(IAP_PMC0 + ri);
-        Ok(if sampling {
-            perfctr_to_reload(v, self.0.iap_width)
-        } else {
-            v & width_mask(self.0.iap_width)
-        })
+        Ok(from_perfctr(
+            samples(slot),
+            rdmsr(IAP_PMC0 + ri),
+            self.0.iap_width,
+        ))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
-        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
-        let w = self.0.iap_width;
-        let v = if sampling {
-            reload_to_perfctr(value, w)
-        } else {
-            value & width_mask(w)
-        };
+        let v = to_perfctr(samples(slot), value, self.0.iap_width);
         wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
         Ok(())
     }
@@ -597,12 +558,7 @@ impl PmcClassDep for IapClass {
             return;
         };
         drop(slot.replace(Some(pm.clone())));
-        let w = self.0.iap_width;
-        let v = if pm.mode.is_counting() {
-            value & width_mask(w)
-        } else {
-            reload_to_perfctr(value, w)
-        };
+        let v = to_perfctr(!pm.mode.is_counting(), value, self.0.iap_width);
         wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
         let _ = self.start_pmc(cpu, ri, pm);
     }
@@ -613,12 +569,7 @@ impl PmcClassDep for IapClass {
         wrmsr(IAP_EVSEL0 + ri, 0);
         let v = rdmsr(IAP_PMC0 + ri);
         drop(slot.replace(None));
-        let w = self.0.iap_width;
-        Ok(if pm.mode.is_counting() {
-            v & width_mask(w)
-        } else {
-            perfctr_to_reload(v, w)
-        })
+        Ok(from_perfctr(!pm.mode.is_counting(), v, self.0.iap_width))
     }
     fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
         let bits = width_mask(self.0.iap_npmc);
@@ -680,7 +631,7 @@ impl PmcClassDep for IafClass {
         self.0.iaf_npmc
     }
     fn row_name(&self, ri: u32) -> [u8; PMC_NAME_MAX] {
-        name_row(b"IAF", ri)
+        row_name("IAF", ri)
     }
     fn pcpu_init(&self, _cpu: u32) -> KResult<()> {
         Ok(())
@@ -719,24 +670,16 @@ impl PmcClassDep for IafClass {
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iaf.get(ri as usize).ok_or(EINVAL)?;
-        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
-        let v = rdmsr(IAF_CTR0 + ri);
-        Ok(if sampling {
-            perfctr_to_reload(v, self.0.iaf_width)
-        } else {
-            v & width_mask(self.0.iaf_width)
-        })
+        Ok(from_perfctr(
+            samples(slot),
+            rdmsr(IAF_CTR0 + ri),
+            self.0.iaf_width,
+        ))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iaf.get(ri as usize).ok_or(EINVAL)?;
-        let sampling = slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()));
-        let w = self.0.iaf_width;
-        let v = if sampling {
-            reload_to_perfctr(value, w)
-        } else {
-            value & width_mask(w)
-        };
+        let v = to_perfctr(samples(slot), value, self.0.iaf_width);
         // The counter is off while it is written.
         let ctrl = c.iafctrl.load(Ordering::Acquire);
         wrmsr(IAF_CTRL, ctrl & !(0xF << (4 * ri)));
@@ -781,14 +724,6 @@ impl PmcClassDep for IafClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reload_conversions() {
-        assert_eq!(reload_to_perfctr(1, 48), (1 << 48) - 1);
-        assert_eq!(reload_to_perfctr(65536, 48), (1 << 48) - 65536);
-        assert_eq!(perfctr_to_reload((1 << 48) - 65536, 48), 65536);
-        assert_eq!(perfctr_to_reload(5, 48), 0, "overflowed");
-    }
 
     #[test]
     fn constraints() {

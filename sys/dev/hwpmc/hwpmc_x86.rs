@@ -7,9 +7,53 @@
 
 use kpi::KResult;
 use kpi::malloc::{KVec, Wait};
-use uapi::pmc::{PmcCaps, PmcCputype};
+use kpi::nmi::NmiSlot;
+use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcCputype, set_c_field_str};
 
-use crate::MachineDep;
+use crate::ops::width_mask;
+use crate::{MachineDep, Pmc};
+
+/// What a counter of `width` bits is written with for `value`: the count
+/// itself for a counting PMC; for a sampling one (`value` its reload
+/// count) 2^width - value, so that it overflows after that many events.
+pub(crate) fn to_perfctr(sampling: bool, value: u64, width: u32) -> u64 {
+    let mask = width_mask(width);
+    if sampling {
+        mask.wrapping_add(1).wrapping_sub(value) & mask
+    } else {
+        value & mask
+    }
+}
+
+/// What a counter of `width` bits read as `raw` means: the count of a
+/// counting PMC; for a sampling one the events left before it overflows,
+/// 0 once it has (its top bit is clear again).
+pub(crate) fn from_perfctr(sampling: bool, raw: u64, width: u32) -> u64 {
+    let mask = width_mask(width);
+    let v = raw & mask;
+    if !sampling {
+        v
+    } else if v >> (width - 1) & 1 == 0 {
+        0
+    } else {
+        mask - v + 1
+    }
+}
+
+/// Whether the PMC a class's row holds samples (as its interrupt handler
+/// sees the row, without a lock).
+pub(crate) fn samples(slot: &NmiSlot<Pmc>) -> bool {
+    slot.with(|pm| pm.is_some_and(|pm| !pm.mode.is_counting()))
+}
+
+/// A row's name, `PREFIX-n` (`IAP-0`, `K8-5`).
+pub(crate) fn row_name(prefix: &str, ri: u32) -> [u8; PMC_NAME_MAX] {
+    let mut name = [0; PMC_NAME_MAX];
+    let mut buf = kpi::LineBuf::<16>::new();
+    let _ = core::fmt::Write::write_fmt(&mut buf, format_args!("{prefix}-{ri}"));
+    set_c_field_str(&mut name, buf.as_str().as_bytes());
+    name
+}
 
 /// CPUID leaf 1's signature, decoded as FreeBSD's `cpu_id` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,5 +143,20 @@ pub fn md_initialize(ncpu: u32) -> KResult<MachineDep> {
 pub fn md_finalize(cputype: PmcCputype) {
     if cputype != PmcCputype::Generic {
         kpi::x86::lapic_disable_pcint();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reload_conversions() {
+        assert_eq!(to_perfctr(true, 1, 48), (1 << 48) - 1);
+        assert_eq!(to_perfctr(true, 65536, 48), (1 << 48) - 65536);
+        assert_eq!(from_perfctr(true, (1 << 48) - 65536, 48), 65536);
+        assert_eq!(from_perfctr(true, 5, 48), 0, "overflowed");
+        assert_eq!(to_perfctr(false, 1 << 50 | 7, 48), 7, "counting: masked");
+        assert_eq!(from_perfctr(false, 5, 48), 5);
     }
 }
