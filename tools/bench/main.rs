@@ -70,49 +70,68 @@ impl Bench {
         r.map(|_| ())
     }
 
+    /// A SOFT PMC of event `ev`.
     fn allocate(
         &self,
-        (pid, tid): (u32, u32),
+        owner: (u32, u32),
         ev: u32,
         mode: PmcMode,
         cpu: u32,
         flags: PmcFlags,
         count: u64,
     ) -> PmcId {
+        let mut a = PmcOpPmcallocate::zeroed();
+        a.pm_caps = PmcCaps::READ.bits();
+        a.pm_cpu = if mode.is_virtual() { PMC_CPU_ANY } else { cpu };
+        a.pm_class = PmcClass::Soft.raw();
+        a.pm_ev = ev;
+        a.pm_flags = flags.bits();
+        a.pm_mode = mode.raw();
+        a.pm_count = count;
+        self.allocate_request(owner, &a)
+    }
+
+    /// Allocates a request whole (pm_md included): the system call's
+    /// argument block as the caller lays it out.
+    fn allocate_request(&self, owner: (u32, u32), a: &PmcOpPmcallocate) -> PmcId {
         let mut b = vec![0u8; size_of::<PmcOpPmcallocate>()];
         let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
         put(
             core::mem::offset_of!(PmcOpPmcallocate, pm_caps),
-            &PmcCaps::READ.bits().to_ne_bytes(),
+            &a.pm_caps.to_ne_bytes(),
         );
         put(
             core::mem::offset_of!(PmcOpPmcallocate, pm_cpu),
-            &(if mode.is_virtual() { PMC_CPU_ANY } else { cpu }).to_ne_bytes(),
+            &a.pm_cpu.to_ne_bytes(),
         );
         put(
             core::mem::offset_of!(PmcOpPmcallocate, pm_class),
-            &PmcClass::Soft.raw().to_ne_bytes(),
+            &a.pm_class.to_ne_bytes(),
         );
         put(
             core::mem::offset_of!(PmcOpPmcallocate, pm_ev),
-            &ev.to_ne_bytes(),
+            &a.pm_ev.to_ne_bytes(),
         );
         put(
             core::mem::offset_of!(PmcOpPmcallocate, pm_flags),
-            &flags.bits().to_ne_bytes(),
+            &a.pm_flags.to_ne_bytes(),
         );
         put(
             core::mem::offset_of!(PmcOpPmcallocate, pm_mode),
-            &mode.raw().to_ne_bytes(),
+            &a.pm_mode.to_ne_bytes(),
         );
         put(
             core::mem::offset_of!(PmcOpPmcallocate, pm_count),
-            &count.to_ne_bytes(),
+            &a.pm_count.to_ne_bytes(),
         );
-        self.call(pid, tid, PmcOp::Pmcallocate, &mut b)
+        let md = a.pm_md.iap();
+        let at = core::mem::offset_of!(PmcOpPmcallocate, pm_md);
+        put(at, &md.pm_iap_config.to_ne_bytes());
+        put(at + 8, &md.pm_iap_rsp.to_ne_bytes());
+        self.call(owner.0, owner.1, PmcOp::Pmcallocate, &mut b)
             .expect("allocate");
         let off = core::mem::offset_of!(PmcOpPmcallocate, pm_pmcid);
-        u32::from_ne_bytes(b[off..off + 4].try_into().unwrap())
+        u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
     }
 
     fn simple(&self, pid: u32, tid: u32, op: PmcOp, id: PmcId) {
@@ -225,47 +244,6 @@ fn iap_request(mode: PmcMode, cpu: u32, flags: PmcFlags, count: u64) -> PmcOpPmc
         },
     };
     a
-}
-
-impl Bench {
-    /// Allocates a request whole (pm_md included): the system call's
-    /// argument block as the caller lays it out.
-    fn allocate_request(&self, owner: (u32, u32), a: &PmcOpPmcallocate) -> PmcId {
-        let mut b = vec![0u8; size_of::<PmcOpPmcallocate>()];
-        let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
-        put(
-            core::mem::offset_of!(PmcOpPmcallocate, pm_caps),
-            &a.pm_caps.to_ne_bytes(),
-        );
-        put(
-            core::mem::offset_of!(PmcOpPmcallocate, pm_cpu),
-            &a.pm_cpu.to_ne_bytes(),
-        );
-        put(
-            core::mem::offset_of!(PmcOpPmcallocate, pm_class),
-            &a.pm_class.to_ne_bytes(),
-        );
-        put(
-            core::mem::offset_of!(PmcOpPmcallocate, pm_flags),
-            &a.pm_flags.to_ne_bytes(),
-        );
-        put(
-            core::mem::offset_of!(PmcOpPmcallocate, pm_mode),
-            &a.pm_mode.to_ne_bytes(),
-        );
-        put(
-            core::mem::offset_of!(PmcOpPmcallocate, pm_count),
-            &a.pm_count.to_ne_bytes(),
-        );
-        let md = a.pm_md.iap();
-        let at = core::mem::offset_of!(PmcOpPmcallocate, pm_md);
-        put(at, &md.pm_iap_config.to_ne_bytes());
-        put(at + 8, &md.pm_iap_rsp.to_ne_bytes());
-        self.call(owner.0, owner.1, PmcOp::Pmcallocate, &mut b)
-            .expect("allocate");
-        let off = core::mem::offset_of!(PmcOpPmcallocate, pm_pmcid);
-        u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-    }
 }
 
 fn hwcsw(pmcs: u32, switches: u32) {
