@@ -84,6 +84,24 @@ fn allocate(s: &Sim, p: P, a: PmcOpPmcallocate) -> Result<PmcId, Errno> {
     s.allocate_raw(p, &a)
 }
 
+/// A counting PMC of `config` in user mode (`usr`), allocated by `owner`.
+fn user_counter(s: &Sim, owner: P, class: PmcClass, config: u64, what: &str) -> PmcId {
+    allocate(
+        s,
+        owner,
+        request(class, PmcMode::Tc, config | USR, PmcCaps::USER, 0),
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+}
+
+/// Attaches `ids` to process `pid` and starts them.
+fn follow(s: &Sim, owner: P, ids: &[PmcId], pid: u32) {
+    for &id in ids {
+        s.attach(owner, id, pid as i32).expect("attach");
+        s.start(owner, id).expect("start");
+    }
+}
+
 /// What the CPU itself saw of a program: its retired instructions, and
 /// the cost model's cycles over them.
 struct Observed {
@@ -224,30 +242,10 @@ fn counting_matches_the_cpus_own_retired_instructions_and_cycles() {
     let (prog, seen) = exec(&s, "calls", &["calls", "300"]);
     // INST_RETIRED.ANY_P on IAP, user mode; the fixed instructions and
     // cycles counters; branches.
-    let insts = allocate(
-        &s,
-        owner,
-        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAP");
-    let fixed = allocate(
-        &s,
-        owner,
-        request(PmcClass::Iaf, PmcMode::Tc, 0x100 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAF-0");
-    let cycles = allocate(
-        &s,
-        owner,
-        request(PmcClass::Iaf, PmcMode::Tc, 0x200 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAF-1");
-    let branches = allocate(
-        &s,
-        owner,
-        request(PmcClass::Iap, PmcMode::Tc, 0xC4 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAP branches");
+    let insts = user_counter(&s, owner, PmcClass::Iap, 0xC0, "IAP");
+    let fixed = user_counter(&s, owner, PmcClass::Iaf, 0x100, "IAF-0");
+    let cycles = user_counter(&s, owner, PmcClass::Iaf, 0x200, "IAF-1");
+    let branches = user_counter(&s, owner, PmcClass::Iap, 0xC4, "IAP branches");
     let all = allocate(
         &s,
         owner,
@@ -260,10 +258,7 @@ fn counting_matches_the_cpus_own_retired_instructions_and_cycles() {
         ),
     )
     .expect("IAP both modes");
-    for id in [insts, fixed, cycles, branches, all] {
-        s.attach(owner, id, prog.pid as i32).expect("attach");
-        s.start(owner, id).expect("start");
-    }
+    follow(&s, owner, &[insts, fixed, cycles, branches, all], prog.pid);
     run_to_exit(&s, prog, 1);
     let counts = seen.counts.lock().unwrap().clone();
     assert!(counts.instructions > 10_000, "the program ran: {counts:?}");
@@ -302,8 +297,7 @@ fn sampling_interrupts_every_reload_count_instructions() {
         ),
     )
     .expect("IAP sampling");
-    s.attach(owner, id, prog.pid as i32).expect("attach");
-    s.start(owner, id).expect("start");
+    follow(&s, owner, &[id], prog.pid);
     let before = s.stats(owner);
     run_to_exit(&s, prog, 0);
     let after = s.stats(owner);
@@ -342,10 +336,7 @@ fn amd_core_counters_count_instructions() {
         ),
     )
     .expect("K8 sampling");
-    for id in [id, sampler] {
-        s.attach(owner, id, prog.pid as i32).expect("attach");
-        s.start(owner, id).expect("start");
-    }
+    follow(&s, owner, &[id, sampler], prog.pid);
     let before = s.stats(owner).pm_intr_processed;
     run_to_exit(&s, prog, 2);
     let n = seen.counts.lock().unwrap().instructions;
@@ -459,32 +450,13 @@ fn per_thread_values_survive_migrations_and_switches() {
     let s = sim(SKYLAKE);
     let owner = s.root();
     let (prog, seen) = exec(&s, "recurse", &["recurse"]);
-    let insts = allocate(
-        &s,
-        owner,
-        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAP");
-    let fixed = allocate(
-        &s,
-        owner,
-        request(PmcClass::Iaf, PmcMode::Tc, 0x100 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAF");
-    for id in [insts, fixed] {
-        s.attach(owner, id, prog.pid as i32).expect("attach");
-        s.start(owner, id).expect("start");
-    }
+    let insts = user_counter(&s, owner, PmcClass::Iap, 0xC0, "IAP");
+    let fixed = user_counter(&s, owner, PmcClass::Iaf, 0x100, "IAF");
+    follow(&s, owner, &[insts, fixed], prog.pid);
     // Another process counts on the same counters in between.
     let (other, other_seen) = exec(&s, "calls", &["calls", "50"]);
-    let theirs = allocate(
-        &s,
-        owner,
-        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAP");
-    s.attach(owner, theirs, other.pid as i32).expect("attach");
-    s.start(owner, theirs).expect("start");
+    let theirs = user_counter(&s, owner, PmcClass::Iap, 0xC0, "IAP");
+    follow(&s, owner, &[theirs], other.pid);
     for round in 0..100_000u32 {
         let mine = s.m.proc_info(prog.pid).is_some_and(|i| !i.zombie);
         let its = s.m.proc_info(other.pid).is_some_and(|i| !i.zombie);
@@ -572,8 +544,7 @@ fn sample_shares_follow_the_instructions_the_cpu_retired() {
     );
     a.pm_flags |= PmcFlags::CALLCHAIN.bits();
     let id = allocate(&s, owner, a).expect("sampler");
-    s.attach(owner, id, prog.pid as i32).expect("attach");
-    s.start(owner, id).expect("start");
+    follow(&s, owner, &[id], prog.pid);
     run_migrating(&s, prog, 2, 5);
     s.configurelog(owner, -1, 0).expect("close");
 
@@ -635,18 +606,8 @@ fn sample_shares_follow_the_instructions_the_cpu_retired() {
 fn getmsr_gives_rdpmc_indices_and_user_rdpmc_only_while_the_owner_runs() {
     let s = sim(SKYLAKE);
     let p = s.root();
-    let iap = allocate(
-        &s,
-        p,
-        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAP");
-    let iaf = allocate(
-        &s,
-        p,
-        request(PmcClass::Iaf, PmcMode::Tc, 0x300 | USR, PmcCaps::USER, 0),
-    )
-    .expect("IAF-2");
+    let iap = user_counter(&s, p, PmcClass::Iap, 0xC0, "IAP");
+    let iaf = user_counter(&s, p, PmcClass::Iaf, 0x300, "IAF-2");
     // Not yet attached to its owner.
     assert_eq!(s.getmsr(p, iap), Err(EINVAL));
     for id in [iap, iaf] {
@@ -675,8 +636,7 @@ fn descendants_are_counted_across_fork_and_exec() {
     let mut a = request(PmcClass::Iap, PmcMode::Tc, 0xC0 | USR, PmcCaps::USER, 0);
     a.pm_flags |= PmcFlags::DESCENDANTS.bits();
     let id = allocate(&s, owner, a).expect("IAP");
-    s.attach(owner, id, parent.pid as i32).expect("attach");
-    s.start(owner, id).expect("start");
+    follow(&s, owner, &[id], parent.pid);
     // The parent forks; its child execs a real program.
     let child = s.fork(parent);
     let image = ksim::programs::image(ksim::cpu::Arch::X86_64, "calls").expect("built");
