@@ -432,7 +432,6 @@ pub struct TickContext<'a> {
     pmus: Option<Arc<crate::x86::PmuSet>>,
     user_rdpmc: bool,
     resume: bool,
-    interrupted: bool,
 }
 
 impl<'a> TickContext<'a> {
@@ -452,7 +451,6 @@ impl<'a> TickContext<'a> {
             pmus: None,
             user_rdpmc: false,
             resume: false,
-            interrupted: false,
         }
     }
 
@@ -467,7 +465,6 @@ impl<'a> TickContext<'a> {
             pmus: None,
             user_rdpmc: false,
             resume: false,
-            interrupted: false,
         }
     }
 
@@ -514,13 +511,6 @@ impl<'a> TickContext<'a> {
     /// (what was left of its budget), rather than starting a new one.
     pub fn resumes(&self) -> bool {
         self.resume
-    }
-
-    /// Ends the tick early: a PMI waits on the CPU at the thread's
-    /// location; the machine takes it and then calls again with
-    /// [`TickContext::resumes`] true.
-    pub fn interrupt(&mut self) {
-        self.interrupted = true;
     }
 }
 
@@ -1037,7 +1027,7 @@ impl Machine {
         let (ran, ev) = {
             let mut st = self.st();
             Self::advance_clock(&mut st);
-            let ran = Self::step_running(&mut st, cpu);
+            let ran = Self::step_running(&mut st, cpu, false);
             (ran, Self::clock_hard(&st))
         };
         let mut ran = ran;
@@ -1081,7 +1071,7 @@ impl Machine {
                 .collect();
             let running: Vec<(u32, Option<TickDone>)> = cpus
                 .into_iter()
-                .map(|c| (c, Self::step_running(&mut st, c)))
+                .map(|c| (c, Self::step_running(&mut st, c, false)))
                 .collect();
             (running, Self::clock_hard(&st))
         };
@@ -1105,16 +1095,11 @@ impl Machine {
         st.time_ns += 1_000_000_000 / st.cfg.hz;
     }
 
-    /// Moves the thread running on `cpu` on in its activity; returns it
-    /// with the requests its tick left.
-    fn step_running(st: &mut State, cpu: u32) -> Option<TickDone> {
-        Self::step_activity(st, cpu, false).map(|(done, _)| done)
-    }
-
-    /// Runs the activity of the thread on `cpu` for a tick (or the rest
-    /// of one a PMI interrupted: `resume`); also says whether a PMI
-    /// interrupted it now.
-    fn step_activity(st: &mut State, cpu: u32, resume: bool) -> Option<(TickDone, bool)> {
+    /// Moves the thread running on `cpu` on in its activity for a tick
+    /// (or for the rest of one a PMI stopped: `resume`; an activity stops
+    /// its tick early while a PMI waits on the CPU's PMU); returns it with
+    /// the requests it left.
+    fn step_running(st: &mut State, cpu: u32, resume: bool) -> Option<TickDone> {
         let running = st.cpus[cpu as usize].running?;
         let State {
             threads,
@@ -1126,7 +1111,6 @@ impl Machine {
             ..
         } = st;
         let mut requests = Vec::new();
-        let mut interrupted = false;
         if let Some(t) = threads.get_mut(&running) {
             if let Some(a) = t.activity.as_mut() {
                 let mut ctx = TickContext {
@@ -1138,14 +1122,12 @@ impl Machine {
                     pmus: pmus.clone(),
                     user_rdpmc: user_rdpmc.get(cpu as usize).copied().unwrap_or(false),
                     resume,
-                    interrupted: false,
                 };
                 t.location = a.tick_on(&mut ctx);
                 requests = ctx.requests;
-                interrupted = ctx.interrupted;
             }
         }
-        Some(((running, requests), interrupted))
+        Some((running, requests))
     }
 
     /// Takes the PMIs of the tick that ran on `cpu`: each is an NMI at
@@ -1172,9 +1154,9 @@ impl Machine {
                 if st.cpus[cpu as usize].running != Some(tid) {
                     return;
                 }
-                Self::step_activity(&mut st, cpu, true)
+                Self::step_running(&mut st, cpu, true)
             };
-            let Some(((_, requests), _)) = more else {
+            let Some((_, requests)) = more else {
                 return;
             };
             if let Some((_, all)) = done.as_mut() {

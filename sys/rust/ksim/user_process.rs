@@ -887,12 +887,12 @@ impl UserThread {
         true
     }
 
-    /// Whether a PMI stopped the tick: what is left of it is kept for the
-    /// call that resumes it.
-    fn pmi_stops(&mut self, ctx: &mut TickContext<'_>, left: u64) -> bool {
+    /// Whether a PMI waits on the CPU, which stops the tick: what is left
+    /// of it is kept for the call that resumes it once the machine has
+    /// taken the PMI.
+    fn pmi_stops(&mut self, ctx: &TickContext<'_>, left: u64) -> bool {
         if ctx.pmus().is_some_and(|p| p.pmi_pending(ctx.cpu())) {
             self.left_in_tick = left;
-            ctx.interrupt();
             return true;
         }
         false
