@@ -351,7 +351,6 @@ struct IntelRegs {
 /// One logical CPU's PMU.
 #[derive(Debug, Clone)]
 pub struct Pmu {
-    spec: PmuSpec,
     gp: Vec<Counter>,
     fixed: Vec<Counter>,
     intel: Option<IntelRegs>,
@@ -360,8 +359,6 @@ pub struct Pmu {
     cost: CostModel,
     /// A PMI waits for the CPU to take it.
     pmi: bool,
-    /// PMIs delivered.
-    pmis: u64,
 }
 
 impl Pmu {
@@ -393,7 +390,6 @@ impl Pmu {
             } => (counters, 0, width, None),
         };
         Pmu {
-            spec,
             gp: vec![Counter::default(); gp as usize],
             fixed: vec![Counter::default(); fixed as usize],
             intel,
@@ -401,13 +397,7 @@ impl Pmu {
             lvt: LVT_MASKED,
             cost: CostModel::new(cost),
             pmi: false,
-            pmis: 0,
         }
-    }
-
-    /// The model's description.
-    pub fn spec(&self) -> PmuSpec {
-        self.spec
     }
 
     fn gp_fault(msr: u32, value: Option<u64>, why: &'static str) -> GpFault {
@@ -684,11 +674,6 @@ impl Pmu {
         self.pmi
     }
 
-    /// PMIs raised so far.
-    pub fn pmis(&self) -> u64 {
-        self.pmis
-    }
-
     /// Counts one retired instruction.
     pub fn retired(&mut self, insn: &Retired<'_>) {
         let before = self.cost.counts();
@@ -792,7 +777,6 @@ impl Pmu {
                 self.lvt |= LVT_MASKED;
             }
             self.pmi = true;
-            self.pmis += 1;
         }
     }
 }
@@ -835,7 +819,6 @@ fn step_counter(
 /// The PMUs of a machine's CPUs.
 #[derive(Debug)]
 pub struct PmuSet {
-    model: CpuModel,
     pmus: Vec<Mutex<Pmu>>,
     /// Per CPU: some counter counts.
     counting: Vec<AtomicBool>,
@@ -848,18 +831,12 @@ impl PmuSet {
     pub fn new(model: CpuModel, ncpus: u32, cost: CostConfig) -> Option<Arc<PmuSet>> {
         let spec = model.pmu?;
         Some(Arc::new(PmuSet {
-            model,
             pmus: (0..ncpus)
                 .map(|_| Mutex::new(Pmu::new(spec, cost)))
                 .collect(),
             counting: (0..ncpus).map(|_| AtomicBool::new(false)).collect(),
             pmi: (0..ncpus).map(|_| AtomicBool::new(false)).collect(),
         }))
-    }
-
-    /// The CPU model.
-    pub fn model(&self) -> CpuModel {
-        self.model
     }
 
     /// The PMU of `cpu`.
