@@ -298,6 +298,43 @@ pub unsafe extern "C" fn pmc_get_msr(pmc: PmcId, msr: *mut u32) -> c_int {
     })
 }
 
+/// `pmc_extcaps`: the driver's extensions (`PMC_EXTCAP_*`), EOPNOTSUPP
+/// without any.
+///
+/// # Safety
+/// `caps` is writable.
+// SAFETY: the C name is this library's own (pmc_notify(3)); nothing else
+// linked with libpmc defines it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pmc_extcaps(caps: *mut u32) -> c_int {
+    with_library(|l| {
+        check_out(caps)?;
+        out(caps, l.ext_caps()?)
+    })
+}
+
+/// `pmc_notify`: a notification descriptor for sampling PMC `pmc`
+/// (pmc_notify(3)).
+///
+/// # Safety
+/// `fdp` is writable.
+// SAFETY: the C name is this library's own (pmc_notify(3)); nothing else
+// linked with libpmc defines it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pmc_notify(
+    pmc: PmcId,
+    flags: u32,
+    count: u32,
+    refresh: u32,
+    signo: c_int,
+    fdp: *mut c_int,
+) -> c_int {
+    with_library(|l| {
+        check_out(fdp)?;
+        out(fdp, l.notify(pmc, flags, count, refresh, signo)?)
+    })
+}
+
 /// `pmc_enable`: makes a row available (PMCADMIN to FREE).
 // SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]

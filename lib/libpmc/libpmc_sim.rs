@@ -17,7 +17,7 @@
 
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicI32, Ordering};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::{Mutex, Once};
 
 use ksim::MachineConfig;
@@ -27,7 +27,7 @@ pub use ksimd::server::{DEFAULT_CPUID, SimConfig, Workload};
 use ksimd::sock;
 use uapi::Plain;
 use uapi::exterr::Uexterror;
-use uapi::pmc::{PmcOp, PmcOpConfigurelog};
+use uapi::pmc::{PMC_OP_EXT_NOTIFY, PmcOp, PmcOpConfigurelog, PmcOpNotify};
 
 use crate::transport::{Transport, host_errno};
 
@@ -60,6 +60,11 @@ pub const KENV_ENV: &str = "LIBPMC_SIM_KENV";
 /// simulated seconds before each request (a fraction of a second of the
 /// host's time). More would make every request seem to hang.
 pub const MAX_TICKS_PER_CALL: u32 = 100_000;
+
+/// Where `pm_fd` and the spare word that carries the host thread sit in
+/// `struct pmc_op_notify`.
+const NOTIFY_FD_AT: usize = core::mem::offset_of!(PmcOpNotify, pm_fd);
+const NOTIFY_TID_AT: usize = core::mem::offset_of!(PmcOpNotify, pm_spare) + 4;
 
 /// Where `pm_logfd` sits in `struct pmc_op_configurelog`.
 const LOGFD_AT: usize = core::mem::offset_of!(PmcOpConfigurelog, pm_logfd);
@@ -149,14 +154,24 @@ impl Drop for Conn {
 /// Sends `req` on `fd` (with descriptor `pass` beside it) and reads the
 /// reply; ENXIO when the machine is gone or answers nonsense.
 fn exchange(fd: RawFd, req: &Request, pass: Option<RawFd>) -> Result<Reply, c_int> {
+    exchange_fds(fd, req, pass).map(|(r, _)| r)
+}
+
+/// [`exchange`], with the descriptors that came with the reply.
+fn exchange_fds(
+    fd: RawFd,
+    req: &Request,
+    pass: Option<RawFd>,
+) -> Result<(Reply, Vec<OwnedFd>), c_int> {
     sock::send(fd, &req.encode(), pass).map_err(|_| libc::ENXIO)?;
     let packet = sock::recv(fd)
         .map_err(|_| libc::ENXIO)?
         .ok_or(libc::ENXIO)?;
-    Reply::decode(&packet.bytes).map_err(|e| {
+    let reply = Reply::decode(&packet.bytes).map_err(|e| {
         eprintln!("libpmc: simulated machine: a reply it could not read: {e}");
         libc::ENXIO
-    })
+    })?;
+    Ok((reply, packet.fds))
 }
 
 /// The hwpmc driver on a simulated machine, through ksimd's protocol.
@@ -435,12 +450,22 @@ impl Transport for SimTransport {
             .then(|| i32::from_ne_bytes(arg[LOGFD_AT..LOGFD_END].try_into().expect("4 bytes")))
             // SAFETY: fcntl(F_GETFD) only asks whether `fd` is open.
             .filter(|&fd| fd >= 0 && unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0);
+        let notify = op == PMC_OP_EXT_NOTIFY && arg.len() == size_of::<PmcOpNotify>();
+        let mut sent = arg.to_vec();
+        if notify {
+            // The machine sends this thread's signals to it: the daemon
+            // learns which host thread it is from the last spare word,
+            // which it clears before the kernel reads the request.
+            // SAFETY: gettid(2) has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            sent[NOTIFY_TID_AT..NOTIFY_TID_AT + 4].copy_from_slice(&tid.to_ne_bytes());
+        }
         let req = Request::Call {
             op,
-            arg: arg.to_vec(),
+            arg: sent,
             with_fd: logfd.is_some(),
         };
-        let reply = self.with_conn(|c| exchange(c.fd.as_raw_fd(), &req, logfd))?;
+        let (reply, mut fds) = self.with_conn(|c| exchange_fds(c.fd.as_raw_fd(), &req, logfd))?;
         let Reply::Called {
             errno,
             arg: bytes,
@@ -456,6 +481,14 @@ impl Transport for SimTransport {
             return Err(libc::ENXIO);
         }
         arg.copy_from_slice(&bytes);
+        if notify && errno == 0 {
+            // The descriptor is the read end of a pipe the daemon feeds.
+            let Some(fd) = fds.pop() else {
+                return Err(libc::ENXIO);
+            };
+            let fd = fd.into_raw_fd();
+            arg[NOTIFY_FD_AT..NOTIFY_FD_AT + 4].copy_from_slice(&fd.to_ne_bytes());
+        }
         if let Some(ue) = Uexterror::read_from(&exterr) {
             crate::uexterr::record(ue);
         }
@@ -479,5 +512,9 @@ impl Transport for SimTransport {
 
     fn simulator(&self) -> Option<&SimTransport> {
         Some(self)
+    }
+
+    fn kernel_signal(&self, sig: c_int) -> Option<c_int> {
+        ksimd::proto::freebsd_signal(sig)
     }
 }

@@ -38,6 +38,25 @@ struct pmc_pmcinfo {
 	struct pmc_info	pm_pmcs[];	/* pmc_npmc() rows */
 };
 
+/*
+ * Overflow notification (pmc_notify(3)): an extension of this hwpmc that
+ * FreeBSD's does not have; pmc_extcaps() says whether the kernel has it.
+ */
+#define	PMC_EXTCAP_NOTIFY	0x1	/* pmc_notify() works */
+#define	PMC_NOTIFY_BYTES	0x1	/* count log bytes, not samples */
+#define	PMC_NOTIFICATION_END	0x1	/* pn_flags: no notification follows */
+
+/* What a read(2) of a notification descriptor returns. */
+struct pmc_notification {
+	pmc_id_t	pn_pmcid;	/* the PMC */
+	uint32_t	pn_flags;	/* PMC_NOTIFICATION_* */
+	uint32_t	pn_cpu;		/* CPU of the last notification's sample */
+	uint32_t	pn_spare;
+	uint64_t	pn_notifications; /* notifications so far */
+	uint64_t	pn_samples;	/* samples so far */
+	uint64_t	pn_dropped;	/* samples lost on a full ring so far */
+};
+
 __BEGIN_DECLS
 int	pmc_allocate(const char *_ctrspec, enum pmc_mode _mode, uint32_t _flags,
 	    int _cpu, pmc_id_t *_pmcid, uint64_t _count);
@@ -50,8 +69,11 @@ int	pmc_detach(pmc_id_t _pmcid, pid_t _pid);
 int	pmc_disable(int _cpu, int _pmc);
 int	pmc_enable(int _cpu, int _pmc);
 int	pmc_get_driver_stats(struct pmc_driverstats *_gms);
+int	pmc_extcaps(uint32_t *_caps);
 int	pmc_get_msr(pmc_id_t _pmc, uint32_t *_msr);
 int	pmc_init(void);
+int	pmc_notify(pmc_id_t _pmc, uint32_t _flags, uint32_t _count,
+	    uint32_t _refresh, int _signo, int *_fdp);
 int	pmc_read(pmc_id_t _pmc, pmc_value_t *_value);
 int	pmc_release(pmc_id_t _pmc);
 int	pmc_rw(pmc_id_t _pmc, pmc_value_t _newvalue, pmc_value_t *_oldvalue);

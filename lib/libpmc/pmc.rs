@@ -527,6 +527,56 @@ impl Pmc {
             })
             .collect())
     }
+    /// PMC_OP_EXT_GETCAPS (`pmc_extcaps`): the driver's `PMC_EXTCAP_*`;
+    /// EOPNOTSUPP from a driver without extensions (which does not know
+    /// the operation: EINVAL).
+    pub fn ext_caps(&self) -> Result<u32, Errno> {
+        let mut c = PmcOpExtcaps::default();
+        let mut bytes = c.as_bytes().to_vec();
+        match self.transport.call(PMC_OP_EXT_GETCAPS, &mut bytes) {
+            Ok(()) => {}
+            Err(libc::EINVAL) => return Err(libc::EOPNOTSUPP),
+            Err(e) => return Err(e),
+        }
+        c = PmcOpExtcaps::read_from(&bytes).expect("same size");
+        Ok(c.pm_caps)
+    }
+
+    /// PMC_OP_EXT_NOTIFY (`pmc_notify`): notification every `count`
+    /// samples (or log bytes, with PMC_NOTIFY_BYTES) of sampling PMC `id`,
+    /// stopping it after `refresh` overflows if not 0, with signal `signo`
+    /// (the host's number) to this thread if not 0; the new descriptor.
+    pub fn notify(
+        &self,
+        id: PmcId,
+        flags: u32,
+        count: u32,
+        refresh: u32,
+        signo: c_int,
+    ) -> Result<c_int, Errno> {
+        if self.ext_caps()? & PMC_EXTCAP_NOTIFY == 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let signo = if signo == 0 {
+            0
+        } else {
+            self.transport.kernel_signal(signo).ok_or(libc::EINVAL)?
+        };
+        let mut n = PmcOpNotify {
+            pm_pmcid: id,
+            pm_flags: flags,
+            pm_count: count,
+            pm_refresh: refresh,
+            pm_signo: signo,
+            pm_fd: -1,
+            pm_spare: [0; 2],
+        };
+        let mut bytes = n.as_bytes().to_vec();
+        self.transport.call(PMC_OP_EXT_NOTIFY, &mut bytes)?;
+        n = PmcOpNotify::read_from(&bytes).expect("same size");
+        Ok(n.pm_fd)
+    }
+
     /// PMC_OP_GETCAPS: the capabilities of the PMC's own row.
     pub fn row_caps(&self, id: PmcId) -> Result<u32, Errno> {
         let mut c = PmcOpCaps {

@@ -24,6 +24,12 @@ pub trait Transport: Send + Sync {
         Err(libc::ENOENT)
     }
 
+    /// The kernel's number of host signal `sig` (the simulator's kernel
+    /// numbers signals as FreeBSD does); None for one it does not have.
+    fn kernel_signal(&self, sig: c_int) -> Option<c_int> {
+        Some(sig)
+    }
+
     /// The simulated machine behind this transport, if it is one: what
     /// lets time pass and processes run there (libpmcstat's simulator
     /// process control, the tests).

@@ -52,6 +52,7 @@ pub mod hwpmc_core;
 #[cfg(target_arch = "x86_64")]
 pub mod hwpmc_intel;
 mod hwpmc_logging;
+mod hwpmc_notify;
 pub mod hwpmc_soft;
 pub mod hwpmc_tsc;
 #[cfg(target_arch = "x86_64")]
@@ -125,6 +126,12 @@ pub struct Pmc {
     /// Samples dropped on a full ring since the last DROPNOTIFY, counted
     /// by the interrupt path without a lock.
     dropped: AtomicU64,
+    /// Samples dropped on a full ring, all told.
+    dropped_total: AtomicU64,
+    /// Notification counts (`hwpmc_notify`), read without a lock.
+    notify: hwpmc_notify::NotifyCounts,
+    /// The notification's thread-context half, once configured.
+    notifier: SpinMutexBox<Option<KArc<hwpmc_notify::Notifier>>>,
 }
 
 /// The values of a PMC that change while it runs (`pmc-pool`).
@@ -181,6 +188,10 @@ impl Pmc {
                     .expect("allocate"),
                 sample_key: AtomicU64::new(sampling::NO_KEY),
                 dropped: AtomicU64::new(0),
+                dropped_total: AtomicU64::new(0),
+                notify: Default::default(),
+                notifier: kpi::sync::SpinMutex::new(c"pmc-notifier", None, Wait::WaitOk)
+                    .expect("allocate"),
             },
             Wait::WaitOk,
         )
@@ -218,9 +229,11 @@ impl Pmc {
         self.reload.store(v.reloadcount, Ordering::Release);
         r
     }
-    /// Whether the PMC runs, read without its lock (the interrupt path).
+    /// Whether the PMC runs, read without its lock (the interrupt path):
+    /// its state is Running and its refresh count, if it has one, did not
+    /// run out.
     pub(crate) fn running_unlocked(&self) -> bool {
-        self.running.load(Ordering::Acquire)
+        self.running.load(Ordering::Acquire) && !self.notify.exhausted()
     }
     /// The reload count of a sampling PMC, read without its lock.
     pub(crate) fn reload_unlocked(&self) -> u64 {
@@ -554,6 +567,9 @@ pub struct Hwpmc {
     pcpu: KVec<SpinMutexBox<CpuRows>>,
     stats: KArc<Stats>,
     sample_stats: SampleStats,
+    /// Refresh counts that ran out on a dropped sample, for the next drain
+    /// (`hwpmc_notify`).
+    notify_ends_due: AtomicU64,
     /// Owners of running system-wide sampling PMCs (`pmc_ss_owners`);
     /// the kernel's `pmc_ss_count` counts them.
     ss_owners: SpinMutexBox<SsOwners>,
@@ -796,6 +812,7 @@ impl Module {
                 pcpu,
                 stats,
                 sample_stats: SampleStats::default(),
+                notify_ends_due: AtomicU64::new(0),
                 ss_owners: SpinMutex::new(c"pmc-ssowners", SsOwners::default(), Wait::WaitOk)?,
                 thread_freelist: SpinMutex::new(
                     c"pmc-threadfreelist",
@@ -1001,7 +1018,7 @@ impl Hwpmc {
         );
         let r = match PmcOp::from_raw(op as u32).filter(|_| op >= 0) {
             Some(op) => self.dispatch(op, arg),
-            None => Err(EINVAL),
+            None => self.dispatch_extension(op as u32, arg),
         };
         if r.is_err() {
             self.stats.syscall_errors.add(1);

@@ -89,6 +89,63 @@ impl Hwpmc {
         }
     }
 
+    /// The extension operations (hwpmc(4) NOTIFICATIONS); any other
+    /// number is unknown (EINVAL).
+    pub(crate) fn dispatch_extension(&self, op: u32, arg: UserPtr) -> KResult<()> {
+        match op {
+            PMC_OP_EXT_GETCAPS => copyout(
+                &PmcOpExtcaps {
+                    pm_version: PMC_EXT_VERSION,
+                    pm_caps: PMC_EXTCAP_NOTIFY,
+                },
+                arg,
+            ),
+            PMC_OP_EXT_NOTIFY => {
+                let mut core = self.core.lock();
+                self.op_notify(&mut core, arg)
+            }
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// PMC_OP_EXT_NOTIFY: notification on one of the caller's sampling
+    /// PMCs; the descriptor goes out in `pm_fd`.
+    fn op_notify(&self, core: &mut Core, arg: UserPtr) -> KResult<()> {
+        let mut req = copyin::<PmcOpNotify>(arg)?;
+        let bad_signal = req.pm_signo < 0
+            || req.pm_signo > kpi::proc::SIG_MAXSIG
+            || req.pm_signo == kpi::proc::SIGKILL
+            || req.pm_signo == kpi::proc::SIGSTOP;
+        if req.pm_flags & !PMC_NOTIFY_FLAGS != 0
+            || req.pm_spare != [0; 2]
+            || req.pm_count == 0
+            || bad_signal
+        {
+            return Err(EINVAL);
+        }
+        let at = self.find_pmc(core, req.pm_pmcid)?;
+        let pm = Self::pmc_at(core, at).pmc.clone();
+        if !pm.mode.is_sampling() {
+            return Err(EINVAL);
+        }
+        if pm.notifier.lock().is_some() {
+            return Err(EBUSY);
+        }
+        let fd = crate::hwpmc_notify::Notifier::configure(
+            &pm,
+            crate::hwpmc_notify::NotifyRequest {
+                every: req.pm_count,
+                bytes: req.pm_flags & PMC_NOTIFY_BYTES != 0,
+                refresh: req.pm_refresh,
+                signo: req.pm_signo,
+            },
+        )?;
+        req.pm_fd = fd;
+        // The descriptor stays the caller's even if it cannot learn its
+        // number (EFAULT), as with any descriptor-making call.
+        copyout(&req, arg)
+    }
+
     // ----- lookups -------------------------------------------------------
 
     pub(crate) fn owner_index(core: &Core, pid: Pid) -> Option<usize> {
@@ -462,6 +519,9 @@ impl Hwpmc {
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)?,
                 sample_key: AtomicU64::new(sampling::NO_KEY),
                 dropped: AtomicU64::new(0),
+                dropped_total: AtomicU64::new(0),
+                notify: Default::default(),
+                notifier: kpi::sync::SpinMutex::new(c"pmc-notifier", None, Wait::WaitOk)?,
             },
             Wait::WaitOk,
         )?;
@@ -1108,6 +1168,10 @@ impl Hwpmc {
             core.rowdisp[pm.ri as usize] -= 1;
         }
         self.forget_samples_of(&pm);
+        let notifier = pm.notifier.lock().take();
+        if let Some(n) = notifier {
+            n.finish();
+        }
         let _ = dep.release_pmc(
             if pm.mode.is_system() {
                 pm.cpu

@@ -54,6 +54,7 @@ use uapi::pmc::{PMC_CC_F_USERSPACE, PmcFlags, PmcState};
 use uapi::pmclog::{PcList, PmclogBody, PmclogRecord, pmc_callchain_to_cpuflags};
 
 use crate::hwpmc_class::RowPmcs;
+use crate::hwpmc_notify::Overflow;
 use crate::{Hwpmc, Pmc};
 
 /// The rings of a CPU: hardware samples, software samples (`PMC_HR`,
@@ -149,6 +150,12 @@ impl Hwpmc {
         let Some(r) = self.rings.get(cpu as usize).and_then(|r| r.get(ring)) else {
             return false;
         };
+        // A refresh count is counted down here, so that the PMC stops at
+        // exactly its last overflow.
+        let overflow = pm.notify.overflow();
+        if overflow == Overflow::Exhausted {
+            return false;
+        }
         let intr = kpi::stack::interrupted();
         let flags = pm.alloc_flags;
         let key = pm.sample_key.load(Ordering::Relaxed);
@@ -189,6 +196,12 @@ impl Hwpmc {
             // sample is dropped either way.
             self.stats.intr_bufferfull.add(1);
             pm.dropped.fetch_add(1, Ordering::Relaxed);
+            pm.dropped_total.fetch_add(1, Ordering::Relaxed);
+            if overflow == Overflow::Last {
+                // No sample to carry the end: the next drain looks.
+                self.notify_ends_due.fetch_add(1, Ordering::Release);
+                kpi::kern_pmc::set_cpu_sampled(cpu);
+            }
             return false;
         };
         pmcdbg!(
@@ -203,7 +216,8 @@ impl Hwpmc {
             kpi::proc::request_userret();
         }
         kpi::kern_pmc::set_cpu_sampled(cpu);
-        true
+        // The last overflow of a refresh count stalls its counter.
+        overflow != Overflow::Last
     }
 
     /// `pmc_capture_user_callchain`: at the return to user mode, completes
@@ -261,6 +275,9 @@ impl Hwpmc {
                 }
             }
         }
+        if self.notify_ends_due.load(Ordering::Acquire) != 0 {
+            self.wake_ended_notifiers();
+        }
         // Counters stalled on a full ring run again. Most sweeps find
         // none: no lock for them.
         if !self.classes.iter().any(|slot| slot.dep.stalled(cpu)) {
@@ -308,9 +325,19 @@ impl Hwpmc {
         let Some(pm) = pm else {
             return Next::Done(false);
         };
-        let Some(log) = pm.log() else {
-            return Next::Done(false);
-        };
+        let logged = self.log_sample(cpu, meta, pcs, pm);
+        if pm.notify.count(cpu, logged.unwrap_or(0)) || pm.notify.exhausted() {
+            if let Some(n) = pm.notifier.lock().as_ref() {
+                n.wake();
+            }
+        }
+        Next::Done(logged.is_some())
+    }
+
+    /// Writes the sample to its PMC's log: the bytes it took, or None when
+    /// it was not logged.
+    fn log_sample(&self, cpu: u32, meta: &SampleMeta, pcs: &[usize], pm: &Pmc) -> Option<usize> {
+        let log = pm.log()?;
         let dropped = pm.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
             let _ = log.emit(&PmclogRecord {
@@ -327,13 +354,27 @@ impl Hwpmc {
             cpuflags,
             pcs: PcList::from_words(pcs),
         };
-        let logged = log
-            .emit(&PmclogRecord {
-                tsc: meta.tsc,
-                body,
-            })
-            .is_ok();
-        Next::Done(logged)
+        let record = PmclogRecord {
+            tsc: meta.tsc,
+            body,
+        };
+        let len = record.encoded_len();
+        log.emit(&record).ok().map(|()| len)
+    }
+
+    /// Wakes the notifiers of PMCs whose refresh count ran out on an
+    /// overflow whose sample was dropped (no sample will carry the end).
+    /// Spin-lock context.
+    fn wake_ended_notifiers(&self) {
+        self.notify_ends_due.store(0, Ordering::Release);
+        let samplers = self.samplers.lock();
+        for pm in samplers.slots.iter().filter_map(|s| s.pmc.as_ref()) {
+            if pm.notify.armed() && pm.notify.exhausted() {
+                if let Some(n) = pm.notifier.lock().as_ref() {
+                    n.wake();
+                }
+            }
+        }
     }
 
     /// Makes room in the table of sampling PMCs for one more entry, before

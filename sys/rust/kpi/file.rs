@@ -29,3 +29,50 @@ impl Drop for KFile {
         crate::backend::fdrop(self.0);
     }
 }
+
+/// The most bytes a [`NotifyFile`] record holds.
+pub const NOTIFY_RECORD_MAX: usize = 64;
+
+/// A descriptor the kernel makes for a process to wait on (hwpmc's
+/// notification descriptor): read(2) returns the latest record posted, or
+/// blocks (EAGAIN with O_NONBLOCK) until one is; poll(2) and kqueue(2)
+/// report a pending record as readable, and the end ([`NotifyFile::hangup`])
+/// as POLLHUP / EV_EOF, after which a read returns end of file. Records do
+/// not queue: a post replaces a record nobody read, so a process that
+/// never reads costs nothing.
+#[derive(Debug)]
+pub struct NotifyFile(u64);
+
+/// `falloc` + `finit` + `finstall`: a new close-on-exec descriptor of the
+/// current process for a notification file whose records are `record_len`
+/// bytes (at most [`NOTIFY_RECORD_MAX`]; EINVAL otherwise): the file and
+/// the descriptor's number. May sleep; EMFILE / ENFILE without a free
+/// descriptor or file.
+pub fn notify_file_create(record_len: usize) -> KResult<(NotifyFile, i32)> {
+    if record_len == 0 || record_len > NOTIFY_RECORD_MAX {
+        return Err(crate::errno::EINVAL);
+    }
+    crate::backend::notify_create(record_len).map(|(id, fd)| (NotifyFile(id), fd))
+}
+
+impl NotifyFile {
+    /// Makes `record` (the file's record length; longer is cut, shorter is
+    /// padded with zeros) the pending record and wakes the file's readers,
+    /// pollers and knotes. Takes a sleep mutex: thread context, no spin
+    /// lock held. Nothing happens once the process has closed the
+    /// descriptor.
+    pub fn post(&self, record: &[u8]) {
+        crate::backend::notify_post(self.0, record);
+    }
+    /// Ends the file: after its pending record, readers get end of file.
+    /// Thread context, as [`NotifyFile::post`].
+    pub fn hangup(&self) {
+        crate::backend::notify_hangup(self.0);
+    }
+}
+
+impl Drop for NotifyFile {
+    fn drop(&mut self) {
+        crate::backend::notify_release(self.0);
+    }
+}

@@ -925,6 +925,30 @@ pub fn kproc_create(name: &str, body: crate::kproc::KprocFn) -> KResult<u64> {
         }
     }
 }
+pub fn notify_create(record_len: usize) -> KResult<(u64, i32)> {
+    let mut notify = core::ptr::null_mut();
+    let mut fd = -1;
+    // SAFETY: two writable values.
+    errno_result(unsafe { sys::kpi_notify_create(record_len, &mut notify, &mut fd) })?;
+    Ok((notify as u64, fd))
+}
+pub fn notify_post(id: u64, record: &[u8]) {
+    // SAFETY: a live object of kpi_notify_create and `record.len()`
+    // readable bytes.
+    unsafe { sys::kpi_notify_post(id as *mut c_void, record.as_ptr().cast(), record.len()) }
+}
+pub fn notify_hangup(id: u64) {
+    // SAFETY: a live object of kpi_notify_create.
+    unsafe { sys::kpi_notify_hangup(id as *mut c_void) }
+}
+pub fn notify_release(id: u64) {
+    // SAFETY: the kernel's reference, given up once (NotifyFile's drop).
+    unsafe { sys::kpi_notify_release(id as *mut c_void) }
+}
+pub fn tdsignal(pid: u32, tid: u32, sig: i32, value: i32) -> bool {
+    // SAFETY: plain values.
+    unsafe { sys::kpi_tdsignal(pid, tid, sig, value) != 0 }
+}
 pub fn kproc_wakeup(id: u64) {
     // SAFETY: a live handle from kproc_create.
     unsafe { sys::kpi_kproc_wakeup((*(id as *const KprocHandle)).kproc) }

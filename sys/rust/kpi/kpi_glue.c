@@ -26,6 +26,14 @@
 #include <sys/linker.h>
 #include <sys/kthread.h>
 #include <sys/file.h>
+#include <sys/filio.h>
+#include <sys/event.h>
+#include <sys/poll.h>
+#include <sys/selinfo.h>
+#include <sys/stat.h>
+#include <sys/fcntl.h>
+#include <sys/user.h>
+#include <sys/filedesc.h>
 #include <sys/buf.h>
 #include <sys/uio.h>
 #include <sys/unistd.h>
@@ -1495,6 +1503,298 @@ kpi_set_cpu_sampled(uint32_t cpu)
 /*
  * Files.
  */
+
+/*
+ * Notification descriptors.  The object is shared by the file (until its
+ * last close) and the kernel (until kpi_notify_release); the last of the
+ * two frees it.  Its mutex protects the record and is the knlist's lock.
+ */
+#define	KPI_NOTIFY_RECORD_MAX	64
+
+struct kpi_notify {
+	struct mtx	kn_mtx;
+	struct selinfo	kn_sel;
+	size_t		kn_len;
+	bool		kn_pending;
+	bool		kn_hup;
+	u_int		kn_refs;
+	uint8_t		kn_record[KPI_NOTIFY_RECORD_MAX];
+};
+
+static void
+kpi_notify_unref(struct kpi_notify *n)
+{
+	mtx_lock(&n->kn_mtx);
+	if (--n->kn_refs > 0) {
+		mtx_unlock(&n->kn_mtx);
+		return;
+	}
+	mtx_unlock(&n->kn_mtx);
+	seldrain(&n->kn_sel);
+	knlist_destroy(&n->kn_sel.si_note);
+	mtx_destroy(&n->kn_mtx);
+	free(n, M_HWPMC);
+}
+
+/* Wakes readers, pollers and knotes; the mutex is held. */
+static void
+kpi_notify_wake(struct kpi_notify *n)
+{
+	mtx_assert(&n->kn_mtx, MA_OWNED);
+	wakeup(n);
+	selwakeup(&n->kn_sel);
+	KNOTE_LOCKED(&n->kn_sel.si_note, 0);
+}
+
+static int
+kpi_notify_read(struct file *fp, struct uio *uio, struct ucred *cred __unused,
+    int flags __unused, struct thread *td __unused)
+{
+	struct kpi_notify *n;
+	uint8_t record[KPI_NOTIFY_RECORD_MAX];
+	size_t len;
+	int error;
+
+	n = fp->f_data;
+	if (uio->uio_resid < (ssize_t)n->kn_len)
+		return (EINVAL);
+	mtx_lock(&n->kn_mtx);
+	while (!n->kn_pending && !n->kn_hup) {
+		if ((fp->f_flag & FNONBLOCK) != 0) {
+			mtx_unlock(&n->kn_mtx);
+			return (EAGAIN);
+		}
+		error = msleep(n, &n->kn_mtx, PCATCH, "pmcntf", 0);
+		if (error != 0) {
+			mtx_unlock(&n->kn_mtx);
+			return (error);
+		}
+	}
+	if (!n->kn_pending) {
+		/* Hung up: end of file. */
+		mtx_unlock(&n->kn_mtx);
+		return (0);
+	}
+	len = n->kn_len;
+	memcpy(record, n->kn_record, len);
+	n->kn_pending = false;
+	mtx_unlock(&n->kn_mtx);
+	return (uiomove(record, len, uio));
+}
+
+static int
+kpi_notify_ioctl(struct file *fp __unused, u_long cmd, void *data __unused,
+    struct ucred *cred __unused, struct thread *td __unused)
+{
+	switch (cmd) {
+	case FIONBIO:
+	case FIOASYNC:
+		return (0);
+	default:
+		return (ENOTTY);
+	}
+}
+
+static int
+kpi_notify_poll(struct file *fp, int events, struct ucred *cred __unused,
+    struct thread *td)
+{
+	struct kpi_notify *n;
+	int revents;
+
+	n = fp->f_data;
+	revents = 0;
+	mtx_lock(&n->kn_mtx);
+	if (n->kn_pending)
+		revents |= events & (POLLIN | POLLRDNORM);
+	if (n->kn_hup)
+		revents |= POLLHUP;
+	if (revents == 0 && (events & (POLLIN | POLLRDNORM)) != 0)
+		selrecord(td, &n->kn_sel);
+	mtx_unlock(&n->kn_mtx);
+	return (revents);
+}
+
+static void
+kpi_notify_filt_detach(struct knote *kn)
+{
+	struct kpi_notify *n;
+
+	n = kn->kn_hook;
+	knlist_remove(&n->kn_sel.si_note, kn, 0);
+}
+
+static int
+kpi_notify_filt_read(struct knote *kn, long hint __unused)
+{
+	struct kpi_notify *n;
+
+	n = kn->kn_hook;
+	mtx_assert(&n->kn_mtx, MA_OWNED);
+	kn->kn_data = n->kn_pending ? n->kn_len : 0;
+	if (n->kn_hup) {
+		kn->kn_flags |= EV_EOF;
+		return (1);
+	}
+	return (n->kn_pending);
+}
+
+static const struct filterops kpi_notify_filtops = {
+	.f_isfd = 1,
+	.f_detach = kpi_notify_filt_detach,
+	.f_event = kpi_notify_filt_read,
+};
+
+static int
+kpi_notify_kqfilter(struct file *fp, struct knote *kn)
+{
+	struct kpi_notify *n;
+
+	n = fp->f_data;
+	if (kn->kn_filter != EVFILT_READ)
+		return (EINVAL);
+	kn->kn_fop = &kpi_notify_filtops;
+	kn->kn_hook = n;
+	knlist_add(&n->kn_sel.si_note, kn, 0);
+	return (0);
+}
+
+static int
+kpi_notify_stat(struct file *fp, struct stat *sb, struct ucred *cred __unused)
+{
+	struct kpi_notify *n;
+
+	n = fp->f_data;
+	bzero(sb, sizeof(*sb));
+	sb->st_mode = S_IFIFO | S_IRUSR;
+	mtx_lock(&n->kn_mtx);
+	sb->st_size = n->kn_pending ? n->kn_len : 0;
+	mtx_unlock(&n->kn_mtx);
+	return (0);
+}
+
+static int
+kpi_notify_close(struct file *fp, struct thread *td __unused)
+{
+	struct kpi_notify *n;
+
+	n = fp->f_data;
+	fp->f_data = NULL;
+	if (n != NULL)
+		kpi_notify_unref(n);
+	return (0);
+}
+
+static int
+kpi_notify_fill_kinfo(struct file *fp __unused, struct kinfo_file *kif,
+    struct filedesc *fdp __unused)
+{
+	kif->kf_type = KF_TYPE_UNKNOWN;
+	return (0);
+}
+
+static const struct fileops kpi_notify_fileops = {
+	.fo_read = kpi_notify_read,
+	.fo_write = invfo_rdwr,
+	.fo_truncate = invfo_truncate,
+	.fo_ioctl = kpi_notify_ioctl,
+	.fo_poll = kpi_notify_poll,
+	.fo_kqfilter = kpi_notify_kqfilter,
+	.fo_stat = kpi_notify_stat,
+	.fo_close = kpi_notify_close,
+	.fo_chmod = invfo_chmod,
+	.fo_chown = invfo_chown,
+	.fo_sendfile = invfo_sendfile,
+	.fo_fill_kinfo = kpi_notify_fill_kinfo,
+	.fo_flags = DFLAG_PASSABLE,
+};
+
+int
+kpi_notify_create(size_t record_len, void **notify, int *fd)
+{
+	struct thread *td;
+	struct kpi_notify *n;
+	struct file *fp;
+	int error;
+
+	if (record_len == 0 || record_len > KPI_NOTIFY_RECORD_MAX)
+		return (EINVAL);
+	td = curthread;
+	error = falloc_noinstall(td, &fp);
+	if (error != 0)
+		return (error);
+	n = malloc(sizeof(*n), M_HWPMC, M_WAITOK | M_ZERO);
+	mtx_init(&n->kn_mtx, "pmcnotify", NULL, MTX_DEF);
+	knlist_init_mtx(&n->kn_sel.si_note, &n->kn_mtx);
+	n->kn_len = record_len;
+	n->kn_refs = 2;		/* the file's and the kernel's */
+	finit(fp, FREAD, DTYPE_NONE, n, &kpi_notify_fileops);
+	error = finstall(td, fp, fd, O_CLOEXEC, NULL);
+	/* The descriptor holds the file now, or closing it freed ours. */
+	fdrop(fp, td);
+	if (error != 0) {
+		kpi_notify_unref(n);
+		return (error);
+	}
+	*notify = n;
+	return (0);
+}
+
+void
+kpi_notify_post(void *notify, const void *record, size_t len)
+{
+	struct kpi_notify *n;
+
+	n = notify;
+	mtx_lock(&n->kn_mtx);
+	bzero(n->kn_record, n->kn_len);
+	memcpy(n->kn_record, record, MIN(len, n->kn_len));
+	n->kn_pending = true;
+	kpi_notify_wake(n);
+	mtx_unlock(&n->kn_mtx);
+}
+
+void
+kpi_notify_hangup(void *notify)
+{
+	struct kpi_notify *n;
+
+	n = notify;
+	mtx_lock(&n->kn_mtx);
+	n->kn_hup = true;
+	kpi_notify_wake(n);
+	mtx_unlock(&n->kn_mtx);
+}
+
+void
+kpi_notify_release(void *notify)
+{
+	kpi_notify_unref(notify);
+}
+
+int
+kpi_tdsignal(uint32_t pid, uint32_t tid, int sig, int value)
+{
+	struct proc *p;
+	struct thread *td;
+	ksiginfo_t ksi;
+
+	if ((p = pfind(pid)) == NULL)
+		return (0);
+	FOREACH_THREAD_IN_PROC(p, td) {
+		if (td->td_tid == (lwpid_t)tid)
+			break;
+	}
+	ksiginfo_init(&ksi);
+	ksi.ksi_signo = sig;
+	ksi.ksi_code = SI_QUEUE;
+	ksi.ksi_pid = 0;
+	ksi.ksi_value.sival_int = value;
+	/* A thread that is gone leaves the signal to its process. */
+	tdsendsignal(p, td, sig, &ksi);
+	PROC_UNLOCK(p);
+	return (1);
+}
 
 int
 kpi_fget_write(int fd, void **file)

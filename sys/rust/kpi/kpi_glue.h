@@ -248,6 +248,19 @@ void	kpi_fdrop(void *file);
 int	kpi_file_write(void *file, const void *data, size_t len,
 	    size_t *written);	/* one fo_write; bytes taken in *written */
 
+/*
+ * Notification descriptors: a file whose read(2) returns the latest record
+ * posted (records do not queue), readable for poll(2) and EVFILT_READ while
+ * one is pending, at end of file once hung up.
+ */
+int	kpi_notify_create(size_t record_len, void **notify, int *fd);
+void	kpi_notify_post(void *notify, const void *record, size_t len);
+void	kpi_notify_hangup(void *notify);
+void	kpi_notify_release(void *notify);	/* the kernel's reference */
+
+/* tdsendsignal() with SI_QUEUE and a value; 0 when the process is gone. */
+int	kpi_tdsignal(uint32_t pid, uint32_t tid, int sig, int value);
+
 /* Kernel processes running body(arg) once per wakeup until stopped. */
 typedef void kpi_kproc_body_t(void *arg);
 int	kpi_kproc_create(const char *name, size_t len, kpi_kproc_body_t *body,

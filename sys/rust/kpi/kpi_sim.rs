@@ -540,6 +540,26 @@ pub fn file_write(id: u64, data: &[u8]) -> KResult<usize> {
 }
 
 #[inline(never)]
+pub fn notify_create(record_len: usize) -> KResult<(u64, i32)> {
+    kern::notify_create(record_len).map_err(errno)
+}
+#[inline(never)]
+pub fn notify_post(id: u64, record: &[u8]) {
+    kern::notify_post(id, record);
+}
+#[inline(never)]
+pub fn notify_hangup(id: u64) {
+    kern::notify_hangup(id);
+}
+#[inline(never)]
+pub fn notify_release(id: u64) {
+    kern::fdrop(id);
+}
+pub fn tdsignal(pid: u32, tid: u32, sig: i32, value: i32) -> bool {
+    kern::tdsignal(pid, tid, sig, value)
+}
+
+#[inline(never)]
 pub fn kproc_create(name: &str, body: crate::kproc::KprocFn) -> KResult<u64> {
     kern::kproc_create(
         name,

@@ -128,6 +128,21 @@ pub fn psignal(pid: Pid, sig: i32) {
     crate::backend::psignal(pid, sig);
 }
 
+/// `tdsendsignal` of `sig` to thread `tid` of process `pid` (to the
+/// process when the thread is gone), with `si_code` SI_QUEUE and
+/// `si_value.sival_int` = `value`. False when the process is gone. Takes
+/// the process's lock: thread context, no spin lock held.
+pub fn tdsignal(pid: Pid, tid: Tid, sig: i32, value: i32) -> bool {
+    crate::backend::tdsignal(pid, tid, sig, value)
+}
+
+/// The highest signal number (`_SIG_MAXSIG`).
+pub const SIG_MAXSIG: i32 = 128;
+/// SIGKILL.
+pub const SIGKILL: i32 = 9;
+/// SIGSTOP.
+pub const SIGSTOP: i32 = 17;
+
 /// `msleep`-style points: the current thread may sleep here. The
 /// simulator's witness checks that no spin lock is held.
 pub fn may_sleep() {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
 use crate::machine::{
-    CpuState, EventFn, FileKind, HookFn, KprocFn, ProcInfo, SyscallHandler, Sysctl, SysctlCell,
-    SysctlType, ctlflag, current,
+    CpuState, EventFn, File, FileKind, HookFn, KprocFn, NotifyState, ProcInfo, SyscallHandler,
+    Sysctl, SysctlCell, SysctlType, ThreadSignal, ctlflag, current,
 };
 pub use crate::witness::LockKind;
 
@@ -258,6 +258,86 @@ pub fn p_candebug(target: u32) -> Result<(), i32> {
 /// `kern_psignal(p, sig)`.
 pub fn psignal(pid: u32, sig: i32) {
     current().st().signals.push((pid, sig));
+}
+
+/// `tdsendsignal(p, td, sig, ksi)` with SI_QUEUE and `value`: thread
+/// `tid` of `pid` (the process when the thread is gone). Takes the
+/// process's (sleep) lock, as FreeBSD does. False when `pid` is gone.
+pub fn tdsignal(pid: u32, tid: u32, sig: i32, value: i32) -> bool {
+    lock_acquire("proc", LockKind::Sleep);
+    let sent = {
+        let m = current();
+        let mut st = m.st();
+        let live = st.proc_info(pid).is_some_and(|p| !p.zombie);
+        if live {
+            let tid = if st.thread_pid(tid) == Some(pid) {
+                tid
+            } else {
+                pid
+            };
+            st.thread_signals.push(ThreadSignal {
+                pid,
+                tid,
+                sig,
+                value,
+            });
+        }
+        live
+    };
+    lock_release("proc");
+    sent
+}
+
+/// The lock class of a notification file's mutex (its selinfo's and
+/// knlist's, in FreeBSD).
+const NOTIFY_LOCK: &str = "pmcnotify";
+
+/// `falloc` + `finit` + `finstall` of a notification file in the current
+/// process: (file id, descriptor). The descriptor and the kernel each hold
+/// a reference.
+pub fn notify_create(record_len: usize) -> Result<(u64, i32), i32> {
+    const EMFILE: i32 = 24;
+    let m = current();
+    m.may_sleep_here();
+    let mut st = m.st();
+    let pid = st.cur_pid();
+    let mut file = File::new(FileKind::Notify, false);
+    file.refs = 2;
+    file.notify = Some(NotifyState {
+        record_len,
+        ..NotifyState::default()
+    });
+    let (fd, id) = st.install_file(pid, file).ok_or(EMFILE)?;
+    Ok((id, fd))
+}
+
+/// Posts `record` on notification file `id`.
+pub fn notify_post(id: u64, record: &[u8]) {
+    lock_acquire(NOTIFY_LOCK, LockKind::Sleep);
+    {
+        let m = current();
+        let mut st = m.st();
+        if let Some(n) = st.files.get_mut(&id).and_then(|f| f.notify.as_mut()) {
+            let mut r = record.to_vec();
+            r.resize(n.record_len, 0);
+            n.pending = Some(r);
+            n.posts += 1;
+        }
+    }
+    lock_release(NOTIFY_LOCK);
+}
+
+/// Hangs notification file `id` up.
+pub fn notify_hangup(id: u64) {
+    lock_acquire(NOTIFY_LOCK, LockKind::Sleep);
+    {
+        let m = current();
+        let mut st = m.st();
+        if let Some(n) = st.files.get_mut(&id).and_then(|f| f.notify.as_mut()) {
+            n.hup = true;
+        }
+    }
+    lock_release(NOTIFY_LOCK);
 }
 
 /// `copyin`: `len` bytes of the current process's memory at `uaddr`.

@@ -40,9 +40,9 @@ pub mod machine_guard {
 
 pub use machine::{
     Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KernelRequest, KprocFn,
-    Location, MAXCOMLEN, Machine, MachineConfig, Mapping, P_HWPMC, P_KPROC, P_SYSTEM, P_WEXIT,
-    PAGE_SIZE, PmcIntrFn, ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn, SysctlType,
-    SysctlValue, TickContext, UserProt, UserRegs, Violation, ctlflag,
+    Location, MAXCOMLEN, Machine, MachineConfig, Mapping, NotifyRead, P_HWPMC, P_KPROC, P_SYSTEM,
+    P_WEXIT, PAGE_SIZE, PmcIntrFn, ProcInfo, SoftEvent, SyscallHandler, SysctlInfo, SysctlStrFn,
+    SysctlType, SysctlValue, ThreadSignal, TickContext, UserProt, UserRegs, Violation, ctlflag,
 };
 
 /// FreeBSD's errno values used by the simulated kernel.

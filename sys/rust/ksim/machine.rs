@@ -593,6 +593,47 @@ pub enum FileKind {
         /// The host's descriptor.
         fd: i32,
     },
+    /// A notification descriptor the kernel made (`kpi::file::NotifyFile`):
+    /// its state is the file's [`NotifyState`].
+    Notify,
+}
+
+/// The state of a [`FileKind::Notify`] file.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct NotifyState {
+    /// The record's length.
+    pub(crate) record_len: usize,
+    /// The record posted and not read yet.
+    pub(crate) pending: Option<Vec<u8>>,
+    /// Hung up: after the pending record, end of file.
+    pub(crate) hup: bool,
+    /// Records posted.
+    pub(crate) posts: u64,
+}
+
+/// What a read of a notification descriptor finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotifyRead {
+    /// The pending record, now read.
+    Record(Vec<u8>),
+    /// Nothing pending yet.
+    Empty,
+    /// Hung up, with nothing pending: end of file.
+    End,
+}
+
+/// A signal the kernel sent to a thread with a value (`tdsendsignal`
+/// with SI_QUEUE), for ksimd to pass on to the host thread it mirrors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadSignal {
+    /// The process.
+    pub pid: u32,
+    /// The thread (the process's, when it is gone).
+    pub tid: u32,
+    /// The signal.
+    pub sig: i32,
+    /// `si_value.sival_int`.
+    pub value: i32,
 }
 
 #[derive(Debug)]
@@ -608,6 +649,8 @@ pub(crate) struct File {
     pub(crate) unread: usize,
     /// Kernel processes blocked writing to it.
     pub(crate) waiters: Vec<u64>,
+    /// A notification file's state.
+    pub(crate) notify: Option<NotifyState>,
 }
 
 /// A kernel process body: one pass of its loop, run when woken.
@@ -716,6 +759,8 @@ pub(crate) struct State {
     pub(crate) kmem: Kmem,
     pub(crate) console: Vec<String>,
     pub(crate) signals: Vec<(u32, i32)>,
+    /// Signals sent to threads with a value, not taken yet.
+    pub(crate) thread_signals: Vec<ThreadSignal>,
     pub(crate) kenv: BTreeMap<String, String>,
     /// The sysctl tree: every oid by its full name.
     pub(crate) sysctl: BTreeMap<String, knobs::Sysctl>,
@@ -890,6 +935,7 @@ impl Machine {
             kmem: Kmem::default(),
             console: Vec::new(),
             signals: Vec::new(),
+            thread_signals: Vec::new(),
             kenv: BTreeMap::new(),
             sysctl,
             pmc_ss_count: 0,

@@ -606,3 +606,104 @@ mod tests {
         }
     }
 }
+
+/// FreeBSD's signal numbers and the host's, by name: (FreeBSD, Linux).
+/// Realtime signals map in order: FreeBSD's SIGRTMIN (65) .. SIGRTMAX
+/// (126) and the C library's SIGRTMIN (34) .. SIGRTMAX (64) on Linux.
+#[cfg(target_os = "linux")]
+const SIGNALS: [(i32, i32); 30] = [
+    (1, 1),   // SIGHUP
+    (2, 2),   // SIGINT
+    (3, 3),   // SIGQUIT
+    (4, 4),   // SIGILL
+    (5, 5),   // SIGTRAP
+    (6, 6),   // SIGABRT
+    (8, 8),   // SIGFPE
+    (9, 9),   // SIGKILL
+    (10, 7),  // SIGBUS
+    (11, 11), // SIGSEGV
+    (12, 31), // SIGSYS
+    (13, 13), // SIGPIPE
+    (14, 14), // SIGALRM
+    (15, 15), // SIGTERM
+    (16, 23), // SIGURG
+    (17, 19), // SIGSTOP
+    (18, 20), // SIGTSTP
+    (19, 18), // SIGCONT
+    (20, 17), // SIGCHLD
+    (21, 21), // SIGTTIN
+    (22, 22), // SIGTTOU
+    (23, 29), // SIGIO
+    (24, 24), // SIGXCPU
+    (25, 25), // SIGXFSZ
+    (26, 26), // SIGVTALRM
+    (27, 27), // SIGPROF
+    (28, 28), // SIGWINCH
+    (30, 10), // SIGUSR1
+    (31, 12), // SIGUSR2
+    (0, 0),
+];
+#[cfg(target_os = "linux")]
+const FREEBSD_SIGRTMIN: i32 = 65;
+#[cfg(target_os = "linux")]
+const FREEBSD_SIGRTMAX: i32 = 126;
+#[cfg(target_os = "linux")]
+const HOST_SIGRTMIN: i32 = 34;
+#[cfg(target_os = "linux")]
+const HOST_SIGRTMAX: i32 = 64;
+
+/// The host's number of FreeBSD signal `sig`; None for one the host does
+/// not have (SIGEMT, SIGINFO, ...).
+pub fn host_signal(sig: i32) -> Option<i32> {
+    #[cfg(target_os = "linux")]
+    {
+        if (FREEBSD_SIGRTMIN..=FREEBSD_SIGRTMAX).contains(&sig) {
+            let host = HOST_SIGRTMIN + (sig - FREEBSD_SIGRTMIN);
+            return (host <= HOST_SIGRTMAX).then_some(host);
+        }
+        SIGNALS.iter().find(|&&(f, _)| f == sig).map(|&(_, h)| h)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Some(sig)
+    }
+}
+
+/// FreeBSD's number of host signal `sig`; None for one FreeBSD does not
+/// have (SIGSTKFLT, SIGPWR, glibc's own 32 and 33).
+pub fn freebsd_signal(sig: i32) -> Option<i32> {
+    #[cfg(target_os = "linux")]
+    {
+        if (HOST_SIGRTMIN..=HOST_SIGRTMAX).contains(&sig) {
+            return Some(FREEBSD_SIGRTMIN + (sig - HOST_SIGRTMIN));
+        }
+        SIGNALS.iter().find(|&&(_, h)| h == sig).map(|&(f, _)| f)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Some(sig)
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod signal_tests {
+    use super::*;
+
+    #[test]
+    fn signal_numbers_map_both_ways_by_name() {
+        assert_eq!(host_signal(30), Some(libc::SIGUSR1));
+        assert_eq!(host_signal(23), Some(libc::SIGIO));
+        assert_eq!(host_signal(20), Some(libc::SIGCHLD));
+        assert_eq!(host_signal(65), Some(libc::SIGRTMIN()));
+        assert_eq!(host_signal(65 + 30), Some(libc::SIGRTMAX()));
+        assert_eq!(host_signal(126), None);
+        assert_eq!(host_signal(29), None, "SIGINFO");
+        for host in 1..=64 {
+            if let Some(f) = freebsd_signal(host) {
+                assert_eq!(host_signal(f), Some(host), "host {host} via FreeBSD {f}");
+            }
+        }
+        assert_eq!(freebsd_signal(libc::SIGUSR2), Some(31));
+        assert_eq!(freebsd_signal(16), None, "SIGSTKFLT");
+    }
+}

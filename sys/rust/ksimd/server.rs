@@ -27,9 +27,9 @@ use ksim::cpu::Arch;
 use ksim::elf::{ImageBuilder, ImageKind};
 use ksim::programs;
 use ksim::workload::Program;
-use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig};
+use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig, NotifyRead};
 use uapi::exterr::{EXTERRCTL_ENABLE, EXTERRCTLF_FORCE, UEXTERROR_VER, Uexterror};
-use uapi::pmc::{PmcOp, PmcOpConfigurelog, PmcOpPmcattach};
+use uapi::pmc::{PMC_OP_EXT_NOTIFY, PmcOp, PmcOpConfigurelog, PmcOpNotify, PmcOpPmcattach};
 use uapi::{AsBytes, Plain};
 
 use crate::proto::{Reply, Request, Status};
@@ -40,6 +40,7 @@ mod errno {
     pub const EPERM: i32 = 1;
     pub const ESRCH: i32 = 3;
     pub const EBADF: i32 = 9;
+    pub const EMFILE: i32 = 24;
     pub const EINVAL: i32 = 22;
     pub const EPROTO: i32 = 92;
 }
@@ -365,6 +366,24 @@ impl Client {
     }
 }
 
+/// Where a reply goes, with a descriptor to pass beside it.
+pub(crate) type ReplyTx = Sender<(Reply, Option<OwnedFd>)>;
+
+/// A notification descriptor of a client's simulated process, mirrored by
+/// the read end of a host pipe the client got: the records its kernel
+/// file takes go down the pipe, and its end closes the pipe.
+#[derive(Debug)]
+struct NotifyBridge {
+    /// The kernel file.
+    file: u64,
+    /// The pipe's write end (non-blocking).
+    pipe: OwnedFd,
+    /// A record the pipe had no room for, sent before any newer one.
+    unsent: Option<Vec<u8>>,
+    /// The file hung up: the pipe closes once `unsent` is out.
+    ended: bool,
+}
+
 /// Work for the machine's thread.
 pub(crate) enum Work {
     /// A request of connection `conn`, with the sender's credentials and
@@ -374,7 +393,7 @@ pub(crate) enum Work {
         cred: PeerCred,
         req: Request,
         fd: Option<OwnedFd>,
-        reply: Sender<Reply>,
+        reply: ReplyTx,
     },
     /// A connection closed.
     Disconnect { conn: ConnId },
@@ -416,7 +435,14 @@ struct Host {
     leaving: std::collections::BTreeSet<ConnId>,
     /// Advance requests waiting for the clock (rate > 0): the tick they
     /// wait for and their reply.
-    waiting: Vec<(u64, Sender<Reply>)>,
+    waiting: Vec<(u64, ReplyTx)>,
+    /// Notification descriptors of clients, mirrored on host pipes.
+    bridges: Vec<NotifyBridge>,
+    /// Host threads of the clients' simulated threads that asked for
+    /// signals: (simulated tid, host pid, host tid).
+    signal_threads: Vec<(u32, u32, u32)>,
+    /// A descriptor for the reply being made.
+    reply_fd: Option<OwnedFd>,
     /// The clock: host time when it started and the ticks it has run.
     clock_start: Instant,
     clock_ticks: u64,
@@ -538,6 +564,9 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
         conns: BTreeMap::new(),
         leaving: std::collections::BTreeSet::new(),
         waiting: Vec::new(),
+        bridges: Vec::new(),
+        signal_threads: Vec::new(),
+        reply_fd: None,
         clock_start: Instant::now(),
         clock_ticks: 0,
         last_scan: Instant::now(),
@@ -555,12 +584,17 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
             } => {
                 host.m.retry_host_writers();
                 let r = host.serve(conn, cred, req, fd, &reply);
+                let pass = host.reply_fd.take();
                 if let Some(r) = r {
-                    let _ = reply.send(r);
+                    let _ = reply.send((r, pass));
                 }
+                host.pump_notifications();
             }
             Work::Disconnect { conn } => host.disconnect(conn),
-            Work::Clock => host.clock(),
+            Work::Clock => {
+                host.clock();
+                host.pump_notifications();
+            }
             Work::Shutdown { reply } => break Some(reply),
         }
         host.scan_hosts();
@@ -668,7 +702,7 @@ impl Host {
         cred: PeerCred,
         req: Request,
         fd: Option<OwnedFd>,
-        reply: &Sender<Reply>,
+        reply: &ReplyTx,
     ) -> Option<Reply> {
         let pid = match (&req, self.conns.get(&conn)) {
             (Request::Hello { .. }, Some(_)) => return Some(Reply::Error(errno::EPROTO)),
@@ -930,6 +964,14 @@ impl Host {
             let c = &self.clients[&pid];
             (c.tid, c.uexterror, c.ticks_per_call)
         };
+        // The host thread asking for signals rides in PMC_OP_EXT_NOTIFY's
+        // last spare word, which the kernel must see as zero.
+        let mut host_tid = 0;
+        if op == PMC_OP_EXT_NOTIFY && arg.len() == size_of::<PmcOpNotify>() {
+            let at = core::mem::offset_of!(PmcOpNotify, pm_spare) + 4;
+            host_tid = u32::from_ne_bytes(arg[at..at + 4].try_into().expect("4 bytes"));
+            arg[at..at + 4].fill(0);
+        }
         if ticks > 0 {
             self.pass(Some(tid), u64::from(ticks));
         }
@@ -978,6 +1020,11 @@ impl Host {
         if !arg.is_empty() {
             arg = self.m.user_read(pid, uaddr, arg.len());
         }
+        if op == PMC_OP_EXT_NOTIFY && r.is_ok() {
+            if let Err(e) = self.bridge_notify(pid, tid, host_tid, &mut arg) {
+                return Reply::Error(e);
+            }
+        }
         if let Some((host_fd, sim_fd)) = standin {
             arg[LOGFD_AT..LOGFD_END].copy_from_slice(&host_fd.to_ne_bytes());
             // The kernel keeps its reference, as after the owner's close(2)
@@ -996,6 +1043,115 @@ impl Host {
             errno: r.err().unwrap_or(0),
             arg,
             exterr,
+        }
+    }
+
+    /// After a successful PMC_OP_EXT_NOTIFY of `pid`'s thread `tid`: the
+    /// descriptor the kernel made goes to the client as the read end of a
+    /// host pipe (the reply carries it), whose number replaces the
+    /// simulated one in `pm_fd`; signals for `tid` go to host thread
+    /// `host_tid` of the client. A FreeBSD errno when the host has no pipe.
+    fn bridge_notify(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        host_tid: u32,
+        arg: &mut [u8],
+    ) -> Result<(), i32> {
+        let Some(mut req) = PmcOpNotify::read_from(arg) else {
+            return Ok(());
+        };
+        let Some(file) = self.m.file_of(pid, req.pm_fd) else {
+            return Ok(());
+        };
+        // The kernel's reference keeps the file; the client's descriptor
+        // is the pipe.
+        self.m.close(pid, req.pm_fd);
+        let mut ends = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into `ends`.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(errno::EMFILE);
+        }
+        // SAFETY: pipe2 made both descriptors, owned from here on.
+        let (read, write) = unsafe {
+            use std::os::fd::FromRawFd;
+            (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]))
+        };
+        // SAFETY: fcntl on a descriptor owned here.
+        unsafe {
+            let fl = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(write.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        // The client's number for it is the one SCM_RIGHTS gives it.
+        req.pm_fd = -1;
+        arg.copy_from_slice(req.as_bytes());
+        self.reply_fd = Some(read);
+        self.bridges.push(NotifyBridge {
+            file,
+            pipe: write,
+            unsent: None,
+            ended: false,
+        });
+        let host_pid = self.clients.get(&pid).map_or(0, |c| c.host_pid);
+        if req.pm_signo != 0 && host_pid != 0 && host_tid != 0 {
+            self.signal_threads.retain(|&(t, _, _)| t != tid);
+            self.signal_threads.push((tid, host_pid, host_tid));
+        }
+        Ok(())
+    }
+
+    /// Moves what the machine's notification files took to the clients'
+    /// pipes, and the signals its kernel sent the clients' threads to
+    /// their host threads.
+    fn pump_notifications(&mut self) {
+        for b in &mut self.bridges {
+            loop {
+                if b.unsent.is_none() && !b.ended {
+                    match self.m.notify_read_file(b.file) {
+                        Some(NotifyRead::Record(r)) => b.unsent = Some(r),
+                        Some(NotifyRead::Empty) => break,
+                        Some(NotifyRead::End) | None => b.ended = true,
+                    }
+                }
+                let Some(r) = b.unsent.take() else {
+                    break;
+                };
+                // SAFETY: write(2) of a buffer to a descriptor owned here.
+                let n = unsafe { libc::write(b.pipe.as_raw_fd(), r.as_ptr().cast(), r.len()) };
+                if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+                    // The reader is behind: the newest record replaces
+                    // this one when it comes (they are cumulative).
+                    if let Some(NotifyRead::Record(newer)) = self.m.notify_read_file(b.file) {
+                        b.unsent = Some(newer);
+                    } else {
+                        b.unsent = Some(r);
+                    }
+                    break;
+                }
+                if n < 0 {
+                    // The reader closed its end: nothing more to send.
+                    b.ended = true;
+                    break;
+                }
+            }
+        }
+        self.bridges.retain(|b| !(b.ended && b.unsent.is_none()));
+        for sig in self.m.take_thread_signals() {
+            let Some(host_pid) = self.clients.get(&sig.pid).map(|c| c.host_pid) else {
+                continue;
+            };
+            if host_pid == 0 {
+                continue;
+            }
+            let host_tid = self
+                .signal_threads
+                .iter()
+                .find(|&&(t, p, _)| t == sig.tid && p == host_pid)
+                .map_or(host_pid, |&(_, _, h)| h);
+            let Some(host_sig) = crate::proto::host_signal(sig.sig) else {
+                continue;
+            };
+            queue_host_signal(host_pid, host_tid, host_sig, sig.value);
         }
     }
 
@@ -1046,7 +1202,7 @@ impl Host {
         let now = self.sched.now;
         self.waiting.retain(|(at, reply)| {
             if *at <= now {
-                let _ = reply.send(Reply::Done);
+                let _ = reply.send((Reply::Done, None));
                 false
             } else {
                 true
@@ -1140,7 +1296,7 @@ impl Host {
             self.end(pid);
         }
         for w in std::mem::take(&mut self.waiting) {
-            let _ = w.1.send(Reply::Error(6)); // ENXIO: the machine is going
+            let _ = w.1.send((Reply::Error(6), None)); // ENXIO: the machine is going
         }
         let (_, unload) = self.m.spawn(Cred::root(), "kldunload");
         let module = self.module;
@@ -1202,7 +1358,18 @@ pub fn serve_connection(handle: &Handle, conn: ConnId, s: OwnedFd) {
                         break;
                     }
                     match rx.recv() {
-                        Ok(r) => r,
+                        Ok((r, pass)) => {
+                            if sock::send(
+                                s.as_raw_fd(),
+                                &r.encode(),
+                                pass.as_ref().map(|f| f.as_raw_fd()),
+                            )
+                            .is_err()
+                            {
+                                break;
+                            }
+                            continue;
+                        }
                         Err(_) => break,
                     }
                 }
@@ -1321,5 +1488,35 @@ pub fn unreachable_errno(e: &std::io::Error) -> c_int {
     match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => libc::EPERM,
         _ => libc::ENXIO,
+    }
+}
+
+/// rt_tgsigqueueinfo(2): `sig` to host thread `tid` of `pid`, with
+/// SI_QUEUE and `value` in si_value, as the simulated kernel sent it.
+fn queue_host_signal(pid: u32, tid: u32, sig: i32, value: i32) {
+    // SAFETY: an all-zero siginfo_t is valid; the fields Linux reads for
+    // SI_QUEUE are set below through the libc layout.
+    let mut info: libc::siginfo_t = unsafe { core::mem::zeroed() };
+    info.si_signo = sig;
+    info.si_code = libc::SI_QUEUE;
+    // SAFETY: Linux's siginfo_t for SI_QUEUE: si_pid and si_uid at 16 and
+    // 20 (in the union after the three ints and padding), si_value at 24.
+    unsafe {
+        let base = (&mut info as *mut libc::siginfo_t).cast::<u8>();
+        base.add(16)
+            .cast::<i32>()
+            .write_unaligned(std::process::id() as i32);
+        base.add(20).cast::<u32>().write_unaligned(libc::getuid());
+        base.add(24).cast::<i32>().write_unaligned(value);
+    }
+    // SAFETY: a system call with plain values and a filled siginfo_t.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            pid as libc::c_long,
+            tid as libc::c_long,
+            sig as libc::c_long,
+            &info as *const libc::siginfo_t,
+        );
     }
 }

@@ -608,6 +608,85 @@ pub struct PmcOpCaps {
     pub pm_caps: u32,
 }
 
+// ----- Extension: overflow notification (hwpmc(4) NOTIFICATIONS) -----
+//
+// FreeBSD numbers `enum pmc_ops` from 0; the extension's operations sit
+// at 0x504d0000 ("PM" in the upper half), out of reach of FreeBSD's
+// future operations. A driver without them answers EINVAL (an unknown
+// operation), which is how a program learns there is no extension.
+
+/// The first extension operation.
+pub const PMC_OP_EXT_BASE: u32 = 0x504d_0000;
+/// `PMC_OP_EXT_GETCAPS`: which extensions the driver has
+/// ([`PmcOpExtcaps`]).
+pub const PMC_OP_EXT_GETCAPS: u32 = PMC_OP_EXT_BASE;
+/// `PMC_OP_EXT_NOTIFY`: notification on a sampling PMC ([`PmcOpNotify`]).
+pub const PMC_OP_EXT_NOTIFY: u32 = PMC_OP_EXT_BASE + 1;
+/// The extensions' version in [`PmcOpExtcaps::pm_version`].
+pub const PMC_EXT_VERSION: u32 = 1;
+/// `pm_caps` bit: PMC_OP_EXT_NOTIFY is there.
+pub const PMC_EXTCAP_NOTIFY: u32 = 0x1;
+/// `pm_flags` of [`PmcOpNotify`]: `pm_count` counts bytes of the PMC's
+/// sample records written to the log instead of samples.
+pub const PMC_NOTIFY_BYTES: u32 = 0x1;
+/// The flags PMC_OP_EXT_NOTIFY knows.
+pub const PMC_NOTIFY_FLAGS: u32 = PMC_NOTIFY_BYTES;
+/// `pn_flags` of [`PmcNotification`]: no notification follows (the
+/// refresh count ran out, or the PMC was released).
+pub const PMC_NOTIFICATION_END: u32 = 0x1;
+
+/// `struct pmc_op_extcaps`: PMC_OP_EXT_GETCAPS's answer.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PmcOpExtcaps {
+    /// Out: [`PMC_EXT_VERSION`].
+    pub pm_version: u32,
+    /// Out: `PMC_EXTCAP_*`.
+    pub pm_caps: u32,
+}
+
+/// `struct pmc_op_notify`: PMC_OP_EXT_NOTIFY.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PmcOpNotify {
+    /// A sampling PMC of the caller's.
+    pub pm_pmcid: PmcId,
+    /// `PMC_NOTIFY_*`.
+    pub pm_flags: u32,
+    /// Samples (or log bytes) per notification, at least 1.
+    pub pm_count: u32,
+    /// Overflows before the PMC stops counting; 0: no limit.
+    pub pm_refresh: u32,
+    /// Signal sent to the calling thread at each notification; 0: none.
+    pub pm_signo: i32,
+    /// Out: the notification descriptor.
+    pub pm_fd: i32,
+    /// Zero.
+    pub pm_spare: [u32; 2],
+}
+
+/// `struct pmc_notification`: what a read(2) of the notification
+/// descriptor returns. Cumulative counts: a reader that fell behind sees
+/// how many notifications it missed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PmcNotification {
+    /// The PMC.
+    pub pn_pmcid: PmcId,
+    /// `PMC_NOTIFICATION_*`.
+    pub pn_flags: u32,
+    /// The CPU of the sample that completed the last notification.
+    pub pn_cpu: u32,
+    /// Zero.
+    pub pn_spare: u32,
+    /// Notifications so far.
+    pub pn_notifications: u64,
+    /// Samples of the PMC taken so far.
+    pub pn_samples: u64,
+    /// Samples of the PMC lost on a full ring so far.
+    pub pn_dropped: u64,
+}
+
 impl_plain!(
     PmcOpPmcallocate,
     PmcOpPmcadmin,
@@ -626,6 +705,9 @@ impl_plain!(
     PmcDynEventDescr,
     PmcOpGetdyneventinfo,
     PmcOpCaps,
+    PmcOpExtcaps,
+    PmcOpNotify,
+    PmcNotification,
 );
 
 crate::plain::impl_as_bytes!(
@@ -643,6 +725,9 @@ crate::plain::impl_as_bytes!(
     PmcDynEventDescr => [[u8; PMC_NAME_MAX], u32],
     PmcOpGetdyneventinfo => [u32, u32, [PmcDynEventDescr; PMC_EV_DYN_COUNT as usize]],
     PmcOpCaps => [u32, u32],
+    PmcOpExtcaps => [u32, u32],
+    PmcOpNotify => [u32, u32, u32, u32, i32, i32, [u32; 2]],
+    PmcNotification => [u32, u32, u32, u32, u64, u64, u64],
 );
 
 impl core::fmt::Debug for PmcOpPmcallocate {

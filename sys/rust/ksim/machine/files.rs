@@ -3,30 +3,84 @@
 
 use super::*;
 
+impl File {
+    pub(crate) fn new(kind: FileKind, writable: bool) -> File {
+        File {
+            kind,
+            writable,
+            data: Vec::new(),
+            refs: 1,
+            writes: 0,
+            unread: 0,
+            waiters: Vec::new(),
+            notify: None,
+        }
+    }
+}
+
+impl State {
+    /// Enters `file` and gives it the lowest free descriptor of `pid` from
+    /// 3 on: (descriptor, file id); None for an unknown pid.
+    pub(crate) fn install_file(&mut self, pid: u32, file: File) -> Option<(i32, u64)> {
+        if !self.procs.contains_key(&pid) {
+            return None;
+        }
+        let id = self.next_file;
+        self.next_file += 1;
+        self.files.insert(id, file);
+        let p = self.procs.get_mut(&pid)?;
+        let fd = (3..).find(|fd| !p.fds.contains_key(fd)).unwrap_or(3);
+        p.fds.insert(fd, id);
+        Some((fd, id))
+    }
+}
+
 impl Machine {
     /// Opens a file of `kind` in `pid`; returns the lowest free descriptor
     /// from 3 on.
     pub fn open(&self, pid: u32, kind: FileKind, writable: bool) -> i32 {
         let mut st = self.st();
-        let id = st.next_file;
-        st.next_file += 1;
         let writable = writable && kind != FileKind::Directory;
-        st.files.insert(
-            id,
-            File {
-                kind,
-                writable,
-                data: Vec::new(),
-                refs: 1,
-                writes: 0,
-                unread: 0,
-                waiters: Vec::new(),
-            },
-        );
-        let p = st.procs.get_mut(&pid).expect("open in unknown pid");
-        let fd = (3..).find(|fd| !p.fds.contains_key(fd)).unwrap_or(3);
-        p.fds.insert(fd, id);
-        fd
+        st.install_file(pid, File::new(kind, writable))
+            .expect("open in unknown pid")
+            .0
+    }
+
+    /// read(2) of notification descriptor `fd` of `pid`: its pending
+    /// record (taken), nothing, or its end; None when `fd` is not a
+    /// notification descriptor.
+    pub fn notify_read(&self, pid: u32, fd: i32) -> Option<NotifyRead> {
+        let id = self.file_of(pid, fd)?;
+        self.notify_read_file(id)
+    }
+
+    /// [`Machine::notify_read`] by file.
+    pub fn notify_read_file(&self, id: u64) -> Option<NotifyRead> {
+        let mut st = self.st();
+        let n = st.files.get_mut(&id)?.notify.as_mut()?;
+        Some(match n.pending.take() {
+            Some(r) => NotifyRead::Record(r),
+            None if n.hup => NotifyRead::End,
+            None => NotifyRead::Empty,
+        })
+    }
+
+    /// poll(2) of a notification file: (a record is pending, hung up).
+    pub fn notify_poll_file(&self, id: u64) -> Option<(bool, bool)> {
+        let st = self.st();
+        let n = st.files.get(&id)?.notify.as_ref()?;
+        Some((n.pending.is_some(), n.hup))
+    }
+
+    /// Records posted on a notification file so far.
+    pub fn notify_posts(&self, id: u64) -> Option<u64> {
+        let st = self.st();
+        Some(st.files.get(&id)?.notify.as_ref()?.posts)
+    }
+
+    /// The signals sent to threads with a value since the last call.
+    pub fn take_thread_signals(&self) -> Vec<ThreadSignal> {
+        std::mem::take(&mut self.st().thread_signals)
     }
 
     /// close(2).
