@@ -25,7 +25,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
 use hwpmc::{Module, PmcView};
-use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig, UserProt};
+use ksim::{CpuState, Cred, FileKind, Machine, MachineConfig, NotifyRead, UserProt};
 use uapi::pmc::*;
 use uapi::pmclog::{PmclogBody, records};
 use uapi::{AsBytes, Plain};
@@ -180,6 +180,18 @@ pub enum Op {
     },
 }
 
+/// A notification descriptor the run made.
+#[derive(Debug)]
+struct Notified {
+    owner: u32,
+    id: PmcId,
+    file: u64,
+    /// Samples per notification (0: log bytes).
+    count: u32,
+    refresh: u32,
+    last: PmcNotification,
+}
+
 /// Operations on one PMC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PmcCall {
@@ -203,6 +215,14 @@ pub enum PmcCall {
     Caps,
     /// PMC_OP_PMCGETMSR.
     GetMsr,
+    /// PMC_OP_EXT_NOTIFY: every `count` samples (log bytes with `bytes`),
+    /// stopping after `refresh` overflows unless 0, with signal `signo`.
+    Notify {
+        count: u32,
+        refresh: u32,
+        bytes: bool,
+        signo: i32,
+    },
 }
 
 impl Op {
@@ -296,6 +316,12 @@ impl Op {
                     10 => PmcCall::Write { value: r.below(50) },
                     11 => PmcCall::SetCount { count: r.below(20) },
                     12 => PmcCall::Caps,
+                    13 if r.chance(50) => PmcCall::Notify {
+                        count: [0, 1, 1, 2, 3, 64, 200][r.below(7) as usize],
+                        refresh: [0, 0, 1, 2, 5][r.below(5) as usize],
+                        bytes: r.chance(25),
+                        signo: [0, 30, 65, 9, -1][r.below(5) as usize],
+                    },
                     _ => PmcCall::GetMsr,
                 },
             },
@@ -322,6 +348,8 @@ impl Op {
                 proc,
                 op: if r.chance(60) {
                     r.below(24) as u32
+                } else if r.chance(20) {
+                    PMC_OP_EXT_BASE + r.below(3) as u32
                 } else {
                     r.next_u64() as u32
                 },
@@ -424,6 +452,9 @@ struct Run {
     procs: Vec<Proc>,
     pmcs: Vec<(u32, PmcId)>,
     logs: Vec<Log>,
+    /// Notification descriptors made: (owner, PMC, kernel file, the
+    /// refresh count asked for, the last record read).
+    notified: Vec<Notified>,
     klds: [bool; 2],
     fault_next: Option<UserProt>,
     /// Hand-overs between concurrent pieces of kernel work so far.
@@ -485,6 +516,7 @@ impl Run {
             procs: Vec::new(),
             pmcs: Vec::new(),
             logs: Vec::new(),
+            notified: Vec::new(),
             klds: [false; 2],
             fault_next: None,
             switches: 0,
@@ -1224,6 +1256,37 @@ impl Run {
                 };
                 let _ = self.call(p, PmcOp::Getcaps, &mut c);
             }
+            PmcCall::Notify {
+                count,
+                refresh,
+                bytes,
+                signo,
+            } => {
+                let req = PmcOpNotify {
+                    pm_pmcid: id,
+                    pm_flags: if bytes { PMC_NOTIFY_BYTES } else { 0 },
+                    pm_count: count,
+                    pm_refresh: refresh,
+                    pm_signo: signo,
+                    pm_fd: -1,
+                    pm_spare: [0; 2],
+                };
+                let mut b = req.as_bytes().to_vec();
+                if self.syscall(p, PMC_OP_EXT_NOTIFY, &mut b).is_ok() {
+                    let fd = PmcOpNotify::read_from(&b).expect("sized").pm_fd;
+                    let pid = self.procs[p].pid;
+                    self.procs[p].fds.push(fd);
+                    let file = self.m.file_of(pid, fd).expect("the new descriptor");
+                    self.notified.push(Notified {
+                        owner: pid,
+                        id,
+                        file,
+                        count: if bytes { 0 } else { count },
+                        refresh,
+                        last: PmcNotification::default(),
+                    });
+                }
+            }
             PmcCall::GetMsr => {
                 let mut g = PmcOpGetmsr {
                     pm_msr: 0,
@@ -1358,6 +1421,7 @@ impl Run {
                 self.m.sysctl_get("kern.hwpmc.threadfreelist_entries")
             ));
         }
+        self.check_notifications(&views)?;
         // Samples: taken = logged + not logged + still in a ring.
         let s = self.driver().sample_stats();
         let (taken, logged, unlogged) = (load(&s.taken), load(&s.logged), load(&s.unlogged));
@@ -1389,6 +1453,43 @@ impl Run {
             return Err(format!("more failures than attempts: {now:?}"));
         }
         self.last_stats = now;
+        Ok(())
+    }
+
+    /// The notification descriptors: their records never go back, never
+    /// claim more notifications than samples allow nor more samples than a
+    /// refresh count; a released PMC's descriptor is ended.
+    fn check_notifications(&mut self, views: &[PmcView]) -> Result<(), String> {
+        for n in &mut self.notified {
+            let live = views.iter().any(|v| v.id == n.id && v.owner == n.owner);
+            let (_, hup) = self
+                .m
+                .notify_poll_file(n.file)
+                .expect("a notification file");
+            while let Some(NotifyRead::Record(r)) = self.m.notify_read_file(n.file) {
+                let rec = PmcNotification::read_from(&r).expect("a whole record");
+                let last = &n.last;
+                if rec.pn_pmcid != n.id
+                    || rec.pn_notifications < last.pn_notifications
+                    || rec.pn_samples < last.pn_samples
+                    || (n.count > 0 && rec.pn_notifications > rec.pn_samples / u64::from(n.count))
+                    || (n.refresh > 0 && rec.pn_samples > u64::from(n.refresh))
+                    || last.pn_flags & PMC_NOTIFICATION_END != 0
+                {
+                    return Err(format!(
+                        "PMC {:#x} (every {} samples, refresh {}): record {rec:?} after {last:?}",
+                        n.id, n.count, n.refresh
+                    ));
+                }
+                n.last = rec;
+            }
+            if !live && !hup {
+                return Err(format!(
+                    "PMC {:#x} is gone, its notification descriptor is not ended",
+                    n.id
+                ));
+            }
+        }
         Ok(())
     }
 

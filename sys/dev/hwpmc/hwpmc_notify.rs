@@ -89,6 +89,9 @@ pub(crate) struct NotifyCounts {
     notifications: AtomicU64,
     /// The CPU of the sample that made the last notification.
     last_cpu: AtomicU64,
+    /// Samples taken into a ring and not counted yet: the end waits for
+    /// them.
+    in_rings: AtomicU64,
 }
 
 impl Default for NotifyCounts {
@@ -101,6 +104,7 @@ impl Default for NotifyCounts {
             samples: AtomicU64::new(0),
             notifications: AtomicU64::new(0),
             last_cpu: AtomicU64::new(0),
+            in_rings: AtomicU64::new(0),
         }
     }
 }
@@ -128,8 +132,41 @@ impl NotifyCounts {
         self.every.store(u64::from(every), Ordering::Release);
     }
 
+    /// Whether every sample is counted and no more will come: the
+    /// descriptor's end.
+    fn all_counted(&self) -> bool {
+        self.exhausted() && self.in_rings.load(Ordering::Acquire) == 0
+    }
+
     /// The interrupt path's count of an overflow: lock-free, NMI-safe.
-    pub(crate) fn overflow(&self) -> Overflow {
+    /// When notification is armed, the sample it may take is counted as
+    /// in a ring from here on, so that nobody sees the refresh count run
+    /// out before its last sample is there: what to do, and whether it
+    /// was counted so (the sample's `in_ring` for [`NotifyCounts::count`]).
+    pub(crate) fn overflow(&self) -> (Overflow, bool) {
+        // Armed last (after the refresh count): seen armed, the refresh
+        // count is the one asked for.
+        if !self.armed() {
+            return (Overflow::Sample, false);
+        }
+        self.in_rings.fetch_add(1, Ordering::AcqRel);
+        let r = self.overflow_refresh();
+        if r == Overflow::Exhausted {
+            self.in_rings.fetch_sub(1, Ordering::AcqRel);
+            return (r, false);
+        }
+        (r, true)
+    }
+
+    /// A sample [`NotifyCounts::overflow`] counted as in a ring was not
+    /// taken (the ring was full).
+    pub(crate) fn not_taken(&self, in_ring: bool) {
+        if in_ring {
+            self.in_rings.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn overflow_refresh(&self) -> Overflow {
         let mut left = self.refresh.load(Ordering::Acquire);
         loop {
             match left {
@@ -149,13 +186,16 @@ impl NotifyCounts {
     }
 
     /// A drain's count of a sample of the PMC on `cpu` that took
-    /// `log_bytes` of its log (0 when it was not logged): true when it
-    /// completes a notification. Spin-lock context.
-    pub(crate) fn count(&self, cpu: u32, log_bytes: usize) -> bool {
-        let every = self.every.load(Ordering::Acquire);
-        if every == 0 {
+    /// `log_bytes` of its log (0 when it was not logged); `in_ring` when
+    /// the interrupt counted it as in a ring. True when it completes a
+    /// notification. Spin-lock context.
+    pub(crate) fn count(&self, cpu: u32, log_bytes: usize, in_ring: bool) -> bool {
+        // Samples taken before notification was armed do not count.
+        if !in_ring {
             return false;
         }
+        self.in_rings.fetch_sub(1, Ordering::AcqRel);
+        let every = self.every.load(Ordering::Acquire);
         self.samples.fetch_add(1, Ordering::Relaxed);
         let step = if self.bytes.load(Ordering::Relaxed) {
             log_bytes as u64
@@ -276,7 +316,7 @@ impl Notifier {
     fn deliver(&self, pm: &Pmc) {
         let made = pm.notify.notifications.load(Ordering::Acquire);
         let before = self.delivered.swap(made, Ordering::AcqRel);
-        let end = pm.notify.exhausted() || self.released.load(Ordering::Acquire);
+        let end = pm.notify.all_counted() || self.released.load(Ordering::Acquire);
         let ending = end && !self.ended.load(Ordering::Acquire);
         if made == before && !ending {
             return;

@@ -80,6 +80,8 @@ pub(crate) struct SampleMeta {
     pending: bool,
     tsc: u64,
     npc: usize,
+    /// Its PMC's notification counts it as in a ring.
+    notify: bool,
 }
 
 /// One CPU's ring of `nsamples` samples of up to `depth` PCs each.
@@ -152,7 +154,7 @@ impl Hwpmc {
         };
         // A refresh count is counted down here, so that the PMC stops at
         // exactly its last overflow.
-        let overflow = pm.notify.overflow();
+        let (overflow, in_ring) = pm.notify.overflow();
         if overflow == Overflow::Exhausted {
             return false;
         }
@@ -184,6 +186,7 @@ impl Hwpmc {
                 pending,
                 tsc: kpi::time::rdtsc(),
                 npc,
+                notify: in_ring,
             };
             // Counted before it is published: taken never trails what the
             // consumers count.
@@ -197,6 +200,7 @@ impl Hwpmc {
             self.stats.intr_bufferfull.add(1);
             pm.dropped.fetch_add(1, Ordering::Relaxed);
             pm.dropped_total.fetch_add(1, Ordering::Relaxed);
+            pm.notify.not_taken(in_ring);
             if overflow == Overflow::Last {
                 // No sample to carry the end: the next drain looks.
                 self.notify_ends_due.fetch_add(1, Ordering::Release);
@@ -326,7 +330,7 @@ impl Hwpmc {
             return Next::Done(false);
         };
         let logged = self.log_sample(cpu, meta, pcs, pm);
-        if pm.notify.count(cpu, logged.unwrap_or(0)) || pm.notify.exhausted() {
+        if pm.notify.count(cpu, logged.unwrap_or(0), meta.notify) || pm.notify.exhausted() {
             if let Some(n) = pm.notifier.lock().as_ref() {
                 n.wake();
             }

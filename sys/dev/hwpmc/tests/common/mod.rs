@@ -2,6 +2,8 @@
 //! way libpmc wraps it.
 #![allow(dead_code)]
 
+pub mod x86;
+
 use core::mem::{offset_of, size_of};
 
 use hwpmc::Module;
