@@ -28,8 +28,9 @@ use pmctool::{Exit, Getopt, Opt, Program, last_errno, strerror};
 
 const PROGRAM: Program = Program("pmcstat");
 
-/// getopt(3)'s option string: FreeBSD's, and the obsolete -k.
-const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:R:S:TUWZa:c:def:gi:k:l:m:n:o:p:qr:s:t:u:vw:z:";
+/// getopt(3)'s option string: FreeBSD's, the obsolete -k, and -Q (an
+/// extension: hwpmc(4) NOTIFICATIONS).
+const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:Q:R:S:TUWZa:c:def:gi:k:l:m:n:o:p:qr:s:t:u:vw:z:";
 
 const DEFAULT_SAMPLE_COUNT: u64 = 65536;
 const DEFAULT_WAIT_INTERVAL: f64 = 5.0;
@@ -54,6 +55,7 @@ const USAGE: &str = "[options] [commandline]\n\
 \t -N\t\t (toggle) capture callchains\n\
 \t -O file\t send log output to \"file\"\n\
 \t -P spec\t allocate a process-private sampling PMC\n\
+\t -Q count\t print a line every \"count\" samples of each sampling PMC\n\
 \t -R file\t read events from \"file\"\n\
 \t -S spec\t allocate a system-wide sampling PMC\n\
 \t -U\t\t (toggle) capture user-space callchains\n\
@@ -174,6 +176,8 @@ struct Args {
     describe: Option<String>,
     command: Vec<String>,
     verbosity: u32,
+    /// `-Q`: a notification every so many samples of each sampling PMC.
+    notify_every: Option<u32>,
 }
 
 /// The library, initialised by the first PMC specification.
@@ -467,6 +471,19 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
                 a.output_log = Some(v.to_owned());
             }
             'p' | 's' | 'P' | 'S' => add_spec(&mut a, opt, v)?,
+            'Q' => {
+                let n = match strtol(v) {
+                    Some((n, "")) if n > 0 && n <= i64::from(u32::MAX) => n as u32,
+                    _ => {
+                        return Err(errx(
+                            EX_USAGE,
+                            format!("ERROR: Illegal notification count \"{v}\"."),
+                        ));
+                    }
+                };
+                a.notify_every = Some(n);
+                a.required |= REQ_SAMPLING;
+            }
             'q' => a.verbosity = 0,
             'v' => a.verbosity += 1,
             'R' => {
@@ -902,6 +919,10 @@ fn measure(mut a: Args) -> Result<(), Exit> {
             })?;
         }
     }
+    let notifier = match a.notify_every {
+        Some(every) => Some(watch_notifications(pmc, &a.events, every)?),
+        None => None,
+    };
     set_widths(pmc, &mut a.events);
     let height = display_height(&printfile);
     let stats_before = pmc.driver_stats().ok();
@@ -1043,6 +1064,11 @@ fn measure(mut a: Args) -> Result<(), Exit> {
             )
         })?;
     }
+    // The releases ended every notification descriptor.
+    if let Some(t) = notifier {
+        t.join()
+            .map_err(|_| errx(EX_OSERR, "ERROR: the notification reader failed"))?;
+    }
     printfile.flush();
     if a.verbosity > 0 && (a.has_sampling || a.output_log.is_some()) {
         let after = pmc
@@ -1070,6 +1096,73 @@ fn measure(mut a: Args) -> Result<(), Exit> {
         }
     }
     Ok(())
+}
+
+/// `-Q`: asks for a notification every `every` samples of each sampling
+/// PMC, and starts a thread that prints a line on standard error for each
+/// one (pmc_notify(3)) until every descriptor has ended.
+fn watch_notifications(
+    pmc: &Pmc,
+    events: &[Event],
+    every: u32,
+) -> Result<std::thread::JoinHandle<()>, Exit> {
+    let mut fds = Vec::new();
+    for e in events.iter().filter(|e| e.mode.is_sampling()) {
+        let fd = pmc.notify(e.id, 0, every, 0, 0).map_err(|er| {
+            err(
+                EX_OSERR,
+                format!("ERROR: Cannot ask for notifications of pmc \"{}\"", e.name),
+                er,
+            )
+        })?;
+        fds.push(fd);
+    }
+    Ok(std::thread::spawn(move || print_notifications(fds)))
+}
+
+/// Prints the notification records of `fds` as they come, until each has
+/// ended; closes them.
+fn print_notifications(fds: Vec<RawFd>) {
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while polled.iter().any(|p| p.fd >= 0) {
+        // SAFETY: `polled` is an array of pollfd of its length.
+        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            if last_errno() == libc::EINTR {
+                continue;
+            }
+            break;
+        }
+        for p in polled.iter_mut().filter(|p| p.fd >= 0 && p.revents != 0) {
+            let mut buf = [0u8; size_of::<uapi::pmc::PmcNotification>()];
+            // SAFETY: reads at most the buffer's length into it.
+            let got = unsafe { libc::read(p.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            let rec = <uapi::pmc::PmcNotification as uapi::Plain>::read_from(&buf);
+            if let Some(rec) = rec.filter(|_| got == buf.len() as isize) {
+                let end = if rec.pn_flags & uapi::pmc::PMC_NOTIFICATION_END != 0 {
+                    " end"
+                } else {
+                    ""
+                };
+                eprintln!(
+                    "pmcstat: notify pmc {:#x} cpu {} notifications {} samples {} dropped {}{end}",
+                    rec.pn_pmcid, rec.pn_cpu, rec.pn_notifications, rec.pn_samples, rec.pn_dropped
+                );
+                continue;
+            }
+            // End of file (or an error): this PMC is done.
+            // SAFETY: the descriptor is this thread's, closed once.
+            unsafe { libc::close(p.fd) };
+            p.fd = -1;
+        }
+    }
 }
 
 /// `-L` and `-u`: the PMU event table of this machine's CPU.

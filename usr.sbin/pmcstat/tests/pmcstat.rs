@@ -1131,3 +1131,86 @@ fn more_pmcs_than_counters_fail_as_on_freebsd() {
         text(&o.stderr)
     );
 }
+
+/// The `-Q` lines of a run: (PMC id, CPU, notifications, samples,
+/// dropped, end) each.
+fn notify_lines(err: &str) -> Vec<(String, u32, u64, u64, u64, bool)> {
+    err.lines()
+        .filter_map(|l| l.strip_prefix("pmcstat: notify pmc "))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(
+                (f[1], f[3], f[5], f[7]),
+                ("cpu", "notifications", "samples", "dropped"),
+                "{l}"
+            );
+            let n = |i: usize| f[i].parse::<u64>().unwrap_or_else(|_| panic!("{l}"));
+            (
+                f[0].to_owned(),
+                n(2) as u32,
+                n(4),
+                n(6),
+                n(8),
+                f.get(9) == Some(&"end"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_line_per_notification_with_q() {
+    let log = tmp("notify.log");
+    let o = pmcstat_with_workload(&[
+        "-Q",
+        "2",
+        "-n",
+        "1000",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-l",
+        "8.5",
+        "-O",
+        &log,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let lines = notify_lines(&err);
+    // Every CPU's PMC: 8 samples, a notification every 2, then its end.
+    let mut pmcs: Vec<&str> = lines.iter().map(|l| l.0.as_str()).collect();
+    pmcs.sort_unstable();
+    pmcs.dedup();
+    assert_eq!(pmcs.len(), 4, "{err}");
+    for pmc in pmcs {
+        let mine: Vec<_> = lines.iter().filter(|l| l.0 == pmc).collect();
+        let cpu = mine[0].1;
+        let mut last = 0;
+        for l in &mine {
+            assert_eq!(l.1, cpu, "one CPU per system PMC: {err}");
+            assert_eq!(l.2, l.3 / 2, "a notification every 2 samples: {err}");
+            assert!(l.2 >= last, "{err}");
+            assert_eq!(l.4, 0, "{err}");
+            last = l.2;
+        }
+        let end = mine.last().unwrap();
+        assert!(end.5, "the last line ends the PMC: {err}");
+        assert_eq!((end.2, end.3), (4, 8), "{err}");
+        assert_eq!(mine.iter().filter(|l| l.5).count(), 1, "{err}");
+    }
+    // The log holds the samples the lines counted.
+    let dump = text(&pmcstat(&["-R", &log]).stdout);
+    std::fs::remove_file(&log).unwrap();
+    assert_eq!(
+        dump.lines().filter(|l| l.starts_with("callchain ")).count(),
+        4 * 8
+    );
+
+    for bad in ["0", "-3", "two", "4294967296"] {
+        let o = pmcstat(&["-Q", bad, "-S", "SOFT-CLOCK.HARD", "-O", "/dev/null"]);
+        assert_eq!(o.status.code(), Some(64), "-Q {bad}");
+        assert!(
+            text(&o.stderr).contains(&format!("Illegal notification count \"{bad}\"")),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+}
