@@ -1,0 +1,93 @@
+/*
+ * Readiness: a thread blocked in poll(2) on a notification descriptor
+ * (every COUNT samples) wakes when the COUNTth sample is in, while the
+ * main thread lets the machine's clock run one tick per pmc(3) call: it
+ * wakes before the next sample is due, and its first record counts COUNT
+ * samples and one notification.  (How soon after the COUNTth sample is
+ * measured by tools/bench/notify-latency, not here.)
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <pmc.h>
+
+#include "../check.h"
+
+#define	PERIOD		1000
+#define	COUNT		3
+
+static pmc_id_t sampler, counter;
+static int fd;
+static volatile int woke;
+static pmc_value_t at_wake;
+static struct pmc_notification first;
+
+static void *
+waiter(void *arg)
+{
+	struct pollfd pfd;
+
+	(void)arg;
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	pfd.revents = 0;
+	if (poll(&pfd, 1, -1) == 1 && (pfd.revents & POLLIN) != 0) {
+		CHECK(pmc_read(counter, (pmc_value_t *)&at_wake) == 0);
+		CHECK(read(fd, &first, sizeof(first)) == sizeof(first));
+		woke = 1;
+	} else
+		woke = -1;
+	return (NULL);
+}
+
+int
+main(void)
+{
+	pthread_t t;
+	pmc_value_t v;
+	int logfd, i;
+
+	alarm(60);
+	signal(SIGIO, SIG_IGN);
+	CHECK(pmc_init() == 0);
+	CHECK((logfd = open("/dev/null", O_WRONLY)) >= 0);
+	CHECK(pmc_configure_logfile(logfd) == 0);
+	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TS, 0, PMC_CPU_ANY,
+	    &sampler, PERIOD) == 0);
+	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TC, 0, PMC_CPU_ANY,
+	    &counter, 0) == 0);
+	CHECK(pmc_attach(sampler, getpid()) == 0);
+	CHECK(pmc_attach(counter, getpid()) == 0);
+	CHECK(pmc_notify(sampler, 0, COUNT, 0, 0, &fd) == 0);
+	CHECK(pthread_create(&t, NULL, waiter, NULL) == 0);
+	CHECK(pmc_start(counter) == 0);
+	CHECK(pmc_start(sampler) == 0);
+	for (i = 0; i < 10 * COUNT * PERIOD && woke == 0; i++)
+		CHECK(pmc_read(counter, &v) == 0);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(woke == 1);
+	printf("woke at %ju events\n", (uintmax_t)at_wake);
+	CHECK(first.pn_pmcid == sampler);
+	CHECK(first.pn_notifications == 1);
+	CHECK(first.pn_samples == COUNT);
+	CHECK(at_wake >= COUNT * PERIOD);
+	CHECK(at_wake < (COUNT + 1) * PERIOD);
+
+	CHECK(pmc_stop(sampler) == 0);
+	CHECK(pmc_release(sampler) == 0);
+	CHECK(pmc_release(counter) == 0);
+	close(fd);
+	if (failures != 0) {
+		fprintf(stderr, "%d checks failed\n", failures);
+		return (1);
+	}
+	printf("ok\n");
+	return (0);
+}
