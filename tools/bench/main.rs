@@ -17,6 +17,14 @@
 //!     hwpmc-bench pipeline              the log pipeline at increasing sample
 //!                                       rates: samples logged per second of
 //!                                       host time, and where drops begin
+//!     hwpmc-bench notify ON COUNT       PMIs of a system sampling IAP PMC,
+//!                                       each drained at the next tick, with
+//!                                       (ON = 1) a notification and a signal
+//!                                       per sample, or without (ON = 0)
+//!     hwpmc-bench notify-latency        a real program under a sampling PMC
+//!                                       with a notification per sample: how
+//!                                       many simulated instructions pass from
+//!                                       each overflow to its notification
 
 use std::mem::size_of;
 use std::time::Instant;
@@ -63,9 +71,14 @@ impl Bench {
     }
 
     fn call(&self, pid: u32, tid: u32, op: PmcOp, bytes: &mut [u8]) -> Result<(), i32> {
+        self.call_raw(pid, tid, op.raw(), bytes)
+    }
+
+    /// The system call by operation number (the extension's too).
+    fn call_raw(&self, pid: u32, tid: u32, op: u32, bytes: &mut [u8]) -> Result<(), i32> {
         let ua = self.m.user_alloc(pid, bytes.len());
         self.m.user_write(pid, ua, bytes);
-        let r = self.m.syscall(tid, self.sysnum, &[op.raw() as u64, ua]);
+        let r = self.m.syscall(tid, self.sysnum, &[u64::from(op), ua]);
         bytes.copy_from_slice(&self.m.user_read(pid, ua, bytes.len()));
         r.map(|_| ())
     }
@@ -354,6 +367,159 @@ fn pipeline() {
     }
 }
 
+impl Bench {
+    /// PMC_OP_EXT_NOTIFY every `every` samples with signal `signo`: the
+    /// descriptor's kernel file.
+    fn notify(&self, owner: (u32, u32), id: PmcId, every: u32, signo: i32) -> u64 {
+        let req = PmcOpNotify {
+            pm_pmcid: id,
+            pm_flags: 0,
+            pm_count: every,
+            pm_refresh: 0,
+            pm_signo: signo,
+            pm_fd: -1,
+            pm_spare: [0; 2],
+        };
+        let mut b = uapi::AsBytes::as_bytes(&req).to_vec();
+        self.call_raw(owner.0, owner.1, PMC_OP_EXT_NOTIFY, &mut b)
+            .expect("notify");
+        let fd = PmcOpNotify::read_from(&b).expect("sized").pm_fd;
+        self.m.file_of(owner.0, fd).expect("the descriptor")
+    }
+}
+
+/// FreeBSD's SIGUSR1.
+const SIGUSR1: i32 = 30;
+
+/// As [`pmi`] without call chains, each PMI's sample drained at the next
+/// tick; with `on`, a notification and a signal per sample.
+fn notify(on: bool, count: u32) {
+    let (b, _e) = Bench::with_cpu(&[("kern.hwpmc.mincount", "1")], "GenuineIntel-6-55-4");
+    let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+    let (_, wtid) = b.m.spawn(Cred::root(), "worker");
+    b.log_to_file(opid, otid);
+    let id = b.allocate_request(
+        (opid, otid),
+        &iap_request(PmcMode::Ss, 1, PmcFlags::empty(), 1000),
+    );
+    let file = on.then(|| b.notify((opid, otid), id, 1, SIGUSR1));
+    b.simple(opid, otid, PmcOp::Pmcstart, id);
+    b.m.set_location(wtid, kernel_location());
+    b.m.switch_in(1, wtid);
+    let pmus = b.m.pmus().expect("a PMU model");
+    for _ in 0..count {
+        pmus.wrmsr(1, 0x391, 1)
+            .expect("IA32_PERF_GLOBAL_STATUS_SET");
+        pmus.set_lvt_all(ksim::x86::pmu::LVT_DM_NMI);
+        b.m.pmc_interrupt(1);
+        b.m.tick(1);
+    }
+    b.m.switch_out(1);
+    if let Some(file) = file {
+        let posted = b.m.notify_posts(file).unwrap_or(0);
+        let signals = b.m.take_thread_signals().len();
+        assert_eq!(
+            (posted, signals),
+            (u64::from(count), count as usize),
+            "a record and a signal per sample"
+        );
+    }
+    b.finish();
+}
+
+/// The `sort` program under an IAP sampling PMC of its retired
+/// instructions with a notification per sample: for each, the program's
+/// instructions retired from the overflow (the PMI, at a multiple of the
+/// period) to the notification's post, observed after every clock tick
+/// (the drain that counts a sample runs at hardclock, and the delivering
+/// process right after it).
+fn notify_latency() {
+    use ksim::cpu::events::Counts;
+    use ksim::user_process::{UserProcess, UserThread};
+    use std::sync::{Arc, Mutex};
+
+    println!("period  insns/tick  notifications  mean_insns  min_insns  max_insns  mean_ticks");
+    // Periods prime to the tick's length, so that overflows fall all over
+    // the tick.
+    for (period, per_tick) in [(7_919u64, 10_000u64), (30_011, 10_000), (7_919, 1_000)] {
+        let m = Machine::new(MachineConfig {
+            witness: false,
+            cpuid: "GenuineIntel-6-5E-3".into(),
+            insns_per_tick: per_tick,
+            ..MachineConfig::default()
+        });
+        let e = m.enter();
+        m.kenv_set("kern.hwpmc.mincount", "1");
+        let (_, t) = m.spawn(Cred::root(), "kldload");
+        let module = m.in_thread(t, Module::load).expect("load");
+        let b = Bench {
+            sysnum: module.syscall_number(),
+            m,
+            module: Some(module),
+        };
+        let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+        b.log_to_file(opid, otid);
+        let mut req = iap_request(PmcMode::Ts, PMC_CPU_ANY, PmcFlags::empty(), period);
+        // User mode only (USR, INT): the program's own instructions.
+        req.pm_md = uapi::pmc_mdep::x86::PmcMdOpPmcallocate {
+            pm_iap: uapi::pmc_mdep::x86::PmcMdIapOpPmcallocate {
+                pm_iap_config: 0xC0 | 1 << 16 | 1 << 20,
+                pm_iap_rsp: 0,
+            },
+        };
+        let id = b.allocate_request((opid, otid), &req);
+        let file = b.notify((opid, otid), id, 1, 0);
+        let image = ksim::programs::image(ksim::cpu::Arch::X86_64, "sort").expect("built");
+        let (ppid, ptid) = b.m.spawn(Cred::root(), "sort");
+        let mut process =
+            UserProcess::exec(&image, "/usr/bin/sort", &["sort", "3"], &[], ppid as i32, 0)
+                .expect("exec");
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        process
+            .cpu()
+            .subscribe(Box::new(counts.clone()))
+            .expect("subscribe");
+        b.m.exec_user_thread(
+            ppid,
+            "/usr/bin/sort",
+            &image,
+            UserThread::new(process, per_tick),
+        );
+        let mut attach = [0u8; 8];
+        attach[..4].copy_from_slice(&id.to_ne_bytes());
+        attach[4..].copy_from_slice(&(ppid as i32).to_ne_bytes());
+        b.call(opid, otid, PmcOp::Pmcattach, &mut attach)
+            .expect("attach");
+        b.simple(opid, otid, PmcOp::Pmcstart, id);
+        let mut seen = 0u64;
+        let mut latencies = Vec::new();
+        while b.m.proc_info(ppid).is_some_and(|i| !i.zombie) {
+            b.m.run(ptid, 0, 1);
+            let retired = counts.lock().expect("counts").instructions;
+            if let Some(ksim::NotifyRead::Record(r)) = b.m.notify_read_file(file) {
+                let rec = PmcNotification::read_from(&r).expect("a record");
+                for k in seen + 1..=rec.pn_notifications {
+                    latencies.push(retired - k * period);
+                }
+                seen = rec.pn_notifications;
+            }
+        }
+        let n = latencies.len() as u64;
+        let sum: u64 = latencies.iter().sum();
+        println!(
+            "{period:>6}  {per_tick:>10}  {n:>13}  {:>10}  {:>9}  {:>9}  {:>10.2}",
+            sum / n.max(1),
+            latencies.iter().min().copied().unwrap_or(0),
+            latencies.iter().max().copied().unwrap_or(0),
+            sum as f64 / n.max(1) as f64 / per_tick as f64
+        );
+        drop(e);
+        let e = b.m.enter();
+        b.finish();
+        drop(e);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let num = |i: usize| {
@@ -367,13 +533,15 @@ fn main() {
         Some("hwcsw") => hwcsw(num(2), num(3)),
         Some("pmi") => pmi(num(2) != 0, num(3)),
         Some("pipeline") => pipeline(),
+        Some("notify") => notify(num(2) != 0, num(3)),
+        Some("notify-latency") => notify_latency(),
         _ => usage(),
     }
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: hwpmc-bench csw PMCS SWITCHES | hwcsw PMCS SWITCHES | sample ON TICKS | pmi ON COUNT | pipeline"
+        "usage: hwpmc-bench csw PMCS SWITCHES | hwcsw PMCS SWITCHES | sample ON TICKS | pmi ON COUNT | pipeline | notify ON COUNT | notify-latency"
     );
     std::process::exit(2);
 }

@@ -143,6 +143,9 @@ impl NotifyCounts {
     /// in a ring from here on, so that nobody sees the refresh count run
     /// out before its last sample is there: what to do, and whether it
     /// was counted so (the sample's `in_ring` for [`NotifyCounts::count`]).
+    // Out of line, as the other parts of the path, so that benchmarks can
+    // attribute its instructions (tools/bench/run).
+    #[inline(never)]
     pub(crate) fn overflow(&self) -> (Overflow, bool) {
         // Armed last (after the refresh count): seen armed, the refresh
         // count is the one asked for.
@@ -189,6 +192,7 @@ impl NotifyCounts {
     /// `log_bytes` of its log (0 when it was not logged); `in_ring` when
     /// the interrupt counted it as in a ring. True when it completes a
     /// notification. Spin-lock context.
+    #[inline(never)]
     pub(crate) fn count(&self, cpu: u32, log_bytes: usize, in_ring: bool) -> bool {
         // Samples taken before notification was armed do not count.
         if !in_ring {
@@ -304,6 +308,7 @@ impl Notifier {
 
     /// Wakes the delivering process. Any context but NMI (a spin lock is
     /// taken).
+    #[inline(never)]
     pub(crate) fn wake(&self) {
         if let Some(k) = self.kproc.lock().as_ref() {
             k.wakeup();
