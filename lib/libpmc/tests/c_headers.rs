@@ -163,15 +163,34 @@ fn pmc_h_builds_on_freebsd_and_on_the_host() {
         "aarch64" => "aarch64-freebsd",
         other => panic!("no FreeBSD target for a {other} host"),
     };
-    let c = "#include <stddef.h>\n#include <pmc.h>\n\
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <pmc.h>\n\
         _Static_assert(sizeof(struct pmc_cpuinfo) == sizeof(struct pmc_op_getcpuinfo), \"cpuinfo\");\n\
         _Static_assert(sizeof(struct pmc_driverstats) == sizeof(struct pmc_op_getdriverstats), \"driverstats\");\n\
         _Static_assert(offsetof(struct pmc_pmcinfo, pm_pmcs) == offsetof(struct pmc_op_getpmcinfo, pm_pmcs), \"pmcinfo\");\n\
-        int (*const alloc_fn)(const char *, enum pmc_mode, uint32_t, int, pmc_id_t *, uint64_t) = pmc_allocate;\n";
+        int (*const alloc_fn)(const char *, enum pmc_mode, uint32_t, int, pmc_id_t *, uint64_t) = pmc_allocate;\n\
+        int (*const notify_fn)(pmc_id_t, uint32_t, uint32_t, uint32_t, int, int *) = pmc_notify;\n\
+        int (*const extcaps_fn)(uint32_t *) = pmc_extcaps;\n",
+    );
+    // The notification extension: what read(2) of the descriptor returns,
+    // as the kernel writes it, and the constants.
+    {
+        use uapi::pmc::*;
+        layout!(c, PmcNotification, "pmc_notification" {
+            pn_pmcid, pn_flags, pn_cpu, pn_spare, pn_notifications, pn_samples, pn_dropped
+        });
+        for (name, v) in [
+            ("PMC_EXTCAP_NOTIFY", PMC_EXTCAP_NOTIFY),
+            ("PMC_NOTIFY_BYTES", PMC_NOTIFY_BYTES),
+            ("PMC_NOTIFICATION_END", PMC_NOTIFICATION_END),
+        ] {
+            writeln!(c, "_Static_assert({name} == {v}, \"{name}\");").unwrap();
+        }
+    }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pmc_h");
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("pmc_h.c");
-    std::fs::write(&src, c).unwrap();
+    std::fs::write(&src, &c).unwrap();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let zig = std::env::var("ABI_CHECK_ZIG_CC").unwrap_or_else(|_| "python3 -m ziglang cc".into());
     let mut words = zig.split_whitespace();
@@ -192,7 +211,7 @@ fn pmc_h_builds_on_freebsd_and_on_the_host() {
 
     // The same with the host compiler and the generated <sys/pmc.h>.
     let host_src = dir.join("pmc_h_host.c");
-    std::fs::write(&host_src, c).unwrap();
+    std::fs::write(&host_src, &c).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(cc)
         .args(["-std=c11", "-Wall", "-Werror", "-c", "-o"])
