@@ -25,6 +25,7 @@
 //! | allocation is fallible and says whether it may sleep | malloc(9) `M_WAITOK`/`M_NOWAIT` | types: [`malloc`]'s `KBox`, `KVec`, `KArc` take a [`malloc::Wait`] and pass it on; lints (`clippy.toml` in sys/) forbid `String`, `Vec`, `Box`, `Arc`, `format!` and `vec!` in kernel crates |
 //! | invariants are checked on INVARIANTS kernels | `KASSERT(9)` | [`kassert!`]: always in the simulator, with feature `invariants` on FreeBSD |
 //! | the hooks of an exiting thread neither sleep, nor allocate, nor free | thread_exit() calls them with the process's spin lock held | ksim calls them in a critical section; the witness |
+//! | `selwakeup`, `KNOTE` and `tdsendsignal` take default mutexes (the notification file's, the process's): not under a spin lock, not in an interrupt | selinfo, kqueue(9), signal(9) | the simulator's [`file::NotifyFile::post`], `hangup` and [`proc::tdsignal`] take a default mutex of the witness's: `SleepLockUnderSpin`, `SleepLockInInterrupt` |
 //! | the kernel calls each hook only under its own condition (P_HWPMC; `pmc_ss_count` for the *_LOG hooks), so the driver keeps `pmc_ss_count` | sys/kern, pmckern.h | ksim tests the same conditions on the kernel's count (`tests/hooks.rs`) |
 //!
 //! Errors are FreeBSD errno values ([`Errno`], never 0).

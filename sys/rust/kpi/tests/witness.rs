@@ -211,3 +211,41 @@ fn kassert_panics_in_the_simulator() {
     );
     kpi::kassert!(1 + 1 == 2, "not reached");
 }
+
+#[test]
+fn notification_posts_and_thread_signals_take_default_mutexes() {
+    let v = in_kernel(|| {
+        let (file, _fd) = kpi::file::notify_file_create(8).unwrap();
+        // In thread context with nothing held: fine.
+        file.post(&[1; 8]);
+        let me = kpi::proc::curproc();
+        let tid = kpi::proc::curthread();
+        assert!(kpi::proc::tdsignal(me, tid, 30, 7));
+        // Under a spin lock: selwakeup's and the process's mutexes are
+        // default mutexes, which a spin lock holder may not take.
+        let spin = SpinMutex::new(c"t-spin", (), Wait::WaitOk).unwrap();
+        let g = spin.lock();
+        file.post(&[2; 8]);
+        file.hangup();
+        kpi::proc::tdsignal(me, tid, 30, 7);
+        drop(g);
+        drop(file);
+    });
+    assert_eq!(
+        v,
+        vec![
+            Violation::SleepLockUnderSpin {
+                taken: "pmcnotify",
+                spin: "t-spin"
+            },
+            Violation::SleepLockUnderSpin {
+                taken: "pmcnotify",
+                spin: "t-spin"
+            },
+            Violation::SleepLockUnderSpin {
+                taken: "proc",
+                spin: "t-spin"
+            },
+        ]
+    );
+}
