@@ -50,7 +50,7 @@ struct pmc_pmcinfo {
 struct pmc_notification {
 	pmc_id_t	pn_pmcid;	/* the PMC */
 	uint32_t	pn_flags;	/* PMC_NOTIFICATION_* */
-	uint32_t	pn_cpu;		/* CPU of the last notification's sample */
+	uint32_t	pn_cpu;		/* CPU of the last sample counted */
 	uint32_t	pn_spare;
 	uint64_t	pn_notifications; /* notifications so far */
 	uint64_t	pn_samples;	/* samples so far */

@@ -87,7 +87,7 @@ pub(crate) struct NotifyCounts {
     samples: AtomicU64,
     /// Notifications made.
     notifications: AtomicU64,
-    /// The CPU of the sample that made the last notification.
+    /// The CPU of the last sample counted.
     last_cpu: AtomicU64,
     /// Samples taken into a ring and not counted yet: the end waits for
     /// them.
@@ -199,25 +199,36 @@ impl NotifyCounts {
             return false;
         }
         self.in_rings.fetch_sub(1, Ordering::AcqRel);
-        let every = self.every.load(Ordering::Acquire);
         self.samples.fetch_add(1, Ordering::Relaxed);
+        self.last_cpu.store(u64::from(cpu), Ordering::Relaxed);
+        let every = self.every.load(Ordering::Acquire);
         let step = if self.bytes.load(Ordering::Relaxed) {
             log_bytes as u64
         } else {
             1
         };
-        if step == 0 {
+        if step == 0 || every == 0 {
             return false;
         }
-        let before = self.progress.fetch_add(step, Ordering::AcqRel);
-        let made = (before + step) / every;
+        // The drains of several CPUs may count at once: each takes the
+        // notifications its step completes, and leaves the remainder.
+        let mut cur = self.progress.load(Ordering::Acquire);
+        let made = loop {
+            let total = cur.saturating_add(step);
+            match self.progress.compare_exchange(
+                cur,
+                total % every,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break total / every,
+                Err(now) => cur = now,
+            }
+        };
         if made == 0 {
             return false;
         }
-        // Take the notifications made; a concurrent drain adds its own.
-        self.progress.fetch_sub(made * every, Ordering::AcqRel);
         self.notifications.fetch_add(made, Ordering::AcqRel);
-        self.last_cpu.store(u64::from(cpu), Ordering::Relaxed);
         true
     }
 }

@@ -675,7 +675,7 @@ pub struct PmcNotification {
     pub pn_pmcid: PmcId,
     /// `PMC_NOTIFICATION_*`.
     pub pn_flags: u32,
-    /// The CPU of the sample that completed the last notification.
+    /// The CPU of the last sample counted.
     pub pn_cpu: u32,
     /// Zero.
     pub pn_spare: u32,
