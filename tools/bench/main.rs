@@ -430,9 +430,8 @@ fn notify(on: bool, count: u32) {
 /// The `sort` program under an IAP sampling PMC of its retired
 /// instructions with a notification per sample: for each, the program's
 /// instructions retired from the overflow (the PMI, at a multiple of the
-/// period) to the notification's post, observed after every clock tick
-/// (the drain that counts a sample runs at hardclock, and the delivering
-/// process right after it).
+/// period) to the notification's post (the machine tells of each post as
+/// it is made; the program's CPU counts what it retired).
 fn notify_latency() {
     use ksim::cpu::events::Counts;
     use ksim::user_process::{UserProcess, UserThread};
@@ -491,19 +490,36 @@ fn notify_latency() {
         b.call(opid, otid, PmcOp::Pmcattach, &mut attach)
             .expect("attach");
         b.simple(opid, otid, PmcOp::Pmcstart, id);
+        // Each post: the program's instructions retired at that moment.
+        let posts = Arc::new(Mutex::new(Vec::new()));
+        {
+            let posts = posts.clone();
+            let counts = counts.clone();
+            b.m.observe_notify_posts(Some(Arc::new(move |f| {
+                if f == file {
+                    let retired = counts.lock().expect("counts").instructions;
+                    posts.lock().expect("posts").push(retired);
+                }
+            })));
+        }
         let mut seen = 0u64;
         let mut latencies = Vec::new();
         while b.m.proc_info(ppid).is_some_and(|i| !i.zombie) {
             b.m.run(ptid, 0, 1);
-            let retired = counts.lock().expect("counts").instructions;
+            let at: Vec<u64> = std::mem::take(&mut *posts.lock().expect("posts"));
             if let Some(ksim::NotifyRead::Record(r)) = b.m.notify_read_file(file) {
                 let rec = PmcNotification::read_from(&r).expect("a record");
-                for k in seen + 1..=rec.pn_notifications {
+                // One post per notification here (a count of 1): the
+                // notifications in order, each with its post.
+                let made: Vec<u64> = (seen + 1..=rec.pn_notifications).collect();
+                assert_eq!(made.len(), at.len(), "a post per notification");
+                for (k, retired) in made.into_iter().zip(at) {
                     latencies.push(retired - k * period);
                 }
                 seen = rec.pn_notifications;
             }
         }
+        b.m.observe_notify_posts(None);
         let n = latencies.len() as u64;
         let sum: u64 = latencies.iter().sum();
         println!(

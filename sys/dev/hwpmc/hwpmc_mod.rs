@@ -570,6 +570,10 @@ pub struct Hwpmc {
     /// Refresh counts that ran out on a dropped sample, for the next drain
     /// (`hwpmc_notify`).
     notify_ends_due: AtomicU64,
+    /// Per CPU: a sample of a PMC with notification waits in its ring, to
+    /// be drained at the interrupted thread's return to user mode rather
+    /// than at the next clock tick.
+    notify_due: KVec<AtomicBool>,
     /// Owners of running system-wide sampling PMCs (`pmc_ss_owners`);
     /// the kernel's `pmc_ss_count` counts them.
     ss_owners: SpinMutexBox<SsOwners>,
@@ -813,6 +817,7 @@ impl Module {
                 stats,
                 sample_stats: SampleStats::default(),
                 notify_ends_due: AtomicU64::new(0),
+                notify_due: KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| AtomicBool::new(false))?,
                 ss_owners: SpinMutex::new(c"pmc-ssowners", SsOwners::default(), Wait::WaitOk)?,
                 thread_freelist: SpinMutex::new(
                     c"pmc-threadfreelist",

@@ -20,16 +20,20 @@
 //! thread that asked, with `si_value.sival_int` the PMC id.
 //!
 //! The path of a notification: the PMC interrupt (an NMI on x86) records
-//! the sample in its CPU's ring, as always, and takes no lock; the next
-//! drain of the ring (hardclock's PMC_FN_DO_SAMPLES, under the ring's spin
-//! lock) logs it and counts it here ([`NotifyCounts::count`]); when the
-//! count is reached it wakes the PMC's notification process ("hwpmc:
-//! notify(ID)"), which in thread context posts the record and sends the
-//! signal ([`Notifier::deliver`]). A notification therefore comes at most
-//! a clock tick and a scheduling delay after the sample that completes the
-//! count, whatever the size of the log's buffers, which keep going to the
-//! log writer as before (a program that wants the records at once calls
-//! PMC_OP_FLUSHLOG).
+//! the sample in its CPU's ring, as always, and takes no lock, and asks
+//! for the interrupted thread's return to user mode (an AST, as for user
+//! call chains); there, or at the next clock tick (hardclock's
+//! PMC_FN_DO_SAMPLES) if that comes first or the CPU was running a kernel
+//! thread, the ring's drain (under its spin lock) logs the sample and
+//! counts it here ([`NotifyCounts::count`]); when the count is reached it
+//! wakes the PMC's notification process ("hwpmc: notify(ID)"), which in
+//! thread context posts the record and sends the signal
+//! ([`Notifier::deliver`]). A notification therefore comes at most a clock
+//! tick and a scheduling delay after the sample that completes the count,
+//! and for an overflow in user mode as soon as the interrupted thread
+//! returns to it, whatever the size of the log's buffers, which keep going
+//! to the log writer as before (a program that wants the records at once
+//! calls PMC_OP_FLUSHLOG).
 //!
 //! A refresh count is counted down in the interrupt itself: the overflow
 //! that takes it to zero is the last sampled, and its counter is stalled

@@ -216,7 +216,14 @@ impl Hwpmc {
             pm.id,
             intr.user_mode
         );
-        if pending {
+        // A sample a notification counts is drained at the return to user
+        // mode, the next clock tick's drain being a whole tick away.
+        if in_ring {
+            if let Some(due) = self.notify_due.get(cpu as usize) {
+                due.store(true, Ordering::Release);
+            }
+        }
+        if pending || in_ring {
             kpi::proc::request_userret();
         }
         kpi::kern_pmc::set_cpu_sampled(cpu);
@@ -225,7 +232,9 @@ impl Hwpmc {
     }
 
     /// `pmc_capture_user_callchain`: at the return to user mode, completes
-    /// this thread's pending samples on this CPU with its user stack.
+    /// this thread's pending samples on this CPU with its user stack; and
+    /// drains the CPU's rings when a sample that a notification counts
+    /// waits there (`hwpmc_notify`).
     pub(crate) fn user_callchain(&self) {
         let cpu = kpi::cpu::curcpu();
         let tid = kpi::proc::curthread();
@@ -251,6 +260,13 @@ impl Hwpmc {
             }
         }
         kpi::kern_pmc::set_cpu_sampled(cpu);
+        let notify = self
+            .notify_due
+            .get(cpu as usize)
+            .is_some_and(|due| due.swap(false, Ordering::AcqRel));
+        if notify {
+            self.process_samples(cpu);
+        }
     }
 
     /// `pmc_process_samples`: drains `cpu`'s rings into the owners' logs.

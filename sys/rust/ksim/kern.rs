@@ -325,6 +325,10 @@ pub fn notify_post(id: u64, record: &[u8]) {
         }
     }
     lock_release(NOTIFY_LOCK);
+    let observer = current().0.handlers().notify_observer.clone();
+    if let Some(f) = observer {
+        f(id);
+    }
 }
 
 /// Hangs notification file `id` up.

@@ -809,7 +809,13 @@ pub(crate) struct Handlers {
     pub(crate) pmc_intr: Option<PmcIntrFn>,
     pub(crate) events: Vec<(u64, EventFn)>,
     pub(crate) next_event_id: u64,
+    /// Told of each post on a notification file (benchmarks that time
+    /// them against what a program has retired).
+    pub(crate) notify_observer: Option<NotifyObserver>,
 }
+
+/// What [`Machine::observe_notify_posts`] calls: the file posted on.
+pub type NotifyObserver = Arc<dyn Fn(u64) + Send + Sync>;
 
 pub(crate) struct Inner {
     st: Mutex<State>,
@@ -1338,6 +1344,11 @@ impl Machine {
             };
             if ast {
                 self.with_ctx_on(cpu, tid, || self.hook(&HookCall::UserRet));
+                // What the AST woke (a notification's delivering process)
+                // runs now, as on an idle CPU, not at the end of the tick.
+                if !clock {
+                    self.settle();
+                }
             }
         }
     }

@@ -212,12 +212,19 @@ fn a_signal_every_n_samples_to_the_thread_that_asked() {
     s.flushlog(owner).expect("flush");
     let (logged, _) = logged_samples(&s.file(owner, log), id);
     assert_eq!(logged, samples, "every overflow's sample is logged");
+    // The last notification's record has the counts of its moment; the
+    // release's end record has them all.
     let rec = read_record(&s, owner, fd).expect("a record");
+    let made = samples / u64::from(every);
     assert_eq!(rec.pn_pmcid, id);
-    assert_eq!(rec.pn_samples, samples);
-    assert_eq!(rec.pn_notifications, samples / u64::from(every));
+    assert_eq!(rec.pn_notifications, made);
+    assert!((made * u64::from(every)..=samples).contains(&rec.pn_samples));
     assert_eq!(rec.pn_dropped, 0);
     assert_eq!(rec.pn_flags, 0);
+    s.release(owner, id).expect("release");
+    let end = read_record(&s, owner, fd).expect("the end's record");
+    assert_eq!(end.pn_flags, PMC_NOTIFICATION_END);
+    assert_eq!((end.pn_samples, end.pn_notifications), (samples, made));
     let signals = s.m.take_thread_signals();
     assert_eq!(signals.len() as u64, samples / u64::from(every));
     for sig in signals {
@@ -276,9 +283,11 @@ fn log_bytes_are_counted_with_pmc_notify_bytes() {
     s.flushlog(owner).expect("flush");
     let (logged, bytes) = logged_samples(&s.file(owner, log), id);
     assert!(bytes > u64::from(every) * 3, "{bytes} bytes logged");
-    let rec = read_record(&s, owner, fd).expect("a record");
-    assert_eq!(rec.pn_samples, logged);
-    assert_eq!(rec.pn_notifications, bytes / u64::from(every));
+    s.release(owner, id).expect("release");
+    let end = read_record(&s, owner, fd).expect("the end's record");
+    assert_eq!(end.pn_flags, PMC_NOTIFICATION_END);
+    assert_eq!(end.pn_samples, logged);
+    assert_eq!(end.pn_notifications, bytes / u64::from(every));
     assert!(s.m.take_thread_signals().is_empty(), "no signal asked for");
     s.finish();
 }
@@ -314,12 +323,20 @@ fn system_pmcs_on_every_cpu_notify_at_once_with_their_own_counts() {
     }
     for (cpu, &(id, fd)) in pmcs.iter().enumerate() {
         let retired = progs[cpu].1.counts.lock().unwrap().instructions;
+        // The CPU's program and nothing else ran there in user mode.
+        let samples = retired / period;
+        // The last notification's record: its counts as they were then.
         let rec = read_record(&s, owner, fd).expect("a record");
         assert_eq!(rec.pn_pmcid, id);
         assert_eq!(rec.pn_cpu, cpu as u32, "the PMC's own CPU");
-        // The CPU's program and nothing else ran there in user mode.
-        assert_eq!(rec.pn_samples, retired / period, "CPU {cpu}");
-        assert_eq!(rec.pn_notifications, rec.pn_samples / 2, "CPU {cpu}");
+        assert_eq!(rec.pn_notifications, samples / 2, "CPU {cpu}");
+        assert_eq!(rec.pn_samples, samples / 2 * 2, "CPU {cpu}");
+        // The release's end record: every sample.
+        s.release(owner, id).expect("release");
+        let end = read_record(&s, owner, fd).expect("the end's record");
+        assert_eq!(end.pn_flags, PMC_NOTIFICATION_END);
+        assert_eq!(end.pn_samples, samples, "CPU {cpu}");
+        assert_eq!(end.pn_notifications, samples / 2, "CPU {cpu}");
     }
     s.finish();
 }

@@ -78,6 +78,12 @@ impl Machine {
         Some(st.files.get(&id)?.notify.as_ref()?.posts)
     }
 
+    /// Calls `f` with the file of each post on a notification file from
+    /// now on, when the post is made (None: no more).
+    pub fn observe_notify_posts(&self, f: Option<NotifyObserver>) {
+        self.0.handlers().notify_observer = f;
+    }
+
     /// The signals sent to threads with a value since the last call.
     pub fn take_thread_signals(&self) -> Vec<ThreadSignal> {
         std::mem::take(&mut self.st().thread_signals)
