@@ -7,6 +7,8 @@
  * measured by tools/bench/notify-latency, not here.)
  */
 
+#include <sys/select.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -52,7 +54,7 @@ main(void)
 {
 	pthread_t t;
 	pmc_value_t v;
-	int logfd, i;
+	int ended, logfd, i, tries;
 
 	alarm(60);
 	signal(SIGIO, SIG_IGN);
@@ -80,8 +82,33 @@ main(void)
 	CHECK(at_wake >= COUNT * PERIOD);
 	CHECK(at_wake < (COUNT + 1) * PERIOD);
 
+	/*
+	 * select(2) sees the end: the descriptor turns readable, and reads
+	 * give the end record, then end of file.
+	 */
 	CHECK(pmc_stop(sampler) == 0);
 	CHECK(pmc_release(sampler) == 0);
+	ended = 0;
+	for (tries = 0; tries < 2000; tries++) {
+		struct timeval now = { 0, 0 };
+		fd_set readable;
+		ssize_t n;
+
+		FD_ZERO(&readable);
+		FD_SET(fd, &readable);
+		if (select(fd + 1, &readable, NULL, NULL, &now) != 1) {
+			(void)pmc_writelog(0);
+			continue;
+		}
+		n = read(fd, &first, sizeof(first));
+		if (n == 0)
+			break;
+		CHECK(n == sizeof(first));
+		if ((first.pn_flags & PMC_NOTIFICATION_END) != 0)
+			ended = 1;
+	}
+	CHECK(tries < 2000);
+	CHECK(ended);
 	CHECK(pmc_release(counter) == 0);
 	close(fd);
 	if (failures != 0) {

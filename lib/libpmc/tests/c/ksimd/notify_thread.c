@@ -1,0 +1,109 @@
+/*
+ * The signal of a notification goes to the thread that asked for it: a
+ * second thread calls pmc_notify(3); the main thread, which lets the
+ * machine's time pass, takes none of the signals, though it has the signal
+ * unblocked too (a signal sent to the process could go to either).
+ */
+
+#include <sys/syscall.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <pmc.h>
+
+#include "../check.h"
+
+#define	PERIOD		1000
+#define	OVERFLOWS	4
+
+static pmc_id_t sampler;
+static volatile long asker_tid;
+static volatile sig_atomic_t to_asker, to_others, asked, done;
+
+static long
+my_tid(void)
+{
+	return (syscall(SYS_gettid));
+}
+
+static void
+on_overflow(int sig, siginfo_t *info, void *uc)
+{
+	(void)sig;
+	(void)info;
+	(void)uc;
+	if (my_tid() == asker_tid)
+		to_asker++;
+	else
+		to_others++;
+}
+
+static void *
+asker(void *arg)
+{
+	struct timespec pause = { 0, 1000000 };
+	int fd;
+
+	(void)arg;
+	asker_tid = my_tid();
+	CHECK(pmc_notify(sampler, 0, 1, 0, SIGRTMIN, &fd) == 0);
+	asked = 1;
+	/* Stay alive, with the signal unblocked, until the run is over. */
+	while (!done)
+		nanosleep(&pause, NULL);
+	close(fd);
+	return (NULL);
+}
+
+int
+main(void)
+{
+	struct sigaction sa;
+	struct timespec pause = { 0, 1000000 };
+	pthread_t t;
+	int logfd, i, tries;
+
+	alarm(60);
+	signal(SIGIO, SIG_IGN);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_overflow;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	CHECK(sigaction(SIGRTMIN, &sa, NULL) == 0);
+
+	CHECK(pmc_init() == 0);
+	CHECK((logfd = open("/dev/null", O_WRONLY)) >= 0);
+	CHECK(pmc_configure_logfile(logfd) == 0);
+	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TS, 0, PMC_CPU_ANY,
+	    &sampler, PERIOD) == 0);
+	CHECK(pmc_attach(sampler, getpid()) == 0);
+	CHECK(pthread_create(&t, NULL, asker, NULL) == 0);
+	for (tries = 0; tries < 10000 && !asked; tries++)
+		nanosleep(&pause, NULL);
+	CHECK(asked);
+	CHECK(pmc_start(sampler) == 0);
+	for (i = 0; i < OVERFLOWS * PERIOD + PERIOD / 2; i++)
+		CHECK(pmc_writelog(0) == 0);
+	CHECK(pmc_stop(sampler) == 0);
+	for (tries = 0; tries < 5000 && to_asker < OVERFLOWS; tries++)
+		nanosleep(&pause, NULL);
+	done = 1;
+	CHECK(pthread_join(t, NULL) == 0);
+	printf("signals: %d to the asking thread, %d to others\n",
+	    (int)to_asker, (int)to_others);
+	CHECK(to_asker == OVERFLOWS);
+	CHECK(to_others == 0);
+	CHECK(pmc_release(sampler) == 0);
+	if (failures != 0) {
+		fprintf(stderr, "%d checks failed\n", failures);
+		return (1);
+	}
+	printf("ok\n");
+	return (0);
+}
