@@ -292,28 +292,57 @@ fn deep_kernel_location() -> Location {
     }
 }
 
-fn pmi(on: bool, count: u32) {
-    let (b, _e) = Bench::with_cpu(&[("kern.hwpmc.mincount", "1")], "GenuineIntel-6-55-4");
-    let (opid, otid) = b.m.spawn(Cred::root(), "owner");
+/// A Skylake-SP machine whose owner has a log and a system sampling IAP
+/// PMC on CPU 1 (`flags`), and a worker thread in the kernel at `at`.
+struct SystemSampler {
+    b: Bench,
+    _e: ksim::machine_guard::Entered,
+    owner: (u32, u32),
+    worker: u32,
+    id: PmcId,
+}
+
+fn system_iap_sampler(flags: PmcFlags, at: Location) -> SystemSampler {
+    let (b, e) = Bench::with_cpu(&[("kern.hwpmc.mincount", "1")], "GenuineIntel-6-55-4");
+    let owner = b.m.spawn(Cred::root(), "owner");
     let (_, wtid) = b.m.spawn(Cred::root(), "worker");
-    b.log_to_file(opid, otid);
-    let id = b.allocate_request(
-        (opid, otid),
-        &iap_request(PmcMode::Ss, 1, PmcFlags::CALLCHAIN, 1000),
-    );
+    b.log_to_file(owner.0, owner.1);
+    let id = b.allocate_request(owner, &iap_request(PmcMode::Ss, 1, flags, 1000));
+    b.m.set_location(wtid, at);
+    SystemSampler {
+        b,
+        _e: e,
+        owner,
+        worker: wtid,
+        id,
+    }
+}
+
+/// A PMI of IAP-0 on `cpu`: its overflow bit set as the hardware sets it
+/// (the handler clears it again), the LVT entry unmasked, the NMI.
+fn raise_pmi(b: &Bench, cpu: u32) {
+    let pmus = b.m.pmus().expect("a PMU model");
+    pmus.wrmsr(cpu, 0x391, 1)
+        .expect("IA32_PERF_GLOBAL_STATUS_SET");
+    pmus.set_lvt_all(ksim::x86::pmu::LVT_DM_NMI);
+    b.m.pmc_interrupt(cpu);
+}
+
+fn pmi(on: bool, count: u32) {
+    let SystemSampler {
+        b,
+        _e,
+        owner: (opid, otid),
+        worker,
+        id,
+    } = system_iap_sampler(PmcFlags::CALLCHAIN, deep_kernel_location());
     if on {
         b.simple(opid, otid, PmcOp::Pmcstart, id);
     }
-    b.m.set_location(wtid, deep_kernel_location());
-    b.m.switch_in(1, wtid);
-    let pmus = b.m.pmus().expect("a PMU model");
-    // IAP-0's overflow bit, set as the hardware sets it; the handler
-    // clears it again. Each PMI's sample is drained at the next tick.
+    b.m.switch_in(1, worker);
+    // Each PMI's sample is drained at a later tick.
     for i in 0..count {
-        pmus.wrmsr(1, 0x391, 1)
-            .expect("IA32_PERF_GLOBAL_STATUS_SET");
-        pmus.set_lvt_all(ksim::x86::pmu::LVT_DM_NMI);
-        b.m.pmc_interrupt(1);
+        raise_pmi(&b, 1);
         if i % 64 == 63 {
             b.m.tick(1);
         }
@@ -394,24 +423,18 @@ const SIGUSR1: i32 = 30;
 /// As [`pmi`] without call chains, each PMI's sample drained at the next
 /// tick; with `on`, a notification and a signal per sample.
 fn notify(on: bool, count: u32) {
-    let (b, _e) = Bench::with_cpu(&[("kern.hwpmc.mincount", "1")], "GenuineIntel-6-55-4");
-    let (opid, otid) = b.m.spawn(Cred::root(), "owner");
-    let (_, wtid) = b.m.spawn(Cred::root(), "worker");
-    b.log_to_file(opid, otid);
-    let id = b.allocate_request(
-        (opid, otid),
-        &iap_request(PmcMode::Ss, 1, PmcFlags::empty(), 1000),
-    );
+    let SystemSampler {
+        b,
+        _e,
+        owner: (opid, otid),
+        worker,
+        id,
+    } = system_iap_sampler(PmcFlags::empty(), kernel_location());
     let file = on.then(|| b.notify((opid, otid), id, 1, SIGUSR1));
     b.simple(opid, otid, PmcOp::Pmcstart, id);
-    b.m.set_location(wtid, kernel_location());
-    b.m.switch_in(1, wtid);
-    let pmus = b.m.pmus().expect("a PMU model");
+    b.m.switch_in(1, worker);
     for _ in 0..count {
-        pmus.wrmsr(1, 0x391, 1)
-            .expect("IA32_PERF_GLOBAL_STATUS_SET");
-        pmus.set_lvt_all(ksim::x86::pmu::LVT_DM_NMI);
-        b.m.pmc_interrupt(1);
+        raise_pmi(&b, 1);
         b.m.tick(1);
     }
     b.m.switch_out(1);

@@ -16,7 +16,7 @@
 
 #include <pmc.h>
 
-#include "../check.h"
+#include "../notify.h"
 
 #define	NPMC		8
 #define	CALLS		6100
@@ -47,30 +47,18 @@ main(void)
 {
 	struct pmc_notification rec[NPMC];
 	struct pollfd pfd[NPMC];
-	struct sigaction sa;
-	struct timespec pause = { 0, 1000000 };
 	pmc_id_t counter;
 	pmc_value_t events, v;
-	int done, fds[NPMC], logfd, i, tries;
+	int done, fds[NPMC], i, tries;
 
 	alarm(60);
 	signal(SIGIO, SIG_IGN);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_overflow;
-	sa.sa_flags = SA_SIGINFO | SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	CHECK(sigaction(SIGRTMIN, &sa, NULL) == 0);
+	catch_signal(SIGRTMIN, on_overflow);
 
-	CHECK(pmc_init() == 0);
-	CHECK((logfd = open("/dev/null", O_WRONLY)) >= 0);
-	CHECK(pmc_configure_logfile(logfd) == 0);
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TC, 0, PMC_CPU_ANY,
-	    &counter, 0) == 0);
-	CHECK(pmc_attach(counter, getpid()) == 0);
+	init_with_log();
+	counter = clock_pmc(PMC_MODE_TC, 0);
 	for (i = 0; i < NPMC; i++) {
-		CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TS, 0,
-		    PMC_CPU_ANY, &ids[i], periods[i]) == 0);
-		CHECK(pmc_attach(ids[i], getpid()) == 0);
+		ids[i] = clock_pmc(PMC_MODE_TS, periods[i]);
 		CHECK(pmc_notify(ids[i], 0, 1, 0, SIGRTMIN, &fds[i]) == 0);
 		CHECK(fcntl(fds[i], F_SETFL, O_NONBLOCK) == 0);
 		memset(&rec[i], 0, sizeof(rec[i]));
@@ -104,7 +92,7 @@ main(void)
 		}
 		if (done == NPMC)
 			break;
-		nanosleep(&pause, NULL);
+		pause_a_little();
 		(void)pmc_writelog(0);
 	}
 	for (i = 0; i < NPMC; i++) {

@@ -20,7 +20,7 @@
 
 #include <pmc.h>
 
-#include "../check.h"
+#include "../notify.h"
 
 #define	PERIOD		1000
 #define	COUNT		3
@@ -54,19 +54,13 @@ main(void)
 {
 	pthread_t t;
 	pmc_value_t v;
-	int ended, logfd, i, tries;
+	int ended, i, tries;
 
 	alarm(60);
 	signal(SIGIO, SIG_IGN);
-	CHECK(pmc_init() == 0);
-	CHECK((logfd = open("/dev/null", O_WRONLY)) >= 0);
-	CHECK(pmc_configure_logfile(logfd) == 0);
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TS, 0, PMC_CPU_ANY,
-	    &sampler, PERIOD) == 0);
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TC, 0, PMC_CPU_ANY,
-	    &counter, 0) == 0);
-	CHECK(pmc_attach(sampler, getpid()) == 0);
-	CHECK(pmc_attach(counter, getpid()) == 0);
+	init_with_log();
+	sampler = clock_pmc(PMC_MODE_TS, PERIOD);
+	counter = clock_pmc(PMC_MODE_TC, 0);
 	CHECK(pmc_notify(sampler, 0, COUNT, 0, 0, &fd) == 0);
 	CHECK(pthread_create(&t, NULL, waiter, NULL) == 0);
 	CHECK(pmc_start(counter) == 0);

@@ -17,7 +17,7 @@
 
 #include <pmc.h>
 
-#include "../check.h"
+#include "../notify.h"
 
 #define	PERIOD		1000
 #define	REFRESH		3
@@ -39,31 +39,19 @@ int
 main(void)
 {
 	struct pmc_notification rec;
-	struct sigaction sa;
 	struct pollfd pfd;
-	struct timespec pause = { 0, 1000000 };
 	pmc_id_t sampler, counter;
 	pmc_value_t events, v;
 	ssize_t n;
-	int ended, fd, logfd, hup, i, tries;
+	int ended, fd, hup, i, tries;
 
 	alarm(60);
 	signal(SIGIO, SIG_IGN);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_overflow;
-	sa.sa_flags = SA_SIGINFO | SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	CHECK(sigaction(SIGRTMIN + 1, &sa, NULL) == 0);
+	catch_signal(SIGRTMIN + 1, on_overflow);
 
-	CHECK(pmc_init() == 0);
-	CHECK((logfd = open("/dev/null", O_WRONLY)) >= 0);
-	CHECK(pmc_configure_logfile(logfd) == 0);
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TS, 0, PMC_CPU_ANY,
-	    &sampler, PERIOD) == 0);
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TC, 0, PMC_CPU_ANY,
-	    &counter, 0) == 0);
-	CHECK(pmc_attach(sampler, getpid()) == 0);
-	CHECK(pmc_attach(counter, getpid()) == 0);
+	init_with_log();
+	sampler = clock_pmc(PMC_MODE_TS, PERIOD);
+	counter = clock_pmc(PMC_MODE_TC, 0);
 	CHECK(pmc_notify(sampler, 0, 1, REFRESH, SIGRTMIN + 1, &fd) == 0);
 	CHECK(fcntl(fd, F_SETFL, O_NONBLOCK) == 0);
 	CHECK(pmc_start(counter) == 0);
@@ -94,16 +82,16 @@ main(void)
 			continue;
 		}
 		CHECK(n == 0 || (n == -1 && errno == EAGAIN));
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	}
 	CHECK(ended);
 	CHECK(hup);
 	CHECK(read(fd, &rec, sizeof(rec)) == 0);
 	for (tries = 0; tries < 2000 && nsignals < REFRESH; tries++)
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	/* Any signal past the refresh count would have come by now. */
 	for (tries = 0; tries < 100; tries++)
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	printf("signals %d\n", (int)nsignals);
 	CHECK(nsignals == REFRESH);
 

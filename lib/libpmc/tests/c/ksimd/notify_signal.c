@@ -20,7 +20,7 @@
 
 #include <pmc.h>
 
-#include "../check.h"
+#include "../notify.h"
 
 /* Raised by the driver to kern.hwpmc.mincount: keep it there. */
 #define	PERIOD		1000
@@ -71,34 +71,21 @@ int
 main(void)
 {
 	struct pmc_notification rec;
-	struct sigaction sa;
-	struct timespec pause = { 0, 1000000 };
 	pmc_id_t counter;
 	pmc_value_t events, v;
 	uint32_t caps;
-	int ended, fd, logfd, i, tries;
+	int ended, fd, i, tries;
 
 	alarm(60);
 	signal(SIGIO, SIG_IGN);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_overflow;
-	sa.sa_flags = SA_SIGINFO | SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	CHECK(sigaction(SIGRTMIN, &sa, NULL) == 0);
+	catch_signal(SIGRTMIN, on_overflow);
 
-	CHECK(pmc_init() == 0);
+	init_with_log();
 	caps = 0;
 	CHECK(pmc_extcaps(&caps) == 0);
 	CHECK((caps & PMC_EXTCAP_NOTIFY) != 0);
-	CHECK((logfd = open("/dev/null", O_WRONLY)) >= 0);
-	CHECK(pmc_configure_logfile(logfd) == 0);
-
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TS, 0, PMC_CPU_ANY,
-	    &sampler, PERIOD) == 0);
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TC, 0, PMC_CPU_ANY,
-	    &counter, 0) == 0);
-	CHECK(pmc_attach(sampler, getpid()) == 0);
-	CHECK(pmc_attach(counter, getpid()) == 0);
+	sampler = clock_pmc(PMC_MODE_TS, PERIOD);
+	counter = clock_pmc(PMC_MODE_TC, 0);
 	/* A counting PMC has nothing to notify of. */
 	CHECK(pmc_notify(counter, 0, 1, 0, SIGRTMIN, &fd) == -1 &&
 	    errno == EINVAL);
@@ -128,7 +115,7 @@ main(void)
 	/* Signals come a little after the records: wait for the last. */
 	for (tries = 0; tries < 5000 && nsignals < (int)(events / PERIOD);
 	    tries++)
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	printf("signals %d\n", (int)nsignals);
 	CHECK(nsignals == (int)(events / PERIOD));
 	CHECK(bad_value == 0);
@@ -148,7 +135,7 @@ main(void)
 			continue;
 		}
 		CHECK(n == -1 && errno == EAGAIN);
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	}
 	CHECK(tries < 1000);
 	CHECK(ended);

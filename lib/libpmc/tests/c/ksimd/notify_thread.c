@@ -17,7 +17,7 @@
 
 #include <pmc.h>
 
-#include "../check.h"
+#include "../notify.h"
 
 #define	PERIOD		1000
 #define	OVERFLOWS	4
@@ -47,7 +47,6 @@ on_overflow(int sig, siginfo_t *info, void *uc)
 static void *
 asker(void *arg)
 {
-	struct timespec pause = { 0, 1000000 };
 	int fd;
 
 	(void)arg;
@@ -56,7 +55,7 @@ asker(void *arg)
 	asked = 1;
 	/* Stay alive, with the signal unblocked, until the run is over. */
 	while (!done)
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	close(fd);
 	return (NULL);
 }
@@ -64,35 +63,25 @@ asker(void *arg)
 int
 main(void)
 {
-	struct sigaction sa;
-	struct timespec pause = { 0, 1000000 };
 	pthread_t t;
-	int logfd, i, tries;
+	int i, tries;
 
 	alarm(60);
 	signal(SIGIO, SIG_IGN);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = on_overflow;
-	sa.sa_flags = SA_SIGINFO | SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	CHECK(sigaction(SIGRTMIN, &sa, NULL) == 0);
+	catch_signal(SIGRTMIN, on_overflow);
 
-	CHECK(pmc_init() == 0);
-	CHECK((logfd = open("/dev/null", O_WRONLY)) >= 0);
-	CHECK(pmc_configure_logfile(logfd) == 0);
-	CHECK(pmc_allocate("SOFT-CLOCK.HARD", PMC_MODE_TS, 0, PMC_CPU_ANY,
-	    &sampler, PERIOD) == 0);
-	CHECK(pmc_attach(sampler, getpid()) == 0);
+	init_with_log();
+	sampler = clock_pmc(PMC_MODE_TS, PERIOD);
 	CHECK(pthread_create(&t, NULL, asker, NULL) == 0);
 	for (tries = 0; tries < 10000 && !asked; tries++)
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	CHECK(asked);
 	CHECK(pmc_start(sampler) == 0);
 	for (i = 0; i < OVERFLOWS * PERIOD + PERIOD / 2; i++)
 		CHECK(pmc_writelog(0) == 0);
 	CHECK(pmc_stop(sampler) == 0);
 	for (tries = 0; tries < 5000 && to_asker < OVERFLOWS; tries++)
-		nanosleep(&pause, NULL);
+		pause_a_little();
 	done = 1;
 	CHECK(pthread_join(t, NULL) == 0);
 	printf("signals: %d to the asking thread, %d to others\n",
