@@ -8,13 +8,12 @@
 
 mod common_c;
 
-use std::fs::File;
-use std::os::unix::process::CommandExt;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common_c::{Daemon, clean_command, compile_dir, describe, kill_group, ksimd_binary, wait_for};
+use common_c::{Daemon, compile_dir, ksimd_binary, run_program};
 
 /// How long a program may take; each arms alarm(30), so this is only a
 /// backstop.
@@ -47,37 +46,14 @@ fn run_all(mode: &str, socket: Option<&Path>) -> Vec<String> {
     let dir = out_dir().join(mode);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let mut env = vec![("LIBPMC_SIM_TICKS_PER_CALL", OsStr::new("1"))];
+    if let Some(s) = socket {
+        env.push(("LIBPMC_SIM_SOCKET", s.as_os_str()));
+    }
     let mut failures = Vec::new();
     for (name, exe) in programs() {
-        // Files rather than pipes: a straggling child that keeps them
-        // open cannot make the test wait.
-        let out_path = dir.join(format!("{name}.stdout"));
-        let err_path = dir.join(format!("{name}.stderr"));
-        let mut cmd = clean_command(exe);
-        cmd.env("LIBPMC_TRANSPORT", "sim")
-            .env("LIBPMC_SIM_TICKS_PER_CALL", "1")
-            .stdin(std::process::Stdio::null())
-            .stdout(File::create(&out_path).unwrap())
-            .stderr(File::create(&err_path).unwrap())
-            .process_group(0);
-        if let Some(s) = socket {
-            cmd.env("LIBPMC_SIM_SOCKET", s);
-        }
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("run {name}: {e}"));
-        let status = wait_for(&mut child, PROGRAM_TIMEOUT);
-        kill_group(child.id());
-        if status.is_none() {
-            let _ = child.wait();
-        }
-        let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-        let passed = status.is_some_and(|s| s.success()) && stdout.ends_with("ok\n");
-        if !passed {
-            failures.push(format!(
-                "{name} ({mode}): {}\n--- stdout\n{stdout}--- stderr\n{stderr}",
-                describe(status, PROGRAM_TIMEOUT)
-            ));
-        }
+        let label = format!("{name} ({mode})");
+        failures.extend(run_program(name, &label, exe, &env, &dir, PROGRAM_TIMEOUT));
     }
     failures
 }

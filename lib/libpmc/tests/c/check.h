@@ -20,4 +20,19 @@ static int failures;
 	}								\
 } while (0)
 
+/*
+ * What main() returns: 1, after saying how many checks failed, or 0 after
+ * the "ok" line the harness looks for.
+ */
+static inline int
+checks_result(void)
+{
+	if (failures != 0) {
+		fprintf(stderr, "%d checks failed\n", failures);
+		return (1);
+	}
+	printf("ok\n");
+	return (0);
+}
+
 #endif /* !PMC_TEST_CHECK_H */

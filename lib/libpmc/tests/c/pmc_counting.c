@@ -71,10 +71,5 @@ main(void)
 	    0)) == -1);
 	CHECK(errno == ESRCH);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -107,6 +107,45 @@ pub fn clean_command(exe: &Path) -> Command {
     cmd
 }
 
+/// Runs test program `exe` (`label` in messages) on the simulator
+/// transport with the variables `env`, for at most `limit`, its output in
+/// `dir`/`name`.stdout and .stderr (files rather than pipes: a straggling
+/// child that keeps them open cannot make the test wait). None when it
+/// exited 0 with "ok" last; else how it ended, with its output.
+pub fn run_program(
+    name: &str,
+    label: &str,
+    exe: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+    dir: &Path,
+    limit: Duration,
+) -> Option<String> {
+    let out_path = dir.join(format!("{name}.stdout"));
+    let err_path = dir.join(format!("{name}.stderr"));
+    let mut cmd = clean_command(exe);
+    cmd.env("LIBPMC_TRANSPORT", "sim")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap())
+        .process_group(0);
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("run {name}: {e}"));
+    let status = wait_for(&mut child, limit);
+    kill_group(child.id());
+    if status.is_none() {
+        let _ = child.wait();
+    }
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let passed = status.is_some_and(|s| s.success()) && stdout.ends_with("ok\n");
+    (!passed).then(|| {
+        format!(
+            "{label}: {}\n--- stdout\n{stdout}--- stderr\n{stderr}",
+            describe(status, limit)
+        )
+    })
+}
+
 /// Kills what is left of process group `pgid` (a program's children that
 /// outlived it).
 pub fn kill_group(pgid: u32) {

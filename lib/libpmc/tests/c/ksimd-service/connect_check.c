@@ -48,10 +48,5 @@ main(void)
 	CHECK(pmc_stop(id) == 0);
 	CHECK(pmc_release(id) == 0);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -103,10 +103,5 @@ main(int argc, char **argv)
 		pmclog_close(log);
 	printf("child %d exec'd %s: %d PROCEXEC record(s)\n", (int)pid, self,
 	    execs);
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -86,10 +86,5 @@ main(void)
 	CHECK(pmc_release(id) == 0);
 	printf("child %d counted %ju\n", (int)pid, (uintmax_t)v);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -41,10 +41,5 @@ main(void)
 	printf("pid %d: %ju then %ju\n", (int)getpid(), (uintmax_t)v1,
 	    (uintmax_t)v2);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

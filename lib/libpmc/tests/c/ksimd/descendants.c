@@ -113,10 +113,5 @@ main(void)
 	CHECK(pmc_release(desc) == 0);
 	CHECK(pmc_release(plain) == 0);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -131,10 +131,5 @@ main(int argc, char **argv)
 		unlink(path);
 	printf("child %d forked %d: %d PROCFORK, %d PROCEXIT\n", (int)pid,
 	    (int)grandchild, forks, exits);
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

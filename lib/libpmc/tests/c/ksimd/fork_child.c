@@ -63,10 +63,5 @@ main(void)
 	CHECK(waitpid(pid, &status, 0) == pid);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

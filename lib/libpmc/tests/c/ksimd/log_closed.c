@@ -72,10 +72,5 @@ main(void)
 	CHECK(pmc_configure_logfile(-1) == 0);
 	close(fds[1]);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -114,10 +114,5 @@ main(void)
 	close(fds[0]);
 	close(fds[1]);
 
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -112,10 +112,5 @@ main(void)
 		close(fds[i]);
 	}
 	CHECK(pmc_release(counter) == 0);
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

@@ -99,10 +99,5 @@ main(void)
 	CHECK(pmc_release(sampler) == 0);
 	CHECK(pmc_release(counter) == 0);
 	close(fd);
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }

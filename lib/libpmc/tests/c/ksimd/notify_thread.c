@@ -89,10 +89,5 @@ main(void)
 	CHECK(to_asker == OVERFLOWS);
 	CHECK(to_others == 0);
 	CHECK(pmc_release(sampler) == 0);
-	if (failures != 0) {
-		fprintf(stderr, "%d checks failed\n", failures);
-		return (1);
-	}
-	printf("ok\n");
-	return (0);
+	return (checks_result());
 }
