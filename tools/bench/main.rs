@@ -47,11 +47,24 @@ impl Bench {
 
     /// A machine of CPU key `cpuid`.
     fn with_cpu(kenv: &[(&str, &str)], cpuid: &str) -> (Bench, ksim::machine_guard::Entered) {
-        // The witness is the simulator's checker, not kernel work.
+        Bench::with_config(
+            kenv,
+            MachineConfig {
+                cpuid: cpuid.into(),
+                ..MachineConfig::default()
+            },
+        )
+    }
+
+    /// A machine of `cfg`, with the witness off (it is the simulator's
+    /// checker, not kernel work).
+    fn with_config(
+        kenv: &[(&str, &str)],
+        cfg: MachineConfig,
+    ) -> (Bench, ksim::machine_guard::Entered) {
         let m = Machine::new(MachineConfig {
             witness: false,
-            cpuid: cpuid.into(),
-            ..MachineConfig::default()
+            ..cfg
         });
         let e = m.enter();
         for (k, v) in kenv {
@@ -147,6 +160,16 @@ impl Bench {
         u32::from_ne_bytes(b[off..off + 4].try_into().expect("4 bytes"))
     }
 
+    /// PMC_OP_PMCATTACH of `id` to process `target`, then PMC_OP_PMCSTART.
+    fn attach_and_start(&self, owner: (u32, u32), id: PmcId, target: u32) {
+        let mut a = [0u8; 8];
+        a[0..4].copy_from_slice(&id.to_ne_bytes());
+        a[4..8].copy_from_slice(&(target as i32).to_ne_bytes());
+        self.call(owner.0, owner.1, PmcOp::Pmcattach, &mut a)
+            .expect("attach");
+        self.simple(owner.0, owner.1, PmcOp::Pmcstart, id);
+    }
+
     fn simple(&self, pid: u32, tid: u32, op: PmcOp, id: PmcId) {
         let mut b = id.to_ne_bytes();
         self.call(pid, tid, op, &mut b).expect("op");
@@ -200,12 +223,7 @@ fn csw(pmcs: u32, switches: u32) {
     let ev = b.soft("CLOCK.STAT");
     for _ in 0..pmcs {
         let id = b.allocate((opid, otid), ev, PmcMode::Tc, 0, PmcFlags::empty(), 0);
-        let mut a = [0u8; 8];
-        a[0..4].copy_from_slice(&id.to_ne_bytes());
-        a[4..8].copy_from_slice(&(tpid as i32).to_ne_bytes());
-        b.call(opid, otid, PmcOp::Pmcattach, &mut a)
-            .expect("attach");
-        b.simple(opid, otid, PmcOp::Pmcstart, id);
+        b.attach_and_start((opid, otid), id, tpid);
     }
     for _ in 0..switches {
         b.m.switch_in(1, ttid);
@@ -268,12 +286,7 @@ fn hwcsw(pmcs: u32, switches: u32) {
             (opid, otid),
             &iap_request(PmcMode::Tc, PMC_CPU_ANY, PmcFlags::empty(), 0),
         );
-        let mut a = [0u8; 8];
-        a[0..4].copy_from_slice(&id.to_ne_bytes());
-        a[4..8].copy_from_slice(&(tpid as i32).to_ne_bytes());
-        b.call(opid, otid, PmcOp::Pmcattach, &mut a)
-            .expect("attach");
-        b.simple(opid, otid, PmcOp::Pmcstart, id);
+        b.attach_and_start((opid, otid), id, tpid);
     }
     for _ in 0..switches {
         b.m.switch_in(1, ttid);
@@ -464,21 +477,14 @@ fn notify_latency() {
     // Periods prime to the tick's length, so that overflows fall all over
     // the tick.
     for (period, per_tick) in [(7_919u64, 10_000u64), (30_011, 10_000), (7_919, 1_000)] {
-        let m = Machine::new(MachineConfig {
-            witness: false,
-            cpuid: "GenuineIntel-6-5E-3".into(),
-            insns_per_tick: per_tick,
-            ..MachineConfig::default()
-        });
-        let e = m.enter();
-        m.kenv_set("kern.hwpmc.mincount", "1");
-        let (_, t) = m.spawn(Cred::root(), "kldload");
-        let module = m.in_thread(t, Module::load).expect("load");
-        let b = Bench {
-            sysnum: module.syscall_number(),
-            m,
-            module: Some(module),
-        };
+        let (b, _e) = Bench::with_config(
+            &[("kern.hwpmc.mincount", "1")],
+            MachineConfig {
+                cpuid: "GenuineIntel-6-5E-3".into(),
+                insns_per_tick: per_tick,
+                ..MachineConfig::default()
+            },
+        );
         let (opid, otid) = b.m.spawn(Cred::root(), "owner");
         b.log_to_file(opid, otid);
         let mut req = iap_request(PmcMode::Ts, PMC_CPU_ANY, PmcFlags::empty(), period);
@@ -507,12 +513,7 @@ fn notify_latency() {
             &image,
             UserThread::new(process, per_tick),
         );
-        let mut attach = [0u8; 8];
-        attach[..4].copy_from_slice(&id.to_ne_bytes());
-        attach[4..].copy_from_slice(&(ppid as i32).to_ne_bytes());
-        b.call(opid, otid, PmcOp::Pmcattach, &mut attach)
-            .expect("attach");
-        b.simple(opid, otid, PmcOp::Pmcstart, id);
+        b.attach_and_start((opid, otid), id, ppid);
         // Each post: the program's instructions retired at that moment.
         let posts = Arc::new(Mutex::new(Vec::new()));
         {
@@ -552,10 +553,7 @@ fn notify_latency() {
             latencies.iter().max().copied().unwrap_or(0),
             sum as f64 / n.max(1) as f64 / per_tick as f64
         );
-        drop(e);
-        let e = b.m.enter();
         b.finish();
-        drop(e);
     }
 }
 
