@@ -196,6 +196,21 @@ impl PmclogEv {
         Box::new(unsafe { core::mem::MaybeUninit::<PmclogEv>::zeroed().assume_init() })
     }
 
+    /// The event name the reader gave a PMCALLOCATE event
+    /// (pmc_name_of_event's, `pl_evname`); None for other events and for
+    /// an event the library does not know.
+    pub fn allocate_event_name(&self) -> Option<&core::ffi::CStr> {
+        if PmclogType::from_raw(self.pl_type) != Some(PmclogType::Pmcallocate) {
+            return None;
+        }
+        // SAFETY: pl_type says the reader filled pl_a, whose pl_evname is
+        // null or one of the library's static NUL-terminated names.
+        unsafe {
+            let p = self.pl_u.pl_a.pl_evname;
+            (!p.is_null()).then(|| core::ffi::CStr::from_ptr(p))
+        }
+    }
+
     /// The contents of the event as `uapi` describes a record (strings up
     /// to their NUL), for Rust users of the reader; None when `pl_type`
     /// is not a record type. PMCALLOCATE's event name is not part of it.

@@ -12,14 +12,24 @@
 //! the pmc(3) connection.
 //!
 //! pmc(3) needs none of this, which is why libpmc's transport has none
-//! of it. FreeBSD's C helpers (logging, images, symbols) stay in C for the
-//! C programs that link them (usr.sbin/pmc); the analysis plugins that
-//! will need them in Rust are still to come.
+//! of it.
+//!
+//! The analysis side turns a log into profiles: [`libpmcstat_logging`]
+//! follows the log's processes and what each has mapped where, reads the
+//! images those mappings name ([`libpmcstat_image`], with their symbols,
+//! [`libpmcstat_symbol`], and DWARF line tables), and hands each call
+//! chain sample to the analysis plugins of pmcstat (`-G`, `-g`, ...).
+//! FreeBSD's C sources beside these files stay in C for the C programs
+//! that link them (usr.sbin/pmc).
 
 use core::ffi::c_int;
 use std::time::Duration;
 
+pub mod libpmcstat_image;
+pub mod libpmcstat_logging;
 pub mod libpmcstat_process;
+pub mod libpmcstat_string;
+pub mod libpmcstat_symbol;
 
 #[cfg(feature = "sim")]
 pub mod libpmcstat_sim;

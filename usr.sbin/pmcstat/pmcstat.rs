@@ -4,11 +4,16 @@
 //! (-s -p -S -P) with -c, -C, -d, -E, -n, -N, -U, -W, -t pid or regular
 //! expression, -w, -l, -o, -O file or host:port, -q, -v, a command to
 //! run; -R file or host:port printing the text dump; -L and -u listing
-//! the CPU's PMU events. Options, argument checks, messages, output
-//! formats and exit codes are FreeBSD's. The analysis plugins (-g -G -F
-//! -m -a -T and their helpers) are not implemented yet and are refused
-//! with a message saying so.
+//! the CPU's PMU events; the analysis of a log (-R) with the call graph
+//! (-G, with -A, -I, -i, -z, -f, -M, -r, -k) and folded stacks (-x, an
+//! extension). Options, argument checks, messages, output formats and
+//! exit codes are FreeBSD's. The other analysis plugins (-g -F -m -a -T
+//! and their helpers) are not implemented yet and are refused with a
+//! message saying so.
 
+mod pmcpl_callgraph;
+mod pmcpl_folded;
+mod pmcstat_analysis;
 mod pmcstat_log;
 
 use std::ffi::OsString;
@@ -26,18 +31,19 @@ use uapi::pmc::{PMC_CPU_ANY, PmcCaps, PmcFlags, PmcId, PmcMode};
 use pmctool::sysexits::{EX_DATAERR, EX_OSERR, EX_SOFTWARE, EX_UNAVAILABLE, EX_USAGE};
 use pmctool::{Exit, Getopt, Opt, Program, last_errno, strerror};
 
-const PROGRAM: Program = Program("pmcstat");
+pub(crate) const PROGRAM: Program = Program("pmcstat");
 
-/// getopt(3)'s option string: FreeBSD's, the obsolete -k, and -Q (an
-/// extension: hwpmc(4) NOTIFICATIONS).
-const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:Q:R:S:TUWZa:c:def:gi:k:l:m:n:o:p:qr:s:t:u:vw:z:";
+/// getopt(3)'s option string: FreeBSD's, -k (the kernel's directory in
+/// an analysis), and the extensions -Q (hwpmc(4) NOTIFICATIONS) and
+/// -x (folded stacks).
+const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:Q:R:S:TUWZa:c:def:gi:k:l:m:n:o:p:qr:s:t:u:vw:x:z:";
 
 const DEFAULT_SAMPLE_COUNT: u64 = 65536;
 const DEFAULT_WAIT_INTERVAL: f64 = 5.0;
 /// Lines between headers when the output is not a terminal.
 const DEFAULT_DISPLAY_HEIGHT: usize = 256;
 
-fn errx(code: u8, msg: impl AsRef<str>) -> Exit {
+pub(crate) fn errx(code: u8, msg: impl AsRef<str>) -> Exit {
     PROGRAM.errx(code, msg)
 }
 
@@ -103,6 +109,23 @@ enum PrintFile {
     File(std::fs::File),
 }
 
+impl Write for PrintFile {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            PrintFile::Stderr => std::io::stderr().write(b),
+            PrintFile::Stdout => std::io::stdout().write(b),
+            PrintFile::File(f) => f.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            PrintFile::Stderr => std::io::stderr().flush(),
+            PrintFile::Stdout => std::io::stdout().flush(),
+            PrintFile::File(f) => f.flush(),
+        }
+    }
+}
+
 impl PrintFile {
     fn fd(&self) -> RawFd {
         match self {
@@ -136,11 +159,7 @@ impl PrintFile {
         })
     }
     fn flush(&mut self) {
-        let _ = match self {
-            PrintFile::Stderr => std::io::stderr().flush(),
-            PrintFile::Stdout => std::io::stdout().flush(),
-            PrintFile::File(f) => f.flush(),
-        };
+        let _ = Write::flush(self);
     }
 }
 
@@ -178,6 +197,8 @@ struct Args {
     verbosity: u32,
     /// `-Q`: a notification every so many samples of each sampling PMC.
     notify_every: Option<u32>,
+    /// The analysis options (-A -f -G -I -i -k -M -r -x -z).
+    analysis: pmcstat_analysis::AnalysisArgs,
 }
 
 /// The library, initialised by the first PMC specification.
@@ -248,6 +269,21 @@ fn parse_cpus(arg: &str) -> Option<Vec<u32>> {
     cpus.sort_unstable();
     cpus.dedup();
     if cpus.is_empty() { None } else { Some(cpus) }
+}
+
+/// strtod(3) of a whole argument.
+fn strtod(arg: &str) -> Option<f64> {
+    arg.trim_start().parse::<f64>().ok()
+}
+
+/// atof(3): the number at the start of `arg`, 0 when there is none.
+fn atof(arg: &str) -> f64 {
+    let arg = arg.trim_start();
+    (1..=arg.len())
+        .rev()
+        .filter(|&n| arg.is_char_boundary(n))
+        .find_map(|n| arg[..n].parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 fn parse_seconds(arg: &str, what: &str) -> Result<f64, Exit> {
@@ -517,15 +553,49 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
                 }
             }
             'w' => a.interval = parse_seconds(v, "wait interval value")?,
-            'k' => eprintln!(
-                "pmcstat: WARNING: -k is obsolete, has no effect and will be removed in FreeBSD 15."
-            ),
+            'k' => a.analysis.kerneldir = Some(v.to_owned()),
+            'A' => a.analysis.skip_top_resolution = true,
+            'I' => a.analysis.show_offset = true,
+            'G' => {
+                a.analysis.plugin = pmcstat_analysis::PluginKind::CallGraph;
+                a.analysis.graphfile = Some(v.to_owned());
+            }
+            'i' => {
+                // strtol(optarg, &end, 0), its end unchecked.
+                let tid = strtol(v).map_or(0, |(n, _)| n);
+                a.analysis.tid = Some(tid as u32);
+            }
+            'M' => a.analysis.mapfile = Some(v.to_owned()),
+            'r' => a.analysis.fsroot = v.to_owned(),
+            'x' => a.analysis.folded = Some(v.to_owned()),
+            'z' => {
+                let depth = match strtod(v) {
+                    Some(d) if d > 0.0 => d as usize,
+                    _ => {
+                        return Err(errx(
+                            EX_USAGE,
+                            format!("ERROR: Illegal callchain depth \"{v}\"."),
+                        ));
+                    }
+                };
+                a.analysis.depth = Some(depth);
+            }
+            'f' => {
+                if a.analysis.plugin == pmcstat_analysis::PluginKind::None {
+                    return Err(err(EX_USAGE, "ERROR: Need -g/-G/-m/-T.", 0));
+                }
+                if let Some(t) = v.strip_prefix("threshold=") {
+                    a.analysis.threshold = atof(t);
+                } else {
+                    // The call graph takes no other option.
+                    return Err(err(EX_USAGE, format!("ERROR: unknown option <{v}>."), 0));
+                }
+            }
             'L' => a.list_counters = true,
             'u' => a.describe = Some(v.to_owned()),
             // In FreeBSD's option string without a meaning: usage.
             'Z' => return Err(errx(EX_USAGE, USAGE)),
-            'A' | 'a' | 'D' | 'e' | 'F' | 'f' | 'G' | 'g' | 'I' | 'i' | 'M' | 'm' | 'r' | 'T'
-            | 'z' => return Err(not_implemented(opt)),
+            'a' | 'D' | 'e' | 'F' | 'g' | 'm' | 'T' => return Err(not_implemented(opt)),
             // The option string has no other option.
             _ => return Err(errx(EX_USAGE, USAGE)),
         }
@@ -601,8 +671,14 @@ fn check(a: &Args) -> Result<(), Exit> {
             "ERROR: options -N, -n and -O require at least one sampling mode PMC to be specified.",
         );
     }
+    if a.analysis.any() && !a.has_sampling && a.read_log.is_none() {
+        return usage("ERROR: options -g/-G/-m/-T require sampling PMCs or -R to be specified.");
+    }
     if a.output_log.is_some() && a.required & REQ_OUTPUT_LOGFILE == 0 {
         return usage("ERROR: option -O is used only with options -E, -P, -S and -W.");
+    }
+    if a.analysis.mapfile.is_some() && a.read_log.is_none() {
+        return usage("ERROR: option -M is only used with -g/-R.");
     }
     if a.has_counting && a.has_sampling && a.output_log.is_none() {
         return usage(
@@ -723,6 +799,21 @@ fn dump(parser: &mut Parser, ev: &mut PmclogEv, out: &mut PrintFile) -> Result<b
 fn read_log(a: &mut Args) -> Result<(), Exit> {
     let path = a.read_log.clone().expect("-R");
     let fd = open_log(&path, false)?;
+    if a.analysis.any() {
+        let out = a.printfile.take().unwrap_or(PrintFile::Stdout);
+        let print = || -> Box<dyn Write> {
+            match out.try_clone() {
+                Ok(p) => Box::new(p),
+                Err(_) => Box::new(std::io::stderr()),
+            }
+        };
+        let result =
+            pmcstat_analysis::analyze(fd, &a.analysis, a.verbosity, a.cpumask.clone(), &print);
+        // SAFETY: the descriptor is the log's, opened above and not used
+        // after this.
+        unsafe { libc::close(fd) };
+        return result;
+    }
     let mut parser = Parser::new(fd);
     let mut ev = PmclogEv::zeroed();
     let out = a.printfile.get_or_insert(PrintFile::Stdout);

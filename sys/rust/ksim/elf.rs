@@ -860,11 +860,13 @@ pub fn image_span(bytes: &[u8]) -> Option<(u64, u64)> {
             Some((u32_at(ph + 4)?, vaddr, vaddr.checked_add(memsz)?))
         })
         .collect();
+    // The map entry of a segment covers whole pages, as the kernel maps
+    // it (and as hwpmc logs its start).
     loads
         .iter()
         .find(|(flags, _, _)| flags & PF_X != 0)
         .or(loads.first())
-        .map(|&(_, start, end)| (start, end))
+        .map(|&(_, start, end)| (start & !(PAGE_SIZE - 1), end.next_multiple_of(PAGE_SIZE)))
 }
 
 #[cfg(test)]

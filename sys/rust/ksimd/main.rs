@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use ksimd::server::{self, SimConfig, Workload};
 use ksimd::sock;
 
-const USAGE: &str = "usage: ksimd [-fv] [-c ncpu] [-i cpuid] [-k name=value] [-m mode] \
+const USAGE: &str = "usage: ksimd [-fv] [-c ncpu] [-F dir] [-i cpuid] [-k name=value] [-m mode] \
                      [-r rate] [-w workload] [-s socket]";
 
 /// What the command line asked for.
@@ -65,7 +65,7 @@ fn parse(args: &[OsString]) -> Result<Options, String> {
             match c {
                 'f' => o.foreground = true,
                 'v' => o.cfg.verbose = true,
-                'c' | 'i' | 'k' | 'm' | 'r' | 's' | 'w' => {
+                'c' | 'F' | 'i' | 'k' | 'm' | 'r' | 's' | 'w' => {
                     let rest = &letters[at + c.len_utf8()..];
                     let value = if !rest.is_empty() {
                         rest.to_string()
@@ -103,6 +103,7 @@ fn option(o: &mut Options, c: char, v: &str) -> Result<(), String> {
                 .filter(|n| (1..=256).contains(n))
                 .ok_or_else(|| bad(&format!("-c {v:?}: the CPUs are a number from 1 to 256")))?;
         }
+        'F' => o.cfg.files_dir = Some(v.into()),
         'i' => o.cfg.cpuid = v.into(),
         'k' => match v.split_once('=') {
             Some((name, value)) if !name.is_empty() => {

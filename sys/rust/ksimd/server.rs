@@ -66,6 +66,10 @@ pub struct SimConfig {
     /// Simulated seconds per host second: 0 lets time pass only when a
     /// client asks for it (or makes a call with `ticks_per_call`).
     pub rate: f64,
+    /// A directory to write the machine's files into once the workload
+    /// has started (its programs, libraries and kernel, at their paths),
+    /// for an analysis of its logs with `pmcstat -r`.
+    pub files_dir: Option<std::path::PathBuf>,
 }
 
 /// The simulated machine's CPU key by default: a Skylake client part,
@@ -83,6 +87,7 @@ impl Default for SimConfig {
             cpuid: DEFAULT_CPUID.into(),
             kenv: Vec::new(),
             rate: 0.0,
+            files_dir: None,
         }
     }
 }
@@ -549,6 +554,12 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
                 let _ = ready.send(Err(format!("workload: {e}")));
                 return;
             }
+        }
+    }
+    if let Some(dir) = &cfg.files_dir {
+        if let Err(e) = m.export_files(dir) {
+            let _ = ready.send(Err(format!("files into {}: {e}", dir.display())));
+            return;
         }
     }
     if cfg.verbose {

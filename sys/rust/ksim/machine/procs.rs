@@ -153,8 +153,10 @@ impl Machine {
         self.with_ctx(tid, || {
             self.hook(&HookCall::ProcessExec {
                 credentials_changed: changed,
+                // FreeBSD's et_dyn_addr: 0 for an ET_EXEC image, which
+                // loads where it was linked (ksim's programs all are).
                 base: 0,
-                dyn_base: 0x20_0000,
+                dyn_base: 0,
             })
         });
     }
@@ -502,5 +504,29 @@ impl Machine {
     /// A file's contents.
     pub fn read_file(&self, path: &str) -> Option<Vec<u8>> {
         self.0.st().vfs.get(path).cloned()
+    }
+
+    /// Writes the machine's files (the programs and libraries installed
+    /// or run, and the kernel) under `dir`, each at its path there: the
+    /// file system root that `pmcstat -r` takes to analyse a log of this
+    /// machine.
+    pub fn export_files(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        let kernel = crate::user_process::kernel_image();
+        let mut files = self.0.st().vfs.clone();
+        files
+            .entry(kernel.path.clone())
+            .or_insert_with(|| kernel.bytes.clone());
+        for (path, bytes) in files {
+            let rel = path.trim_start_matches('/');
+            if rel.is_empty() || rel.split('/').any(|c| c == "..") {
+                continue;
+            }
+            let at = dir.join(rel);
+            if let Some(parent) = at.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(at, bytes)?;
+        }
+        Ok(())
     }
 }

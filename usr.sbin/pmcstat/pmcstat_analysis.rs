@@ -1,0 +1,195 @@
+//! The analysis of a log (`-R file` with `-g`, `-G`, `-F`, `-m`, `-a`
+//! and the outputs this pmcstat adds): the log is read to its end, each
+//! event goes through libpmcstat's [`Analysis`], which hands the samples
+//! to the chosen plugins, and the plugins write their files at the end
+//! (pmcstat_log.c's `pmcstat_process_log` in analysis mode and
+//! `pmcstat_shutdown_logging`).
+
+use std::io::Write;
+
+use libpmcstat::libpmcstat_logging::{Analysis, Options, Plugin};
+use pmc::pmclog::{Parser, PmclogEv, PmclogState};
+use pmctool::Exit;
+use pmctool::sysexits::{EX_DATAERR, EX_OSERR, EX_USAGE};
+
+use crate::pmcpl_callgraph::{CallGraphPlugin, CgOptions};
+use crate::pmcpl_folded::FoldedPlugin;
+use crate::{PROGRAM, errx};
+
+/// FreeBSD's analysis plugins (`pa_plugin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PluginKind {
+    /// None chosen: `-R` prints the log.
+    #[default]
+    None,
+    /// `-G` (and `-T`).
+    CallGraph,
+}
+
+/// What the analysis options asked for.
+#[derive(Debug, Clone, Default)]
+pub struct AnalysisArgs {
+    /// The analysis plugin.
+    pub plugin: PluginKind,
+    /// The file named by `-G` ("-": the print file).
+    pub graphfile: Option<String>,
+    /// `-z`.
+    pub depth: Option<usize>,
+    /// `-I`.
+    pub show_offset: bool,
+    /// `-A`.
+    pub skip_top_resolution: bool,
+    /// `-i`.
+    pub tid: Option<u32>,
+    /// `-M`.
+    pub mapfile: Option<String>,
+    /// `-r`.
+    pub fsroot: String,
+    /// `-k`.
+    pub kerneldir: Option<String>,
+    /// `-f threshold=`: the share below which outputs leave nodes out.
+    pub threshold: f64,
+    /// `-x file`: folded stacks (an extension).
+    pub folded: Option<String>,
+}
+
+impl AnalysisArgs {
+    /// True when a plugin or an extension output was asked for
+    /// (`FLAG_DO_ANALYSIS`).
+    pub fn any(&self) -> bool {
+        self.plugin != PluginKind::None || self.folded.is_some()
+    }
+}
+
+/// An output file: "-" is the print file (given), else created.
+fn output(path: &str, print: impl FnOnce() -> Box<dyn Write>) -> Result<Box<dyn Write>, Exit> {
+    if path == "-" {
+        return Ok(print());
+    }
+    let f = std::fs::File::create(path).map_err(|e| {
+        PROGRAM.err(
+            EX_OSERR,
+            format!("ERROR: cannot open \"{path}\" for writing"),
+            e.raw_os_error().unwrap_or(libc::EIO),
+        )
+    })?;
+    Ok(Box::new(std::io::BufWriter::with_capacity(1 << 16, f)))
+}
+
+/// The plugins the options chose, their output files opened.
+pub fn plugins(
+    a: &AnalysisArgs,
+    print: &dyn Fn() -> Box<dyn Write>,
+) -> Result<Vec<Box<dyn Plugin>>, Exit> {
+    let mut v: Vec<Box<dyn Plugin>> = Vec::new();
+    let cg = CgOptions {
+        depth: a.depth.unwrap_or(crate::pmcpl_callgraph::DEFAULT_DEPTH),
+        show_offset: a.show_offset,
+        skip_top_resolution: a.skip_top_resolution,
+    };
+    if a.plugin == PluginKind::CallGraph {
+        let path = a.graphfile.as_deref().unwrap_or("-");
+        v.push(Box::new(CallGraphPlugin::new(cg, output(path, print)?)));
+    }
+    if let Some(path) = &a.folded {
+        v.push(Box::new(FoldedPlugin::new(output(path, print)?)));
+    }
+    Ok(v)
+}
+
+/// Reads the log on `fd` to its end through the plugins, then has them
+/// write their output, the `-M` map and the statistics.
+pub fn analyze(
+    fd: i32,
+    a: &AnalysisArgs,
+    verbosity: u32,
+    cpus: Option<Vec<u32>>,
+    print: &dyn Fn() -> Box<dyn Write>,
+) -> Result<(), Exit> {
+    if a.depth == Some(0) {
+        return Err(errx(EX_USAGE, "ERROR: Illegal callchain depth \"0\"."));
+    }
+    let mut plugins = plugins(a, print)?;
+    let mut analysis = Analysis::new(Options {
+        fsroot: a.fsroot.clone(),
+        kerneldir: a.kerneldir.clone(),
+        verbosity,
+        tid: a.tid,
+        cpus,
+        merge_pmcs: false,
+    });
+    let mut parser = Parser::new(fd);
+    let mut ev = PmclogEv::zeroed();
+    loop {
+        let state = parser.read(&mut ev);
+        match state {
+            PmclogState::Ok => {
+                analysis.process_event(&ev, &mut plugins);
+                for w in analysis.take_warnings() {
+                    PROGRAM.warnx(w);
+                }
+            }
+            PmclogState::Eof => break,
+            // An interrupted read: go on.
+            PmclogState::RequireData => continue,
+            PmclogState::Error => {
+                return Err(errx(
+                    EX_DATAERR,
+                    format!(
+                        "ERROR: event parsing failed state: {} type: {} (record {}, offset {:#x})",
+                        ev.pl_state,
+                        ev.pl_type,
+                        ev.pl_count + 1,
+                        ev.pl_offset
+                    ),
+                ));
+            }
+        }
+    }
+    shutdown(&mut analysis, &mut plugins, a, verbosity, print)
+}
+
+/// `pmcstat_shutdown_logging`: the map file's header, the plugins'
+/// output, the statistics.
+fn shutdown(
+    analysis: &mut Analysis,
+    plugins: &mut [Box<dyn Plugin>],
+    a: &AnalysisArgs,
+    verbosity: u32,
+    print: &dyn Fn() -> Box<dyn Write>,
+) -> Result<(), Exit> {
+    let io_error = |e: std::io::Error| {
+        PROGRAM.err(
+            EX_OSERR,
+            "ERROR: cannot write the analysis",
+            e.raw_os_error().unwrap_or(libc::EIO),
+        )
+    };
+    let mut mapfile: Option<Box<dyn Write>> = match a.mapfile.as_deref() {
+        None => None,
+        Some("-") => Some(print()),
+        Some(path) => std::fs::File::create(path)
+            .ok()
+            .map(|f| Box::new(f) as Box<dyn Write>),
+    };
+    if let Some(m) = mapfile.as_mut() {
+        m.write_all(b"MAP:\n").map_err(io_error)?;
+    }
+    for p in plugins.iter_mut() {
+        let m = mapfile.as_mut().map(|m| &mut **m as &mut dyn Write);
+        p.shutdown(analysis, m).map_err(io_error)?;
+    }
+    for w in analysis.take_warnings() {
+        PROGRAM.warnx(w);
+    }
+    if let Some(mut m) = mapfile {
+        m.flush().map_err(io_error)?;
+    }
+    if verbosity >= 1 {
+        let mut out = print();
+        out.write_all(analysis.statistics().as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(io_error)?;
+    }
+    Ok(())
+}
