@@ -55,6 +55,9 @@ pub const CPUID_ENV: &str = "LIBPMC_SIM_CPUID";
 /// environment (loader tunables such as `kern.hwpmc.logbuffersize`):
 /// `NAME=VALUE` pairs separated by commas, set before hwpmc loads.
 pub const KENV_ENV: &str = "LIBPMC_SIM_KENV";
+/// A directory into which a private machine writes its files (programs,
+/// libraries, kernel) once its workload has started, for `pmcstat -r`.
+pub const FILES_ENV: &str = "LIBPMC_SIM_FILES";
 
 /// The most clock ticks `LIBPMC_SIM_TICKS_PER_CALL` may ask for: 100
 /// simulated seconds before each request (a fraction of a second of the
@@ -228,6 +231,9 @@ impl SimTransport {
             cfg.workload = Some(
                 Workload::parse(&v).ok_or_else(|| refuse(WORKLOAD_ENV, &v, &Workload::syntax()))?,
             );
+        }
+        if let Some(v) = env_value(FILES_ENV)? {
+            cfg.files_dir = Some(v.into());
         }
         cfg.comm = program_name();
         if let Some(socket) = env_value(SOCKET_ENV)? {

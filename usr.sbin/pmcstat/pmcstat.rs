@@ -13,6 +13,7 @@
 
 mod pmcpl_callgraph;
 mod pmcpl_folded;
+mod pmcpl_gprof;
 mod pmcstat_analysis;
 mod pmcstat_log;
 
@@ -595,7 +596,25 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             'u' => a.describe = Some(v.to_owned()),
             // In FreeBSD's option string without a meaning: usage.
             'Z' => return Err(errx(EX_USAGE, USAGE)),
-            'a' | 'D' | 'e' | 'F' | 'g' | 'm' | 'T' => return Err(not_implemented(opt)),
+            'g' => a.analysis.plugin = pmcstat_analysis::PluginKind::Gprof,
+            'e' => a.analysis.wide_gprof = true,
+            'D' => {
+                let meta = std::fs::metadata(v).map_err(|e| {
+                    err(
+                        EX_OSERR,
+                        format!("ERROR: Cannot stat \"{v}\""),
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                    )
+                })?;
+                if !meta.is_dir() {
+                    return Err(errx(
+                        EX_USAGE,
+                        format!("ERROR: \"{v}\" is not a directory."),
+                    ));
+                }
+                a.analysis.samplesdir = Some(v.to_owned());
+            }
+            'a' | 'F' | 'm' | 'T' => return Err(not_implemented(opt)),
             // The option string has no other option.
             _ => return Err(errx(EX_USAGE, USAGE)),
         }
@@ -674,10 +693,17 @@ fn check(a: &Args) -> Result<(), Exit> {
     if a.analysis.any() && !a.has_sampling && a.read_log.is_none() {
         return usage("ERROR: options -g/-G/-m/-T require sampling PMCs or -R to be specified.");
     }
+    if a.analysis.wide_gprof && a.analysis.plugin != pmcstat_analysis::PluginKind::Gprof {
+        return usage("ERROR: option -e requires gprof mode to be specified.");
+    }
     if a.output_log.is_some() && a.required & REQ_OUTPUT_LOGFILE == 0 {
         return usage("ERROR: option -O is used only with options -E, -P, -S and -W.");
     }
-    if a.analysis.mapfile.is_some() && a.read_log.is_none() {
+    let gprof = a.analysis.plugin == pmcstat_analysis::PluginKind::Gprof;
+    if a.analysis.samplesdir.is_some() && !gprof {
+        return usage("ERROR: option -D is only used with -g.");
+    }
+    if a.analysis.mapfile.is_some() && !gprof && a.read_log.is_none() {
         return usage("ERROR: option -M is only used with -g/-R.");
     }
     if a.has_counting && a.has_sampling && a.output_log.is_none() {

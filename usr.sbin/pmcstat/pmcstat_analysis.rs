@@ -10,10 +10,11 @@ use std::io::Write;
 use libpmcstat::libpmcstat_logging::{Analysis, Options, Plugin};
 use pmc::pmclog::{Parser, PmclogEv, PmclogState};
 use pmctool::Exit;
-use pmctool::sysexits::{EX_DATAERR, EX_OSERR, EX_USAGE};
+use pmctool::sysexits::{EX_DATAERR, EX_OSERR};
 
 use crate::pmcpl_callgraph::{CallGraphPlugin, CgOptions};
 use crate::pmcpl_folded::FoldedPlugin;
+use crate::pmcpl_gprof::GprofPlugin;
 use crate::{PROGRAM, errx};
 
 /// FreeBSD's analysis plugins (`pa_plugin`).
@@ -24,6 +25,8 @@ pub enum PluginKind {
     None,
     /// `-G` (and `-T`).
     CallGraph,
+    /// `-g`.
+    Gprof,
 }
 
 /// What the analysis options asked for.
@@ -51,6 +54,10 @@ pub struct AnalysisArgs {
     pub threshold: f64,
     /// `-x file`: folded stacks (an extension).
     pub folded: Option<String>,
+    /// `-D`: where `-g` writes its directories.
+    pub samplesdir: Option<String>,
+    /// `-e`: 64-bit gprof counters.
+    pub wide_gprof: bool,
 }
 
 impl AnalysisArgs {
@@ -91,6 +98,10 @@ pub fn plugins(
         let path = a.graphfile.as_deref().unwrap_or("-");
         v.push(Box::new(CallGraphPlugin::new(cg, output(path, print)?)));
     }
+    if a.plugin == PluginKind::Gprof {
+        let dir = a.samplesdir.as_deref().unwrap_or(".");
+        v.push(Box::new(GprofPlugin::new(dir, a.wide_gprof, cg)));
+    }
     if let Some(path) = &a.folded {
         v.push(Box::new(FoldedPlugin::new(output(path, print)?)));
     }
@@ -106,9 +117,6 @@ pub fn analyze(
     cpus: Option<Vec<u32>>,
     print: &dyn Fn() -> Box<dyn Write>,
 ) -> Result<(), Exit> {
-    if a.depth == Some(0) {
-        return Err(errx(EX_USAGE, "ERROR: Illegal callchain depth \"0\"."));
-    }
     let mut plugins = plugins(a, print)?;
     let mut analysis = Analysis::new(Options {
         fsroot: a.fsroot.clone(),
@@ -120,6 +128,7 @@ pub fn analyze(
     });
     let mut parser = Parser::new(fd);
     let mut ev = PmclogEv::zeroed();
+    let mut failure = None;
     loop {
         let state = parser.read(&mut ev);
         match state {
@@ -132,8 +141,10 @@ pub fn analyze(
             PmclogState::Eof => break,
             // An interrupted read: go on.
             PmclogState::RequireData => continue,
+            // What was read is still written out (a partial profile),
+            // then the error is reported.
             PmclogState::Error => {
-                return Err(errx(
+                failure = Some(errx(
                     EX_DATAERR,
                     format!(
                         "ERROR: event parsing failed state: {} type: {} (record {}, offset {:#x})",
@@ -143,10 +154,12 @@ pub fn analyze(
                         ev.pl_offset
                     ),
                 ));
+                break;
             }
         }
     }
-    shutdown(&mut analysis, &mut plugins, a, verbosity, print)
+    shutdown(&mut analysis, &mut plugins, a, verbosity, print)?;
+    failure.map_or(Ok(()), Err)
 }
 
 /// `pmcstat_shutdown_logging`: the map file's header, the plugins'

@@ -462,9 +462,14 @@ fn freebsds_argument_checks() {
             "ERROR: Cannot allocate system-mode pmc with specification \"NO_SUCH_EVENT\": Invalid argument",
         ),
         (
-            &["-g", "-R", "x"],
+            &["-m", "out", "-R", "x"],
             64,
-            "ERROR: option -g is not implemented yet.",
+            "ERROR: option -m is not implemented yet.",
+        ),
+        (
+            &["-g", "-R", "/nonexistent"],
+            71,
+            "ERROR: Cannot open \"/nonexistent\" for reading: No such file or directory.",
         ),
         (
             &["-T", "-s", "TSC"],
@@ -491,7 +496,8 @@ fn freebsds_argument_checks() {
             64,
             "pmu features not supported on host or hwpmc not loaded",
         ),
-        (&["-q", "-x"], 64, "illegal option -- x"),
+        (&["-q", "-y"], 64, "illegal option -- y"),
+        (&["-q", "-x"], 64, "option requires an argument -- x"),
         (&["-Z"], 64, "[options] [commandline]"),
         (
             &["-c", "2,0,0", "-s", "NO_SUCH_EVENT"],

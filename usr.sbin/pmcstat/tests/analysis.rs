@@ -1,0 +1,340 @@
+//! pmcstat's analysis of a log (-R with -G, -g, -x) on a log of a real
+//! program: ksim's `sort` sampled on the retired instructions of a
+//! simulated Skylake, its files written by the machine (LIBPMC_SIM_FILES)
+//! for `-r`. The judges are independent of the code under test: the
+//! sampled PCs come from the -R text dump, the functions from binutils'
+//! nm(1), and the gmon.out files are read by GNU gprof(1).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn pmcstat(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(args)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .output()
+        .expect("run pmcstat")
+}
+
+/// A log of `sort` and the machine's files, made once for all tests.
+struct Run {
+    dir: PathBuf,
+    log: String,
+    root: String,
+}
+
+fn run() -> &'static Run {
+    static RUN: OnceLock<Run> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("pmcstat-analysis-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("sort.log").to_string_lossy().into_owned();
+        let root = dir.join("root").to_string_lossy().into_owned();
+        let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+            .args(["-n", "20000", "-S", "instructions", "-l", "2", "-O", &log])
+            .env("LIBPMC_TRANSPORT", "sim")
+            .env("LIBPMC_SIM_CPUS", "1")
+            .env("LIBPMC_SIM_WORKLOAD", "sort:100000")
+            .env("LIBPMC_SIM_FILES", &root)
+            .output()
+            .expect("run pmcstat");
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        Run { dir, log, root }
+    })
+}
+
+/// nm(1)'s function symbols of `path`: (start, end, name), sorted.
+fn functions(path: &Path) -> Vec<(u64, u64, String)> {
+    let o = Command::new("nm")
+        .args(["-n", "-S", "--defined-only"])
+        .arg(path)
+        .output()
+        .expect("nm (binutils) is installed");
+    assert!(o.status.success());
+    text(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 4 || !matches!(f[2], "T" | "t") {
+                return None;
+            }
+            let start = u64::from_str_radix(f[0], 16).ok()?;
+            let size = u64::from_str_radix(f[1], 16).ok()?;
+            Some((start, start + size, f[3].to_owned()))
+        })
+        .collect()
+}
+
+/// The samples of the -R text dump: (pid, mode, PCs).
+fn samples(log: &str) -> Vec<(String, char, Vec<u64>)> {
+    let o = pmcstat(&["-R", log]);
+    assert!(o.status.success());
+    let dump = text(&o.stdout);
+    let mut out = Vec::new();
+    let mut lines = dump.lines().peekable();
+    while let Some(l) = lines.next() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.first() != Some(&"callchain") {
+            continue;
+        }
+        let n: usize = f[4].parse().unwrap();
+        let pcs = (0..n)
+            .map(|_| {
+                let pc = lines.next().unwrap().split_whitespace().nth(1).unwrap();
+                u64::from_str_radix(pc.trim_start_matches("0x"), 16).unwrap()
+            })
+            .collect();
+        out.push((f[1].to_owned(), f[5].chars().next().unwrap(), pcs));
+    }
+    out
+}
+
+/// Samples per function of the sampled PC, from the dump and nm.
+fn expected_self_counts(r: &Run) -> BTreeMap<String, u64> {
+    let funcs = functions(&Path::new(&r.root).join("usr/bin/sort"));
+    let mut counts = BTreeMap::new();
+    for (_, mode, pcs) in samples(&r.log) {
+        assert_eq!(mode, 'u', "sort runs in user mode only");
+        let pc = pcs[0];
+        let f = funcs
+            .iter()
+            .find(|(s, e, _)| (*s..*e).contains(&pc))
+            .map_or("?".to_owned(), |f| f.2.clone());
+        *counts.entry(f).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn the_call_graph_has_freebsds_layout_and_the_samples_functions() {
+    let r = run();
+    let expected = expected_self_counts(r);
+    let total: u64 = expected.values().sum();
+    assert!(total > 200, "too few samples: {expected:?}");
+    let out = r.dir.join("cg.txt");
+    let o = pmcstat(&["-R", &r.log, "-r", &r.root, "-G", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stats = text(&o.stdout);
+    assert!(stats.starts_with("CONVERSION STATISTICS:\n"), "{stats}");
+    assert!(
+        stats.contains(&format!(" {:<40} {total}\n", "#samples/total")),
+        "{stats}"
+    );
+    let graph = std::fs::read_to_string(&out).unwrap();
+    let mut lines = graph.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with("@ ") && header.ends_with(&format!(" [{total} samples]")));
+    assert_eq!(lines.next(), Some(""));
+    // Each line: depth spaces, the share, the count in a 12-character
+    // field, depth spaces again, the name, " @ path" when the image
+    // changes; the top-level nodes carry the sampled functions' counts,
+    // the most sampled first; a caller's share is of its callee's count.
+    let mut tops = BTreeMap::new();
+    let mut previous_top = u64::MAX;
+    let mut parents: Vec<u64> = Vec::new();
+    for l in lines.filter(|l| !l.is_empty()) {
+        let depth = l.len() - l.trim_start().len();
+        let rest = &l[depth..];
+        let (share, rest) = rest.split_once("% ").unwrap();
+        assert_eq!(&rest[..1], " ", "{l}");
+        let close = rest.find("] ").unwrap();
+        let count: u64 = rest[2..close].parse().unwrap();
+        let field = format!(" [{count}] ");
+        let width = field.len().max(12);
+        assert_eq!(&rest[..field.len()], field, "{l}");
+        assert!(rest[field.len()..width].chars().all(|c| c == ' '), "{l}");
+        let name_part = &rest[width..];
+        assert!(name_part[..depth].chars().all(|c| c == ' '), "{l}");
+        let name = name_part[depth..].split(" @ ").next().unwrap();
+        parents.truncate(depth);
+        let parent = parents.last().copied().unwrap_or(total);
+        let want = if count == parent {
+            "100.0".to_owned()
+        } else {
+            format!("{:05.2}", 100.0 * count as f64 / parent as f64)
+        };
+        assert_eq!(share, want, "{l}");
+        if depth == 0 {
+            assert!(count <= previous_top, "top-level nodes are sorted: {l}");
+            previous_top = count;
+            assert!(l.ends_with("/usr/bin/sort"), "{l}");
+            tops.insert(name.to_owned(), count);
+        }
+        parents.push(count);
+    }
+    assert_eq!(tops, expected);
+    assert!(tops.contains_key("quick_sort") && tops.contains_key("main"));
+}
+
+#[test]
+fn gprof_reads_the_gmon_files_and_counts_the_samples() {
+    let r = run();
+    let expected = expected_self_counts(r);
+    let dir = r.dir.join("gprof");
+    std::fs::create_dir_all(&dir).unwrap();
+    let map = r.dir.join("map.txt");
+    let o = pmcstat(&[
+        "-q",
+        "-R",
+        &r.log,
+        "-r",
+        &r.root,
+        "-g",
+        "-D",
+        dir.to_str().unwrap(),
+        "-M",
+        map.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let event_dirs: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert_eq!(event_dirs.len(), 1, "one event");
+    let event = event_dirs[0].file_name().to_string_lossy().into_owned();
+    let gmon = event_dirs[0].path().join("sort.gmon");
+    let total: u64 = expected.values().sum();
+    let map_text = std::fs::read_to_string(&map).unwrap();
+    assert!(map_text.starts_with("MAP:\n"), "{map_text}");
+    assert!(
+        map_text.contains(&format!(
+            " \"/usr/bin/sort\" => \"sort.gmon\" {event}/{total}\n"
+        )),
+        "{map_text}"
+    );
+    let binary = Path::new(&r.root).join("usr/bin/sort");
+    let o = Command::new("gprof")
+        .args(["-b", "-p"])
+        .arg(&binary)
+        .arg(&gmon)
+        .output()
+        .expect("gprof (binutils) is installed");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let flat = text(&o.stdout);
+    // Each sample counts as 0.01 s. GNU gprof gives no samples to the
+    // highest function of the text (its last symbol has no end for it),
+    // so that one is left out of the comparison.
+    assert!(
+        flat.contains("Each sample counts as 0.01 seconds."),
+        "{flat}"
+    );
+    let funcs = functions(&binary);
+    let last = funcs.last().unwrap().2.clone();
+    let mut seen = BTreeMap::new();
+    for l in flat.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() >= 4 && f[0].parse::<f64>().is_ok() {
+            let seconds: f64 = f[2].parse().unwrap();
+            seen.insert(
+                f.last().unwrap().to_string(),
+                (seconds * 100.0).round() as u64,
+            );
+        }
+    }
+    let mut compared = 0;
+    for (name, n) in &expected {
+        if *name == last {
+            continue;
+        }
+        assert_eq!(seen.get(name), Some(n), "{name} in\n{flat}");
+        compared += 1;
+    }
+    assert!(compared >= 2, "{flat}");
+    // The call arcs: main calls rand_next and quick_sort.
+    let o = Command::new("gprof")
+        .args(["-b", "-q"])
+        .arg(&binary)
+        .arg(&gmon)
+        .output()
+        .unwrap();
+    let cg = text(&o.stdout);
+    assert!(cg.contains("main [") && cg.contains("rand_next ["), "{cg}");
+}
+
+#[test]
+fn folded_stacks_sum_to_the_samples() {
+    let r = run();
+    let expected = expected_self_counts(r);
+    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-x", "-"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let folded = text(&o.stdout);
+    let mut leaves: BTreeMap<String, u64> = BTreeMap::new();
+    let mut previous = String::new();
+    for l in folded.lines() {
+        let (stack, n) = l.rsplit_once(' ').unwrap();
+        assert!(*stack > *previous, "sorted and distinct: {l}");
+        previous = stack.to_owned();
+        let frames: Vec<&str> = stack.split(';').collect();
+        assert_eq!(frames[0], "_start", "rooted at the entry: {l}");
+        *leaves
+            .entry(frames.last().unwrap().to_string())
+            .or_insert(0) += n.parse::<u64>().unwrap();
+    }
+    assert_eq!(leaves, expected);
+}
+
+#[test]
+fn missing_images_and_bad_arguments() {
+    let r = run();
+    // A root without the files: a warning each, and every sample is
+    // counted as a dubious frame (in no image).
+    let empty = r.dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let empty = empty.to_str().unwrap();
+    let o = pmcstat(&["-R", &r.log, "-r", empty, "-G", "/dev/null"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "pmcstat: WARNING: Cannot open \"{empty}/usr/bin/sort\".\n"
+        )),
+        "{err}"
+    );
+    let total = samples(&r.log).len();
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(&format!(" {:<40} {total}\n", "#callchain/dubious-frames")),
+        "{out}"
+    );
+    for (args, message, code) in [
+        (
+            vec!["-R", &r.log, "-e", "-G", "/dev/null"],
+            "pmcstat: ERROR: option -e requires gprof mode to be specified.\n",
+            64,
+        ),
+        (
+            vec!["-R", &r.log, "-D", "/dev/null", "-g"],
+            "pmcstat: ERROR: \"/dev/null\" is not a directory.\n",
+            64,
+        ),
+        (
+            vec!["-R", &r.log, "-G", "/dev/null", "-z", "0"],
+            "pmcstat: ERROR: Illegal callchain depth \"0\".\n",
+            64,
+        ),
+        (
+            vec!["-G", "/dev/null", "-s", "instructions", "true"],
+            "pmcstat: ERROR: options -g/-G/-m/-T require sampling PMCs or -R to be specified.\n",
+            64,
+        ),
+        (
+            vec!["-R", &r.log, "-G", "/nonexistent/dir/cg"],
+            "pmcstat: ERROR: cannot open \"/nonexistent/dir/cg\" for writing: No such file or directory\n",
+            71,
+        ),
+    ] {
+        let o = pmcstat(&args);
+        assert_eq!(text(&o.stderr), message, "{args:?}");
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+    }
+    // A truncated log: what was read is analysed, and the error is said.
+    let bytes = std::fs::read(&r.log).unwrap();
+    let cut = r.dir.join("cut.log");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+    let o = pmcstat(&["-R", cut.to_str().unwrap(), "-r", &r.root, "-x", "-"]);
+    assert!(!text(&o.stdout).is_empty());
+}
