@@ -12,6 +12,7 @@
 //! message saying so.
 
 mod pmcpl_callgraph;
+mod pmcpl_calltree;
 mod pmcpl_folded;
 mod pmcpl_gprof;
 mod pmcstat_analysis;
@@ -614,7 +615,11 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
                 }
                 a.analysis.samplesdir = Some(v.to_owned());
             }
-            'a' | 'F' | 'm' | 'T' => return Err(not_implemented(opt)),
+            'F' => {
+                a.analysis.plugin = pmcstat_analysis::PluginKind::CallTree;
+                a.analysis.graphfile = Some(v.to_owned());
+            }
+            'a' | 'm' | 'T' => return Err(not_implemented(opt)),
             // The option string has no other option.
             _ => return Err(errx(EX_USAGE, USAGE)),
         }

@@ -13,6 +13,7 @@ use pmctool::Exit;
 use pmctool::sysexits::{EX_DATAERR, EX_OSERR};
 
 use crate::pmcpl_callgraph::{CallGraphPlugin, CgOptions};
+use crate::pmcpl_calltree::CalltreePlugin;
 use crate::pmcpl_folded::FoldedPlugin;
 use crate::pmcpl_gprof::GprofPlugin;
 use crate::{PROGRAM, errx};
@@ -27,6 +28,8 @@ pub enum PluginKind {
     CallGraph,
     /// `-g`.
     Gprof,
+    /// `-F`.
+    CallTree,
 }
 
 /// What the analysis options asked for.
@@ -97,6 +100,10 @@ pub fn plugins(
     if a.plugin == PluginKind::CallGraph {
         let path = a.graphfile.as_deref().unwrap_or("-");
         v.push(Box::new(CallGraphPlugin::new(cg, output(path, print)?)));
+    }
+    if a.plugin == PluginKind::CallTree {
+        let path = a.graphfile.as_deref().unwrap_or("-");
+        v.push(Box::new(CalltreePlugin::new(output(path, print)?)));
     }
     if a.plugin == PluginKind::Gprof {
         let dir = a.samplesdir.as_deref().unwrap_or(".");

@@ -338,3 +338,59 @@ fn missing_images_and_bad_arguments() {
     let o = pmcstat(&["-R", cut.to_str().unwrap(), "-r", &r.root, "-x", "-"]);
     assert!(!text(&o.stdout).is_empty());
 }
+
+#[test]
+fn callgrind_annotate_reads_the_calltree() {
+    let r = run();
+    let expected = expected_self_counts(r);
+    let total: u64 = expected.values().sum();
+    let out = r.dir.join("calltree.out");
+    let o = pmcstat(&[
+        "-q",
+        "-R",
+        &r.log,
+        "-r",
+        &r.root,
+        "-F",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let file = std::fs::read_to_string(&out).unwrap();
+    let head: Vec<&str> = file.lines().take(7).collect();
+    assert_eq!(head[0], "version: 1");
+    assert_eq!(head[1], "creator: pmcstat");
+    assert_eq!(head[2], "positions: instr line");
+    assert!(
+        head[3].starts_with("events: ") && head[3].ends_with("_0"),
+        "{file}"
+    );
+    assert_eq!(head[4], format!("summary: {total}"));
+    assert_eq!(head[5], "fn=root");
+    // callgrind_annotate's totals and per-function costs are the samples'.
+    let o = Command::new("callgrind_annotate")
+        .args(["--threshold=100", "--auto=no"])
+        .arg(&out)
+        .output()
+        .expect("callgrind_annotate (valgrind) is installed");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let report = text(&o.stdout);
+    let mut seen = BTreeMap::new();
+    let mut program_total = None;
+    for l in report.lines() {
+        let l = l.trim();
+        let Some((count, rest)) = l.split_once(' ') else {
+            continue;
+        };
+        let Ok(n) = count.replace(',', "").parse::<u64>() else {
+            continue;
+        };
+        if rest.ends_with("PROGRAM TOTALS") {
+            program_total = Some(n);
+        } else if let (Some((_, func)), true) = (rest.split_once(':'), n > 0) {
+            let func = func.split_whitespace().next().unwrap();
+            seen.insert(func.to_owned(), n);
+        }
+    }
+    assert_eq!(program_total, Some(total), "{report}");
+    assert_eq!(seen, expected, "{report}");
+}
