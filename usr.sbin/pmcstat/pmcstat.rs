@@ -11,6 +11,8 @@
 //! and their helpers) are not implemented yet and are refused with a
 //! message saying so.
 
+mod pmcpl_annotate;
+mod pmcpl_annotate_cg;
 mod pmcpl_callgraph;
 mod pmcpl_calltree;
 mod pmcpl_folded;
@@ -59,26 +61,44 @@ const USAGE: &str = "[options] [commandline]\n\
 \t performance monitoring counters.\n\
 \t Options include:\n\
 \t -C\t\t (toggle) show cumulative counts\n\
+\t -D path\t create profiles in directory \"path\"\n\
 \t -E\t\t (toggle) show counts at process exit\n\
+\t -F file\t write a system-wide callgraph (Kcachegrind format) to \"file\"\n\
+\t -G file\t write a system-wide callgraph to \"file\"\n\
+\t -I\t\t don't resolve leaf function name, show address instead\n\
+\t -L\t\t list all counters available on this host\n\
+\t -M file\t print executable/gmon file map to \"file\"\n\
 \t -N\t\t (toggle) capture callchains\n\
 \t -O file\t send log output to \"file\"\n\
 \t -P spec\t allocate a process-private sampling PMC\n\
 \t -Q count\t print a line every \"count\" samples of each sampling PMC\n\
 \t -R file\t read events from \"file\"\n\
 \t -S spec\t allocate a system-wide sampling PMC\n\
-\t -U\t\t (toggle) capture user-space callchains\n\
+\t -T\t\t start in top mode\n\
+\t -U \t\t merged user kernel stack capture\n\
 \t -W\t\t (toggle) show counts per context switch\n\
+\t -a file\t print sampled PCs and callgraph to \"file\"\n\
 \t -c cpu-list\t set cpus for subsequent system-wide PMCs\n\
 \t -d\t\t (toggle) track descendants\n\
+\t -e\t\t use wide history counter for gprof(1) output\n\
+\t -f spec\t pass \"spec\" to as plugin option\n\
+\t -g\t\t produce gprof(1) compatible profiles\n\
+\t -i lwp\t\t filter on thread id \"lwp\" in post-processing\n\
+\t -k dir\t look for the kernel and its modules in \"dir\"\n\
 \t -l secs\t set duration time\n\
+\t -m file\t print sampled PCs to \"file\"\n\
 \t -n rate\t set sampling rate\n\
 \t -o file\t send print output to \"file\"\n\
 \t -p spec\t allocate a process-private counting PMC\n\
 \t -q\t\t suppress verbosity\n\
+\t -r fsroot\t specify FS root directory\n\
 \t -s spec\t allocate a system-wide counting PMC\n\
 \t -t process-spec attach to running processes matching \"process-spec\"\n\
+\t -u spec \t provide short description of counters matching spec\n\
 \t -v\t\t increase verbosity\n\
-\t -w secs\t set printing time interval";
+\t -w secs\t set printing time interval\n\
+\t -x file\t write folded call stacks to \"file\"\n\
+\t -z depth\t limit callchain display depth";
 
 // What options need to be meaningful (FreeBSD's REQUIRED bits).
 const REQ_COUNTING: u32 = 1 << 0;
@@ -560,6 +580,7 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             'I' => a.analysis.show_offset = true,
             'G' => {
                 a.analysis.plugin = pmcstat_analysis::PluginKind::CallGraph;
+                a.analysis.callgraph_asked = true;
                 a.analysis.graphfile = Some(v.to_owned());
             }
             'i' => {
@@ -597,7 +618,10 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             'u' => a.describe = Some(v.to_owned()),
             // In FreeBSD's option string without a meaning: usage.
             'Z' => return Err(errx(EX_USAGE, USAGE)),
-            'g' => a.analysis.plugin = pmcstat_analysis::PluginKind::Gprof,
+            'g' => {
+                a.analysis.plugin = pmcstat_analysis::PluginKind::Gprof;
+                a.analysis.gprof_asked = true;
+            }
             'e' => a.analysis.wide_gprof = true,
             'D' => {
                 let meta = std::fs::metadata(v).map_err(|e| {
@@ -617,9 +641,20 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             }
             'F' => {
                 a.analysis.plugin = pmcstat_analysis::PluginKind::CallTree;
+                a.analysis.callgraph_asked = true;
                 a.analysis.graphfile = Some(v.to_owned());
             }
-            'a' | 'm' | 'T' => return Err(not_implemented(opt)),
+            'm' => {
+                a.analysis.plugin = pmcstat_analysis::PluginKind::Annotate;
+                a.analysis.annotate_asked = true;
+                a.analysis.graphfile = Some(v.to_owned());
+            }
+            'a' => {
+                a.analysis.plugin = pmcstat_analysis::PluginKind::AnnotateCg;
+                a.analysis.annotate_asked = true;
+                a.analysis.graphfile = Some(v.to_owned());
+            }
+            'T' => return Err(not_implemented(opt)),
             // The option string has no other option.
             _ => return Err(errx(EX_USAGE, USAGE)),
         }
@@ -652,6 +687,20 @@ fn check(a: &Args) -> Result<(), Exit> {
     let has_command = !a.command.is_empty();
     if a.output_log.is_some() && a.read_log.is_some() {
         return usage("ERROR: options -O and -R are mutually exclusive.");
+    }
+    {
+        use pmcstat_analysis::PluginKind;
+        if a.analysis.annotate_asked && a.read_log.is_none() {
+            let opt = if a.analysis.plugin == PluginKind::Annotate {
+                "-m"
+            } else {
+                "-a"
+            };
+            return usage(&format!("ERROR: option {opt} requires an input file"));
+        }
+        if a.analysis.annotate_asked && (a.analysis.gprof_asked || a.analysis.callgraph_asked) {
+            return usage("ERROR: option -m and -g | -G are mutually exclusive");
+        }
     }
     if a.read_log.is_some() {
         if has_command {
@@ -698,13 +747,13 @@ fn check(a: &Args) -> Result<(), Exit> {
     if a.analysis.any() && !a.has_sampling && a.read_log.is_none() {
         return usage("ERROR: options -g/-G/-m/-T require sampling PMCs or -R to be specified.");
     }
-    if a.analysis.wide_gprof && a.analysis.plugin != pmcstat_analysis::PluginKind::Gprof {
+    if a.analysis.wide_gprof && !a.analysis.gprof_asked {
         return usage("ERROR: option -e requires gprof mode to be specified.");
     }
     if a.output_log.is_some() && a.required & REQ_OUTPUT_LOGFILE == 0 {
         return usage("ERROR: option -O is used only with options -E, -P, -S and -W.");
     }
-    let gprof = a.analysis.plugin == pmcstat_analysis::PluginKind::Gprof;
+    let gprof = a.analysis.gprof_asked;
     if a.analysis.samplesdir.is_some() && !gprof {
         return usage("ERROR: option -D is only used with -g.");
     }

@@ -12,6 +12,8 @@ use pmc::pmclog::{Parser, PmclogEv, PmclogState};
 use pmctool::Exit;
 use pmctool::sysexits::{EX_DATAERR, EX_OSERR};
 
+use crate::pmcpl_annotate::AnnotatePlugin;
+use crate::pmcpl_annotate_cg::AnnotateCgPlugin;
 use crate::pmcpl_callgraph::{CallGraphPlugin, CgOptions};
 use crate::pmcpl_calltree::CalltreePlugin;
 use crate::pmcpl_folded::FoldedPlugin;
@@ -30,6 +32,10 @@ pub enum PluginKind {
     Gprof,
     /// `-F`.
     CallTree,
+    /// `-m`.
+    Annotate,
+    /// `-a`.
+    AnnotateCg,
 }
 
 /// What the analysis options asked for.
@@ -61,6 +67,12 @@ pub struct AnalysisArgs {
     pub samplesdir: Option<String>,
     /// `-e`: 64-bit gprof counters.
     pub wide_gprof: bool,
+    /// `-g` was given (`FLAG_DO_GPROF`), whatever plugin came last.
+    pub gprof_asked: bool,
+    /// `-G` or `-F` was given (`FLAG_DO_CALLGRAPHS`).
+    pub callgraph_asked: bool,
+    /// `-m` or `-a` was given (`FLAG_DO_ANNOTATE`).
+    pub annotate_asked: bool,
 }
 
 impl AnalysisArgs {
@@ -100,6 +112,14 @@ pub fn plugins(
     if a.plugin == PluginKind::CallGraph {
         let path = a.graphfile.as_deref().unwrap_or("-");
         v.push(Box::new(CallGraphPlugin::new(cg, output(path, print)?)));
+    }
+    if a.plugin == PluginKind::Annotate {
+        let path = a.graphfile.as_deref().unwrap_or("-");
+        v.push(Box::new(AnnotatePlugin::new(output(path, print)?)));
+    }
+    if a.plugin == PluginKind::AnnotateCg {
+        let path = a.graphfile.as_deref().unwrap_or("-");
+        v.push(Box::new(AnnotateCgPlugin::new(output(path, print)?)));
     }
     if a.plugin == PluginKind::CallTree {
         let path = a.graphfile.as_deref().unwrap_or("-");

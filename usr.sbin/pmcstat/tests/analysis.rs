@@ -394,3 +394,73 @@ fn callgrind_annotate_reads_the_calltree() {
     assert_eq!(program_total, Some(total), "{report}");
     assert_eq!(seen, expected, "{report}");
 }
+
+#[test]
+fn annotate_lines_match_nm_and_addr2line() {
+    let r = run();
+    let binary = Path::new(&r.root).join("usr/bin/sort");
+    let funcs = functions(&binary);
+    let all = samples(&r.log);
+    // -m: a line per sample, its function and the function's bounds.
+    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-m", "-"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines: Vec<String> = text(&o.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), all.len());
+    for (l, (_, _, pcs)) in lines.iter().zip(&all) {
+        let f: Vec<&str> = l.split(' ').collect();
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+        assert_eq!(hex(f[0]), pcs[0], "{l}");
+        let (start, end, name) = funcs
+            .iter()
+            .find(|(s, e, _)| (*s..*e).contains(&pcs[0]))
+            .unwrap();
+        assert_eq!(
+            (hex(f[2]), hex(f[3]), f[1]),
+            (*start, *end, name.as_str()),
+            "{l}"
+        );
+    }
+    // -a: each sample's frames then "--"; file and line as addr2line(1)
+    // gives them for the same addresses.
+    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-a", "-"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let blocks: Vec<&str> = out.split_terminator("--\n").collect();
+    assert_eq!(blocks.len(), all.len());
+    let mut pcs = Vec::new();
+    let mut ours = Vec::new();
+    for (b, (_, _, chain)) in blocks.iter().zip(&all) {
+        let frames: Vec<&str> = b.lines().collect();
+        assert_eq!(frames.len(), chain.len(), "{b}");
+        for (f, pc) in frames.iter().zip(chain) {
+            let mut w = f.splitn(3, ' ');
+            let at = w.next().unwrap();
+            assert_eq!(at, format!("{pc:#x}"));
+            let _func = w.next().unwrap();
+            ours.push(w.next().unwrap().to_owned());
+            pcs.push(format!("{pc:#x}"));
+        }
+    }
+    let o = Command::new("addr2line")
+        .arg("-e")
+        .arg(&binary)
+        .args(&pcs)
+        .output()
+        .expect("addr2line (binutils) is installed");
+    let theirs: Vec<String> = text(&o.stdout)
+        .lines()
+        .map(|l| l.split(" (discriminator").next().unwrap().to_owned())
+        .collect();
+    assert_eq!(theirs.len(), ours.len());
+    let mut compared = 0;
+    for (mine, theirs) in ours.iter().zip(&theirs) {
+        // addr2line says ?:? or file:? where the table has no line.
+        if theirs.ends_with(":?") {
+            assert!(mine.ends_with(":0"), "{mine} against {theirs}");
+            continue;
+        }
+        assert_eq!(mine, theirs);
+        compared += 1;
+    }
+    assert!(compared > all.len(), "{compared}");
+}
