@@ -17,7 +17,7 @@ use libpmcstat::libpmcstat_string::IStr;
 
 /// A resolved frame: an (image, function offset) pair, or a PC no map
 /// holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Frame {
     /// A function (or, without a symbol, an address) of an image.
     Function(ImageId, u64),

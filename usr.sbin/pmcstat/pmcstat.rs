@@ -15,8 +15,10 @@ mod pmcpl_annotate;
 mod pmcpl_annotate_cg;
 mod pmcpl_callgraph;
 mod pmcpl_calltree;
+mod pmcpl_flamegraph;
 mod pmcpl_folded;
 mod pmcpl_gprof;
+mod pmcpl_pprof;
 mod pmcstat_analysis;
 mod pmcstat_log;
 
@@ -38,9 +40,9 @@ use pmctool::{Exit, Getopt, Opt, Program, last_errno, strerror};
 pub(crate) const PROGRAM: Program = Program("pmcstat");
 
 /// getopt(3)'s option string: FreeBSD's, -k (the kernel's directory in
-/// an analysis), and the extensions -Q (hwpmc(4) NOTIFICATIONS) and
-/// -x (folded stacks).
-const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:Q:R:S:TUWZa:c:def:gi:k:l:m:n:o:p:qr:s:t:u:vw:x:z:";
+/// an analysis), and the extensions -Q (hwpmc(4) NOTIFICATIONS), -x
+/// (folded stacks), -X (flame graphs) and -j (pprof profiles).
+const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:Q:R:S:TUWX:Za:c:def:gi:j:k:l:m:n:o:p:qr:s:t:u:vw:x:z:";
 
 const DEFAULT_SAMPLE_COUNT: u64 = 65536;
 const DEFAULT_WAIT_INTERVAL: f64 = 5.0;
@@ -77,6 +79,7 @@ const USAGE: &str = "[options] [commandline]\n\
 \t -T\t\t start in top mode\n\
 \t -U \t\t merged user kernel stack capture\n\
 \t -W\t\t (toggle) show counts per context switch\n\
+\t -X file\t write a flame graph (SVG) to \"file\"\n\
 \t -a file\t print sampled PCs and callgraph to \"file\"\n\
 \t -c cpu-list\t set cpus for subsequent system-wide PMCs\n\
 \t -d\t\t (toggle) track descendants\n\
@@ -84,6 +87,7 @@ const USAGE: &str = "[options] [commandline]\n\
 \t -f spec\t pass \"spec\" to as plugin option\n\
 \t -g\t\t produce gprof(1) compatible profiles\n\
 \t -i lwp\t\t filter on thread id \"lwp\" in post-processing\n\
+\t -j file\t write a pprof profile to \"file\"\n\
 \t -k dir\t look for the kernel and its modules in \"dir\"\n\
 \t -l secs\t set duration time\n\
 \t -m file\t print sampled PCs to \"file\"\n\
@@ -591,6 +595,8 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             'M' => a.analysis.mapfile = Some(v.to_owned()),
             'r' => a.analysis.fsroot = v.to_owned(),
             'x' => a.analysis.folded = Some(v.to_owned()),
+            'X' => a.analysis.flamegraph = Some(v.to_owned()),
+            'j' => a.analysis.pprof = Some(v.to_owned()),
             'z' => {
                 let depth = match strtod(v) {
                     Some(d) if d > 0.0 => d as usize,

@@ -16,8 +16,10 @@ use crate::pmcpl_annotate::AnnotatePlugin;
 use crate::pmcpl_annotate_cg::AnnotateCgPlugin;
 use crate::pmcpl_callgraph::{CallGraphPlugin, CgOptions};
 use crate::pmcpl_calltree::CalltreePlugin;
+use crate::pmcpl_flamegraph::FlameGraphPlugin;
 use crate::pmcpl_folded::FoldedPlugin;
 use crate::pmcpl_gprof::GprofPlugin;
+use crate::pmcpl_pprof::PprofPlugin;
 use crate::{PROGRAM, errx};
 
 /// FreeBSD's analysis plugins (`pa_plugin`).
@@ -63,6 +65,10 @@ pub struct AnalysisArgs {
     pub threshold: f64,
     /// `-x file`: folded stacks (an extension).
     pub folded: Option<String>,
+    /// `-X file`: a flame graph SVG (an extension).
+    pub flamegraph: Option<String>,
+    /// `-j file`: a pprof profile (an extension).
+    pub pprof: Option<String>,
     /// `-D`: where `-g` writes its directories.
     pub samplesdir: Option<String>,
     /// `-e`: 64-bit gprof counters.
@@ -79,7 +85,10 @@ impl AnalysisArgs {
     /// True when a plugin or an extension output was asked for
     /// (`FLAG_DO_ANALYSIS`).
     pub fn any(&self) -> bool {
-        self.plugin != PluginKind::None || self.folded.is_some()
+        self.plugin != PluginKind::None
+            || self.folded.is_some()
+            || self.flamegraph.is_some()
+            || self.pprof.is_some()
     }
 }
 
@@ -128,6 +137,12 @@ pub fn plugins(
     if a.plugin == PluginKind::Gprof {
         let dir = a.samplesdir.as_deref().unwrap_or(".");
         v.push(Box::new(GprofPlugin::new(dir, a.wide_gprof, cg)));
+    }
+    if let Some(path) = &a.pprof {
+        v.push(Box::new(PprofPlugin::new(output(path, print)?)));
+    }
+    if let Some(path) = &a.flamegraph {
+        v.push(Box::new(FlameGraphPlugin::new(output(path, print)?)));
     }
     if let Some(path) = &a.folded {
         v.push(Box::new(FoldedPlugin::new(output(path, print)?)));

@@ -464,3 +464,105 @@ fn annotate_lines_match_nm_and_addr2line() {
     }
     assert!(compared > all.len(), "{compared}");
 }
+
+/// The folded stacks of the log: stack text (root first) to samples.
+fn folded(r: &Run) -> BTreeMap<String, u64> {
+    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-x", "-"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    text(&o.stdout)
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap();
+            (stack.to_owned(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_pprof_profile_decodes_with_googles_runtime() {
+    let r = run();
+    let out = r.dir.join("profile.pb");
+    let o = pmcstat(&[
+        "-q",
+        "-R",
+        &r.log,
+        "-r",
+        &r.root,
+        "-j",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/venv/bin/python3");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pprof_decode.py");
+    let o = Command::new(&python)
+        .arg(&script)
+        .arg(&out)
+        .output()
+        .expect("the Python environment of tools/setup, with protobuf");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let json = text(&o.stdout);
+    // The decoded samples, as root-first stacks, are the folded stacks.
+    let start = json.find("\"samples\": [").unwrap();
+    let mut decoded = BTreeMap::new();
+    for part in json[start..].split("{\"functions\": [").skip(1) {
+        let (names, rest) = part.split_once("], \"values\": [").unwrap();
+        let value: u64 = rest.split(']').next().unwrap().parse().unwrap();
+        let mut frames: Vec<&str> = names.split(", ").map(|n| n.trim_matches('"')).collect();
+        frames.reverse();
+        *decoded.entry(frames.join(";")).or_insert(0) += value;
+    }
+    assert_eq!(decoded, folded(r));
+    assert!(json.contains("\"sample_types\": [[\""), "{json}");
+    assert!(json.contains("\"count\"]]"), "{json}");
+    assert!(
+        json.contains("/usr/bin/sort\"]"),
+        "the mapping's file: {json}"
+    );
+    assert!(
+        json.contains("sort.c\""),
+        "the functions' source file: {json}"
+    );
+}
+
+#[test]
+fn the_flame_graph_shows_every_sample() {
+    let r = run();
+    let expected = expected_self_counts(r);
+    let total: u64 = expected.values().sum();
+    let out = r.dir.join("flame.svg");
+    let o = pmcstat(&[
+        "-q",
+        "-R",
+        &r.log,
+        "-r",
+        &r.root,
+        "-X",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
+    let with_commas = |n: u64| {
+        let s = n.to_string();
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    assert!(
+        svg.contains(&format!(
+            "<title>all ({} samples, 100%)</title>",
+            with_commas(total)
+        )),
+        "{svg}"
+    );
+    // Each stack frame of the folded stacks has its box.
+    for stack in folded(r).keys() {
+        let leaf = stack.rsplit(';').next().unwrap();
+        assert!(svg.contains(&format!("<title>{leaf} (")), "{leaf}");
+    }
+}
