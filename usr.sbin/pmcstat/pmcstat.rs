@@ -19,6 +19,7 @@ mod pmcpl_flamegraph;
 mod pmcpl_folded;
 mod pmcpl_gprof;
 mod pmcpl_pprof;
+mod pmcpl_summary;
 mod pmcstat_analysis;
 mod pmcstat_log;
 
@@ -41,8 +42,9 @@ pub(crate) const PROGRAM: Program = Program("pmcstat");
 
 /// getopt(3)'s option string: FreeBSD's, -k (the kernel's directory in
 /// an analysis), and the extensions -Q (hwpmc(4) NOTIFICATIONS), -x
-/// (folded stacks), -X (flame graphs) and -j (pprof profiles).
-const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:Q:R:S:TUWX:Za:c:def:gi:j:k:l:m:n:o:p:qr:s:t:u:vw:x:z:";
+/// (folded stacks), -X (flame graphs), -j (pprof profiles) and -y
+/// (functions and source lines).
+const OPTIONS: &str = "ACD:EF:G:ILM:NO:P:Q:R:S:TUWX:Za:c:def:gi:j:k:l:m:n:o:p:qr:s:t:u:vw:x:y:z:";
 
 const DEFAULT_SAMPLE_COUNT: u64 = 65536;
 const DEFAULT_WAIT_INTERVAL: f64 = 5.0;
@@ -102,6 +104,7 @@ const USAGE: &str = "[options] [commandline]\n\
 \t -v\t\t increase verbosity\n\
 \t -w secs\t set printing time interval\n\
 \t -x file\t write folded call stacks to \"file\"\n\
+\t -y file\t write sampled functions and source lines to \"file\"\n\
 \t -z depth\t limit callchain display depth";
 
 // What options need to be meaningful (FreeBSD's REQUIRED bits).
@@ -597,6 +600,7 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             'x' => a.analysis.folded = Some(v.to_owned()),
             'X' => a.analysis.flamegraph = Some(v.to_owned()),
             'j' => a.analysis.pprof = Some(v.to_owned()),
+            'y' => a.analysis.summary = Some(v.to_owned()),
             'z' => {
                 let depth = match strtod(v) {
                     Some(d) if d > 0.0 => d as usize,

@@ -20,6 +20,7 @@ use crate::pmcpl_flamegraph::FlameGraphPlugin;
 use crate::pmcpl_folded::FoldedPlugin;
 use crate::pmcpl_gprof::GprofPlugin;
 use crate::pmcpl_pprof::PprofPlugin;
+use crate::pmcpl_summary::SummaryPlugin;
 use crate::{PROGRAM, errx};
 
 /// FreeBSD's analysis plugins (`pa_plugin`).
@@ -69,6 +70,8 @@ pub struct AnalysisArgs {
     pub flamegraph: Option<String>,
     /// `-j file`: a pprof profile (an extension).
     pub pprof: Option<String>,
+    /// `-y file`: functions and source lines (an extension).
+    pub summary: Option<String>,
     /// `-D`: where `-g` writes its directories.
     pub samplesdir: Option<String>,
     /// `-e`: 64-bit gprof counters.
@@ -89,6 +92,7 @@ impl AnalysisArgs {
             || self.folded.is_some()
             || self.flamegraph.is_some()
             || self.pprof.is_some()
+            || self.summary.is_some()
     }
 }
 
@@ -137,6 +141,9 @@ pub fn plugins(
     if a.plugin == PluginKind::Gprof {
         let dir = a.samplesdir.as_deref().unwrap_or(".");
         v.push(Box::new(GprofPlugin::new(dir, a.wide_gprof, cg)));
+    }
+    if let Some(path) = &a.summary {
+        v.push(Box::new(SummaryPlugin::new(output(path, print)?)));
     }
     if let Some(path) = &a.pprof {
         v.push(Box::new(PprofPlugin::new(output(path, print)?)));

@@ -566,3 +566,54 @@ fn the_flame_graph_shows_every_sample() {
         assert!(svg.contains(&format!("<title>{leaf} (")), "{leaf}");
     }
 }
+
+#[test]
+fn the_source_summary_counts_lines_as_addr2line_places_them() {
+    let r = run();
+    let binary = Path::new(&r.root).join("usr/bin/sort");
+    let funcs = functions(&binary);
+    let all = samples(&r.log);
+    let pcs: Vec<String> = all.iter().map(|(_, _, c)| format!("{:#x}", c[0])).collect();
+    let o = Command::new("addr2line")
+        .arg("-e")
+        .arg(&binary)
+        .args(&pcs)
+        .output()
+        .expect("addr2line (binutils) is installed");
+    // (function, file:line) of each sample, as nm and addr2line say.
+    let mut expected: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for ((_, _, chain), place) in all.iter().zip(text(&o.stdout).lines()) {
+        let place = place.split(" (discriminator").next().unwrap();
+        if place.ends_with(":?") {
+            continue;
+        }
+        let (file, line) = place.rsplit_once(':').unwrap();
+        let short = format!("{}:{line}", file.rsplit('/').next().unwrap());
+        let f = funcs
+            .iter()
+            .find(|(s, e, _)| (*s..*e).contains(&chain[0]))
+            .unwrap()
+            .2
+            .clone();
+        *expected.entry((f, short)).or_insert(0) += 1;
+    }
+    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-y", "-"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut function = String::new();
+    let mut functions_seen = BTreeMap::new();
+    for l in out.lines().skip(2).filter(|l| !l.is_empty()) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if !l.starts_with("        ") {
+            function = f[2].to_owned();
+            functions_seen.insert(function.clone(), f[1].parse::<u64>().unwrap());
+        } else if !f[2].ends_with(":0") {
+            seen.insert((function.clone(), f[2].to_owned()), f[1].parse().unwrap());
+        }
+    }
+    assert_eq!(functions_seen, expected_self_counts(r));
+    assert_eq!(seen, expected);
+    // The source text is shown where the file can be read.
+    assert!(out.contains("quick_sort(a, lo, j);"), "{out}");
+}

@@ -496,7 +496,7 @@ fn freebsds_argument_checks() {
             64,
             "pmu features not supported on host or hwpmc not loaded",
         ),
-        (&["-q", "-y"], 64, "illegal option -- y"),
+        (&["-q", "-b"], 64, "illegal option -- b"),
         (&["-q", "-x"], 64, "option requires an argument -- x"),
         (&["-Z"], 64, "[options] [commandline]"),
         (
