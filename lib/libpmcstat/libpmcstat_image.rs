@@ -147,12 +147,27 @@ impl Image {
                 return;
             }
         };
-        let parsed = match FileKind::parse(&*data) {
+        self.read_bytes(strings, fullpath, &data, verbosity, warnings);
+    }
+
+    /// [`Image::read`] of the file's contents `data`, read from
+    /// `fullpath`: any bytes give an image or a warning, never a panic
+    /// (fuzzed).
+    pub fn read_bytes(
+        &mut self,
+        strings: &mut StringPool,
+        fullpath: &str,
+        data: &[u8],
+        verbosity: u32,
+        warnings: &mut ImageWarnings,
+    ) {
+        self.kind = ImageType::Indeterminable;
+        let parsed = match FileKind::parse(data) {
             Ok(FileKind::Elf32) => {
-                parse_elf::<elf::FileHeader32<Endianness>>(&data, self.is_kernel_module)
+                parse_elf::<elf::FileHeader32<Endianness>>(data, self.is_kernel_module)
             }
             Ok(FileKind::Elf64) => {
-                parse_elf::<elf::FileHeader64<Endianness>>(&data, self.is_kernel_module)
+                parse_elf::<elf::FileHeader64<Endianness>>(data, self.is_kernel_module)
             }
             _ => {
                 if verbosity >= 2 {
@@ -191,6 +206,12 @@ impl Image {
         let name = fullpath.rsplit('/').next().unwrap_or(fullpath);
         self.name = Some(strings.intern(name));
         self.lines = LineTable::NotRead;
+    }
+
+    /// Takes the DWARF line table from `data` (the image's file) instead
+    /// of reading the file again; any bytes are accepted (fuzzed).
+    pub fn set_lines_from(&mut self, data: &[u8]) {
+        self.lines = lines_from(data).map_or(LineTable::Absent, |l| LineTable::Read(Box::new(l)));
     }
 
     /// True when the image has text that samples can fall in.
@@ -356,8 +377,12 @@ fn parse_elf<Elf: FileHeader<Endian = Endianness>>(
 
 /// The DWARF line table of the ELF file at `path`, if it has one.
 fn read_lines(path: &str) -> Option<Lines> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+    lines_from(&std::fs::read(path).ok()?)
+}
+
+/// The DWARF line table of an ELF file's contents, if it has one.
+fn lines_from(data: &[u8]) -> Option<Lines> {
+    let file = object::File::parse(data).ok()?;
     file.section_by_name(".debug_line")?;
     let endian = if file.is_little_endian() {
         gimli::RunTimeEndian::Little
