@@ -68,6 +68,11 @@ impl CallGraph {
         }
     }
 
+    /// Options for the samples to come.
+    pub fn set_options(&mut self, opts: CgOptions) {
+        self.opts = opts;
+    }
+
     fn node(&mut self, image: ImageId, func: u64) -> u32 {
         let id = u32::try_from(self.nodes.len()).expect("fewer than 2^32 nodes");
         self.nodes.push(CgNode {

@@ -22,6 +22,7 @@ mod pmcpl_pprof;
 mod pmcpl_summary;
 mod pmcstat_analysis;
 mod pmcstat_log;
+mod pmcstat_top;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -228,6 +229,8 @@ struct Args {
     notify_every: Option<u32>,
     /// The analysis options (-A -f -G -I -i -k -M -r -x -z).
     analysis: pmcstat_analysis::AnalysisArgs,
+    /// `-T`: the top view.
+    top: bool,
 }
 
 /// The library, initialised by the first PMC specification.
@@ -431,13 +434,6 @@ fn add_spec(a: &mut Args, opt: char, spec: &str) -> Result<(), Exit> {
         a.events.push(Event { cpu, ..ev.clone() });
     }
     Ok(())
-}
-
-fn not_implemented(opt: char) -> Exit {
-    errx(
-        EX_USAGE,
-        format!("ERROR: option -{opt} is not implemented yet."),
-    )
 }
 
 fn parse(argv: &[OsString]) -> Result<Args, Exit> {
@@ -664,7 +660,13 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
                 a.analysis.annotate_asked = true;
                 a.analysis.graphfile = Some(v.to_owned());
             }
-            'T' => return Err(not_implemented(opt)),
+            'T' => {
+                a.analysis.plugin = pmcstat_analysis::PluginKind::CallGraph;
+                a.top = true;
+                if a.printfile.is_none() {
+                    a.printfile = Some(PrintFile::Stdout);
+                }
+            }
             // The option string has no other option.
             _ => return Err(errx(EX_USAGE, USAGE)),
         }
@@ -697,6 +699,9 @@ fn check(a: &Args) -> Result<(), Exit> {
     let has_command = !a.command.is_empty();
     if a.output_log.is_some() && a.read_log.is_some() {
         return usage("ERROR: options -O and -R are mutually exclusive.");
+    }
+    if a.duration.is_some() && a.top {
+        return usage("ERROR: options -T and -l are mutually exclusive.");
     }
     {
         use pmcstat_analysis::PluginKind;
@@ -889,6 +894,21 @@ fn dump(parser: &mut Parser, ev: &mut PmclogEv, out: &mut PrintFile) -> Result<b
 fn read_log(a: &mut Args) -> Result<(), Exit> {
     let path = a.read_log.clone().expect("-R");
     let fd = open_log(&path, false)?;
+    if a.top {
+        let out = a.printfile.take().unwrap_or(PrintFile::Stdout);
+        let mut top = new_top(a, out);
+        let interval = Duration::from_secs_f64(a.interval);
+        pmcstat_top::run(&mut top, fd, interval, true).map_err(|e| {
+            err(
+                EX_OSERR,
+                "ERROR: cannot display",
+                e.raw_os_error().unwrap_or(0),
+            )
+        })?;
+        // SAFETY: the log's descriptor, opened above and not used after.
+        unsafe { libc::close(fd) };
+        return Ok(());
+    }
     if a.analysis.any() {
         let out = a.printfile.take().unwrap_or(PrintFile::Stdout);
         let print = || -> Box<dyn Write> {
@@ -912,6 +932,46 @@ fn read_log(a: &mut Args) -> Result<(), Exit> {
     while !dump(&mut parser, &mut ev, out)? {}
     out.flush();
     Ok(())
+}
+
+/// What the top view of `-T` is made from (sent to the thread that
+/// draws it in a live run).
+struct TopArgs {
+    opts: libpmcstat::libpmcstat_logging::Options,
+    cg: pmcpl_callgraph::CgOptions,
+    threshold: f64,
+}
+
+impl TopArgs {
+    fn of(a: &Args) -> TopArgs {
+        TopArgs {
+            opts: libpmcstat::libpmcstat_logging::Options {
+                fsroot: a.analysis.fsroot.clone(),
+                kerneldir: a.analysis.kerneldir.clone(),
+                verbosity: a.verbosity,
+                tid: a.analysis.tid,
+                cpus: a.cpumask.clone(),
+                merge_pmcs: true,
+            },
+            cg: pmcpl_callgraph::CgOptions {
+                depth: a.analysis.depth.unwrap_or(pmcpl_callgraph::DEFAULT_DEPTH),
+                show_offset: a.analysis.show_offset,
+                skip_top_resolution: a.analysis.skip_top_resolution,
+            },
+            threshold: a.analysis.threshold,
+        }
+    }
+
+    /// The view, drawn into `out`.
+    fn top(self, out: PrintFile) -> pmcstat_top::Top {
+        let tty = pmcstat_top::terminal_size(out.fd());
+        pmcstat_top::Top::new(self.opts, self.cg, self.threshold, Box::new(out), tty)
+    }
+}
+
+/// The top view of `-T`, drawn into `out`.
+fn new_top(a: &Args, out: PrintFile) -> pmcstat_top::Top {
+    TopArgs::of(a).top(out)
 }
 
 fn display_height(out: &PrintFile) -> usize {
@@ -1049,23 +1109,50 @@ fn measure(mut a: Args) -> Result<(), Exit> {
                 // writer never waits on a full pipe.
                 let read_end = fds[0];
                 let mut out = printfile.try_clone()?;
-                pipe_reader = Some(std::thread::spawn(move || {
-                    let mut parser = Parser::new(read_end);
-                    let mut ev = PmclogEv::zeroed();
-                    let r = loop {
-                        match dump(&mut parser, &mut ev, &mut out) {
-                            Ok(true) => break Ok(()),
-                            Ok(false) => continue,
-                            Err(e) => break Err(e),
+                if a.top {
+                    // The top view reads the log as it comes and draws
+                    // every -w seconds; `q` ends the run.
+                    let view_args = TopArgs::of(&a);
+                    let interval = Duration::from_secs_f64(a.interval);
+                    pipe_reader = Some(std::thread::spawn(move || {
+                        let mut top = view_args.top(out);
+                        let quit = pmcstat_top::run(&mut top, read_end, interval, false);
+                        // SAFETY: the read end is this thread's, closed once.
+                        unsafe { libc::close(read_end) };
+                        match quit {
+                            Ok(true) => {
+                                INTERRUPTED.store(true, Ordering::SeqCst);
+                                Ok(())
+                            }
+                            Ok(false) => Ok(()),
+                            Err(e) => Err(err(
+                                EX_OSERR,
+                                "ERROR: cannot display",
+                                e.raw_os_error().unwrap_or(0),
+                            )),
                         }
-                    };
-                    out.flush();
-                    // SAFETY: the read end is this thread's, closed once.
-                    unsafe { libc::close(read_end) };
-                    r
-                }));
-                a.do_print = true;
-                fds[1]
+                    }));
+                    a.do_print = true;
+                    fds[1]
+                } else {
+                    pipe_reader = Some(std::thread::spawn(move || {
+                        let mut parser = Parser::new(read_end);
+                        let mut ev = PmclogEv::zeroed();
+                        let r = loop {
+                            match dump(&mut parser, &mut ev, &mut out) {
+                                Ok(true) => break Ok(()),
+                                Ok(false) => continue,
+                                Err(e) => break Err(e),
+                            }
+                        };
+                        out.flush();
+                        // SAFETY: the read end is this thread's, closed once.
+                        unsafe { libc::close(read_end) };
+                        r
+                    }));
+                    a.do_print = true;
+                    fds[1]
+                }
             }
         };
         pmc.configure_logfile(fd)
@@ -1206,6 +1293,10 @@ fn measure(mut a: Args) -> Result<(), Exit> {
         }
         if print_counts {
             print_line(&mut printfile, &mut linecount, height, &mut a.events, pmc)?;
+        }
+        // The top view redraws from what the driver has logged so far.
+        if a.top {
+            let _ = pmc.flush_logfile();
         }
         if a.duration.is_some_and(|d| elapsed >= d - 1e-9) {
             break;

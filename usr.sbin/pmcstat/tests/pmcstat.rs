@@ -462,9 +462,9 @@ fn freebsds_argument_checks() {
             "ERROR: Cannot allocate system-mode pmc with specification \"NO_SUCH_EVENT\": Invalid argument",
         ),
         (
-            &["-m", "out", "-R", "x"],
+            &["-m", "out", "-s", "TSC"],
             64,
-            "ERROR: option -m is not implemented yet.",
+            "ERROR: option -m requires an input file",
         ),
         (
             &["-g", "-R", "/nonexistent"],
@@ -474,7 +474,12 @@ fn freebsds_argument_checks() {
         (
             &["-T", "-s", "TSC"],
             64,
-            "ERROR: option -T is not implemented yet.",
+            "ERROR: options -g/-G/-m/-T require sampling PMCs or -R to be specified.",
+        ),
+        (
+            &["-T", "-l", "1", "-S", "SOFT-CLOCK.HARD"],
+            64,
+            "ERROR: options -T and -l are mutually exclusive.",
         ),
         (
             &["-t", "^make$", "-p", "SOFT-CLOCK.HARD"],
