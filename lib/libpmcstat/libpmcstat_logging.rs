@@ -11,7 +11,7 @@
 //! them); the PMC list, the process table and the images are not global
 //! state, so a program may analyse several logs.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::CStr;
 
 use pmc::pmclog::PmclogEv;
@@ -225,6 +225,8 @@ pub struct Analysis {
     pub samples_period: u64,
     /// The log's version, from its INITIALIZE record.
     pub log_version: Option<u32>,
+    /// The current sample's PCs (kept to reuse its memory).
+    chain: Vec<u64>,
 }
 
 impl Analysis {
@@ -439,18 +441,21 @@ impl Analysis {
                     return;
                 };
                 self.pmcs[pmc].samples += 1;
-                let pcs: Vec<u64> = pcs.iter().map(|pc| pc as u64).collect();
+                let mut chain = std::mem::take(&mut self.chain);
+                chain.clear();
+                chain.extend(pcs.iter().map(|pc| pc as u64));
                 let sample = Sample {
                     pid,
                     tid,
                     pmc,
-                    pcs: &pcs,
+                    pcs: &chain,
                     usermode: uapi::pmclog::pmc_callchain_cpuflags_to_usermode(cpuflags) != 0,
                     cpu,
                 };
                 for p in plugins.iter_mut() {
                     p.process(self, &sample);
                 }
+                self.chain = chain;
             }
             PmclogBody::Pmcallocate { pmcid, .. } => {
                 let name = ev

@@ -3,7 +3,7 @@
 //! and call graph nodes compare and hash names as integers, as FreeBSD's
 //! compare interned pointers.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
 /// A string of a [`StringPool`].

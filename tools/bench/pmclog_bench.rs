@@ -7,6 +7,11 @@
 //!   pmclog-bench feed FILE        mmap the log, give it whole to
 //!                                 pmclog_feed, pmclog_read every record
 //!   pmclog-bench plain FILE       read(2) the file in 1 MiB chunks
+//!   pmclog-bench profile FILE N ELF PATH
+//!                                 write a log of N call chain samples of
+//!                                 the program ELF (exec'd as PATH): 18
+//!                                 frames each, PCs inside its functions
+//!                                 (nm(1)'s), for pmcstat's analysis
 //!
 //! Each reading mode prints one line: records (or 0), bytes, seconds, and
 //! the peak resident set size (VmHWM) in KiB.
@@ -176,6 +181,103 @@ fn generate(path: &str, mib: u64) {
     out.flush().expect("flush the log");
 }
 
+/// A log of `samples` call chains in the functions of the ELF file
+/// `elf`, which the log says was exec'd as `exec_path`: 18 frames each,
+/// each frame a PC inside one of its functions, chosen by a fixed
+/// generator (64 hot chains and 16384 others), so that an analysis
+/// resolves every frame.
+fn profile(path: &str, samples: u64, elf: &str, exec_path: &str) {
+    let nm = std::process::Command::new("nm")
+        .args(["-n", "-S", "--defined-only", elf])
+        .output()
+        .expect("nm (binutils)");
+    let funcs: Vec<(u64, u64)> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && matches!(f[2], "T" | "t")).then(|| {
+                let start = u64::from_str_radix(f[0], 16).unwrap_or(0);
+                (start, u64::from_str_radix(f[1], 16).unwrap_or(0))
+            })
+        })
+        .filter(|&(_, size)| size >= 4)
+        .collect();
+    assert!(!funcs.is_empty(), "{elf} has no sized functions");
+    let file = std::fs::File::create(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut tsc = 1u64;
+    let mut rec = |out: &mut BufWriter<std::fs::File>, body: B<'_>| {
+        tsc += 997;
+        encode(out, &PmclogRecord { tsc, body });
+    };
+    rec(
+        &mut out,
+        B::Initialize {
+            version: PMC_VERSION,
+            cpu: 0x99,
+            tsc_freq: 2_400_000_000,
+            ts: Timespec::default(),
+            cpuid: b"GenuineIntel-6-55-4",
+        },
+    );
+    rec(
+        &mut out,
+        B::Pmcallocatedyn {
+            pmcid: 0x100,
+            event: 0,
+            flags: 0,
+            evname: b"inst_retired.any",
+        },
+    );
+    rec(
+        &mut out,
+        B::Procexec {
+            pid: 42,
+            pmcid: 0x100,
+            base: 0,
+            dyn_base: 0,
+            pathname: exec_path.as_bytes(),
+        },
+    );
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let mut pcs = [0usize; 18];
+    for i in 0..samples {
+        // One chain in four is one of 64 hot ones, the rest one of 16384
+        // (a program's distinct stacks are a few thousand, not millions).
+        let seed = if i % 4 == 0 {
+            next() % 64
+        } else {
+            next() % 16384
+        };
+        let mut y = seed | 1;
+        for pc in &mut pcs {
+            y = y
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (start, size) = funcs[(y >> 33) as usize % funcs.len()];
+            *pc = (start + (y >> 13) % size) as usize;
+        }
+        rec(
+            &mut out,
+            B::Callchain {
+                pid: 42,
+                tid: 100_042,
+                pmcid: 0x100,
+                cpuflags: (((i % 4) << 16) | 1) as u32,
+                pcs: PcList::from_words(&pcs),
+            },
+        );
+    }
+    rec(&mut out, B::Closelog);
+    out.flush().expect("flush the log");
+}
+
 fn read_log(path: &str) {
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut ev = PmclogEv::zeroed();
@@ -266,8 +368,12 @@ fn main() {
         ["read", path] => read_log(path),
         ["feed", path] => feed_log(path),
         ["plain", path] => read_plain(path),
+        ["profile", path, n, elf, exec] => profile(path, n.parse().expect("samples"), elf, exec),
         _ => {
-            eprintln!("usage: pmclog-bench gen FILE MIB | read FILE | feed FILE | plain FILE");
+            eprintln!(
+                "usage: pmclog-bench gen FILE MIB | read FILE | feed FILE | plain FILE | \
+                 profile FILE SAMPLES ELF PATH"
+            );
             std::process::exit(64);
         }
     }

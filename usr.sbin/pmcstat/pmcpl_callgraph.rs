@@ -14,7 +14,7 @@
 //! Nodes of equal counts keep the order in which they were first seen
 //! (FreeBSD's qsort leaves their order unspecified).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};

@@ -16,7 +16,9 @@
 //! and 0 without); function names from their symbols. FreeBSD's
 //! expansion of inlined functions into `inner@outer` nodes is not done.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
@@ -65,7 +67,7 @@ impl CalltreePlugin {
     pub fn new(out: Box<dyn Write>) -> CalltreePlugin {
         CalltreePlugin {
             nodes: vec![Node::default()],
-            index: HashMap::new(),
+            index: HashMap::default(),
             call_id: Vec::new(),
             out,
             path: Vec::new(),

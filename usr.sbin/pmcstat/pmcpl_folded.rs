@@ -9,7 +9,7 @@
 //! The whole chain is kept (no `-z` limit). When the log has PMCs of
 //! more than one event, each stack starts with the event's name.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};

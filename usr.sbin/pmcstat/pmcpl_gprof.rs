@@ -22,7 +22,7 @@
 //! them); images are listed in the map file in the order the log named
 //! them.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
@@ -80,7 +80,7 @@ impl GprofPlugin {
             wide,
             graph: CallGraph::new(cg),
             depth: cg.depth,
-            records: HashMap::new(),
+            records: HashMap::default(),
             gmons: Vec::new(),
         }
     }
@@ -253,9 +253,9 @@ impl GprofPlugin {
     /// function, samples through the pair) for callers in the same image
     /// as their callee, from the call graph of every PMC of the event.
     fn arcs(&self, a: &Analysis) -> Arcs {
-        let mut out: HashMap<(ImageId, IStr), HashMap<(u64, u64), i64>> = HashMap::new();
+        let mut out: HashMap<(ImageId, IStr), HashMap<(u64, u64), i64>> = HashMap::default();
         if self.depth <= 1 {
-            return HashMap::new();
+            return HashMap::default();
         }
         for pmc in a.pmcs_listed() {
             let pr = &a.pmcs[pmc];

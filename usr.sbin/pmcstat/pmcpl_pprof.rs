@@ -13,7 +13,7 @@
 //! a key (field number << 3 | wire type) and a varint, or a length and
 //! bytes; repeated integers packed.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use libpmcstat::libpmcstat_logging::{Analysis, ImageId, Plugin, Sample};
@@ -80,7 +80,7 @@ struct Strings {
 impl Strings {
     fn new() -> Strings {
         Strings {
-            index: HashMap::from([(String::new(), 0)]),
+            index: HashMap::from_iter([(String::new(), 0)]),
             list: vec![String::new()],
         }
     }
@@ -108,7 +108,7 @@ impl PprofPlugin {
     /// A plugin writing into `out`.
     pub fn new(out: Box<dyn Write>) -> PprofPlugin {
         PprofPlugin {
-            stacks: HashMap::new(),
+            stacks: HashMap::default(),
             scratch: Vec::new(),
             out,
         }
@@ -150,9 +150,9 @@ fn encode(a: &mut Analysis, stacks: &HashMap<(IStr, Vec<Frame>), u64>) -> Vec<u8
     // Stacks in a stable order: by event, then by frames.
     let mut sorted: Vec<(&(IStr, Vec<Frame>), &u64)> = stacks.iter().collect();
     sorted.sort_by(|x, y| x.0.cmp(y.0));
-    let mut locations: HashMap<Frame, u64> = HashMap::new();
+    let mut locations: HashMap<Frame, u64> = HashMap::default();
     let mut location_order: Vec<Frame> = Vec::new();
-    let mut mappings: HashMap<ImageId, u64> = HashMap::new();
+    let mut mappings: HashMap<ImageId, u64> = HashMap::default();
     for ((event, frames), &n) in sorted {
         let ids: Vec<u64> = frames
             .iter()

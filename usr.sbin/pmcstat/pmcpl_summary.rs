@@ -15,7 +15,7 @@
 //! without line information has no lines under it; a PC in no known
 //! function is shown as its address.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
 use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
@@ -40,7 +40,7 @@ impl SummaryPlugin {
     /// A plugin writing into `out`.
     pub fn new(out: Box<dyn Write>) -> SummaryPlugin {
         SummaryPlugin {
-            funcs: HashMap::new(),
+            funcs: HashMap::default(),
             out,
         }
     }
@@ -70,7 +70,7 @@ impl Plugin for SummaryPlugin {
     }
 
     fn shutdown(&mut self, a: &mut Analysis, _mapfile: Option<&mut dyn Write>) -> io::Result<()> {
-        let mut sources: HashMap<String, Option<Vec<String>>> = HashMap::new();
+        let mut sources: HashMap<String, Option<Vec<String>>> = HashMap::default();
         let mut events: Vec<IStr> = Vec::new();
         for pr in &a.pmcs {
             if !events.contains(&pr.name) {
@@ -100,7 +100,7 @@ impl Plugin for SummaryPlugin {
                     f.samples
                 ));
                 // The function's samples by source line.
-                let mut lines: HashMap<(String, u32), u64> = HashMap::new();
+                let mut lines: HashMap<(String, u32), u64> = HashMap::default();
                 for (&off, &n) in &f.pcs {
                     if let Some(l) = a.images[image as usize].source_line(&a.strings, off) {
                         *lines.entry((l.file, l.line)).or_insert(0) += n;
