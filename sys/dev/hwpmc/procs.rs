@@ -156,25 +156,32 @@ impl<T> Prepared<T> {
     }
 }
 
-/// A hash of values by pid with `kern.hwpmc.hashsize` chains.
+/// A hash of values by pid with as many chains as hashinit(9) makes of
+/// `kern.hwpmc.hashsize`: the largest power of two not above it, so that a
+/// chain is chosen with a mask.
 #[derive(Debug)]
 pub(crate) struct PidHash<T> {
     buckets: KVec<Option<KBox<Node<T>>>>,
+    /// The number of chains less one (`hashmask`).
+    mask: usize,
     len: usize,
 }
 
 impl<T> PidHash<T> {
-    /// An empty hash of `size` chains.
+    /// An empty hash for `size` entries (hashinit(9)'s `elements`).
     pub fn new(size: u32, wait: Wait) -> KResult<PidHash<T>> {
+        let chains = 1usize << size.max(1).ilog2();
         Ok(PidHash {
-            buckets: KVec::from_fn(size.max(1) as usize, wait, |_| None)?,
+            buckets: KVec::from_fn(chains, wait, |_| None)?,
+            mask: chains - 1,
             len: 0,
         })
     }
 
+    #[inline]
     fn bucket(&self, pid: Pid) -> usize {
         // Fibonacci hashing spreads consecutive pids.
-        (pid.wrapping_mul(0x9E37_79B9) as usize) % self.buckets.len()
+        pid.wrapping_mul(0x9E37_79B9) as usize & self.mask
     }
 
     /// Allocates the node for `value` without touching the hash.
@@ -842,6 +849,34 @@ mod tests {
         assert_eq!(h.get(8), Some(&80));
         assert_eq!(h.get(5), Some(&50));
         assert_eq!(h.len(), 3);
+        drop(h);
+        assert_eq!(m.kmem_live().0, 0);
+    }
+
+    #[test]
+    fn chains_are_a_power_of_two_as_hashinit_makes() {
+        let m = ksim::Machine::new(ksim::MachineConfig::default());
+        let _e = m.enter();
+        for (size, chains) in [
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (1000, 512),
+            (1024, 1024),
+            (1025, 1024),
+        ] {
+            let h: PidHash<u32> = PidHash::new(size, Wait::WaitOk).unwrap();
+            assert_eq!((h.buckets.len(), h.mask), (chains, chains - 1), "{size}");
+        }
+        // Consecutive pids fall in different chains.
+        let mut h: PidHash<u32> = PidHash::new(64, Wait::WaitOk).unwrap();
+        let mut seen = 0u64;
+        for pid in 100..164 {
+            seen |= 1 << h.bucket(pid);
+            h.insert(PidHash::prepare(pid, pid, Wait::WaitOk).unwrap());
+        }
+        assert_eq!(seen, u64::MAX);
+        assert!((100..164).all(|pid| h.get(pid) == Some(&pid)));
         drop(h);
         assert_eq!(m.kmem_live().0, 0);
     }
