@@ -508,6 +508,9 @@ impl core::ops::DerefMut for CpuRows {
 /// row.
 const NPMC_MAX: u32 = u64::BITS;
 
+/// [`Hwpmc::row_class`] of a row no class owns.
+const NO_CLASS: u8 = u8::MAX;
+
 /// An owner's PMC and the processes it is attached to.
 struct OwnedPmc {
     pmc: KArc<Pmc>,
@@ -560,6 +563,10 @@ pub struct Hwpmc {
     tun: Tunables,
     cputype: PmcCputype,
     classes: KVec<ClassSlot>,
+    /// The index in `classes` of each global row's class (`NO_CLASS`
+    /// past the last row), so that the context-switch paths find a row's
+    /// class without a search.
+    row_class: [u8; NPMC_MAX as usize],
     npmc: u32,
     ncpu: u32,
     core: SxBox<Core>,
@@ -748,6 +755,12 @@ impl Module {
             ));
             return Err(EINVAL);
         }
+        let mut row_class = [NO_CLASS; NPMC_MAX as usize];
+        for (i, slot) in classes.iter().enumerate() {
+            for ri in slot.first_ri..slot.first_ri + slot.num {
+                row_class[ri as usize] = i as u8;
+            }
+        }
         let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
             SpinMutex::new(c"pmc-pcpu", CpuRows::default(), Wait::WaitOk)
         })?;
@@ -809,6 +822,7 @@ impl Module {
                 tun,
                 cputype,
                 classes,
+                row_class,
                 npmc,
                 ncpu,
                 core: Sx::new(c"pmc-sx", Core { owners, rowdisp }, Wait::WaitOk)?,
@@ -990,14 +1004,15 @@ impl Hwpmc {
     }
 
     /// The class that owns global row `ri` and the row index within it.
+    #[inline]
     fn ri_to_class(&self, ri: u32) -> Option<(&dyn PmcClassDep, u32)> {
         self.ri_to_slot(ri).map(|s| (&*s.dep, ri - s.first_ri))
     }
 
+    #[inline]
     fn ri_to_slot(&self, ri: u32) -> Option<&ClassSlot> {
         self.classes
-            .iter()
-            .find(|s| ri >= s.first_ri && ri < s.first_ri + s.num)
+            .get(usize::from(*self.row_class.get(ri as usize)?))
     }
 
     fn class_of(&self, class: u32) -> Option<&ClassSlot> {
