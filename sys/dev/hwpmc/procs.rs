@@ -255,7 +255,9 @@ impl Hwpmc {
     // ----- context switches ---------------------------------------------
 
     /// `pmc_process_csw_in`: loads the running PMCs of the incoming
-    /// thread's process on this CPU.
+    /// thread's process on this CPU. Kept out of the hook's dispatch, so
+    /// that the switch paths have frames of their own size.
+    #[inline(never)]
     pub(crate) fn csw_in(&self) {
         let cpu = kpi::cpu::curcpu();
         let pid = kpi::proc::curproc();
@@ -344,6 +346,7 @@ impl Hwpmc {
     /// `pmc_process_csw_out`: takes process PMCs off this CPU, adding what
     /// they counted to the PMC's total and to the process's own count.
     /// (FreeBSD drains the sample rings at the next clock tick, not here.)
+    #[inline(never)]
     pub(crate) fn csw_out(&self) {
         let cpu = kpi::cpu::curcpu();
         let pid = kpi::proc::curproc();
