@@ -14,7 +14,7 @@ use kpi::errno::ENOSYS;
 use kpi::malloc::{KArc, KBox};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcMode, PmcOpPmcallocate};
 
-use crate::{PhwRow, Pmc};
+use crate::{CpuRows, PhwRow, Pmc};
 
 /// The PMCs configured on one class's rows of one CPU, lent by the core
 /// (whose rows hold them) to the class's interrupt path and sweep, under
@@ -22,14 +22,23 @@ use crate::{PhwRow, Pmc};
 #[derive(Debug, Clone, Copy)]
 pub struct RowPmcs<'a> {
     rows: &'a [PhwRow],
+    occupied: u64,
 }
 
 impl<'a> RowPmcs<'a> {
-    /// The class's rows among a CPU's rows, from its first row on.
-    pub(crate) fn new(rows: &'a [PhwRow], first_ri: u32) -> RowPmcs<'a> {
+    /// The class's `num` rows among a CPU's rows, from its first row on.
+    pub(crate) fn new(rows: &'a CpuRows, first_ri: u32, num: u32) -> RowPmcs<'a> {
         RowPmcs {
             rows: rows.get(first_ri as usize..).unwrap_or(&[]),
+            occupied: rows.occupied().checked_shr(first_ri).unwrap_or(0)
+                & crate::ops::width_mask(num),
         }
+    }
+
+    /// The class's rows that have a PMC, a bit each (bit 0 for its first
+    /// row).
+    pub fn occupied(&self) -> u64 {
+        self.occupied
     }
 
     /// The PMC configured on the class's row `ri`.

@@ -482,12 +482,34 @@ pub(crate) struct CpuRows {
     /// Bit `ri` is set while row `ri` holds a process PMC loaded by a
     /// switch-in: the switch-out visits only those rows.
     loaded: u64,
+    /// Bit `ri` is set while row `ri` holds a PMC, system or process: the
+    /// classes' interrupt paths visit only those rows
+    /// ([`RowPmcs::occupied`]).
+    occupied: u64,
 }
 
 impl CpuRows {
-    /// Row `ri` no longer holds a process PMC loaded by a switch-in.
-    pub(crate) fn unloaded(&mut self, ri: u32) {
-        self.loaded &= !(1u64.checked_shl(ri).unwrap_or(0));
+    /// The rows that hold a PMC, a bit each.
+    pub(crate) fn occupied(&self) -> u64 {
+        self.occupied
+    }
+
+    /// Puts system PMC `pm` on row `ri`.
+    pub(crate) fn put_system(&mut self, ri: u32, pm: &KArc<Pmc>) {
+        if let Some(row) = self.rows.get_mut(ri as usize) {
+            row.pmc = Some(pm.clone());
+            self.occupied |= 1 << ri;
+        }
+    }
+
+    /// Empties row `ri` (its PMC is no longer there, nor loaded).
+    pub(crate) fn clear(&mut self, ri: u32) {
+        if let Some(row) = self.rows.get_mut(ri as usize) {
+            row.pmc = None;
+            let bit = !(1u64 << ri);
+            self.loaded &= bit;
+            self.occupied &= bit;
+        }
     }
 }
 
@@ -777,7 +799,11 @@ impl Module {
                     pid: 0,
                 });
             }
-            *pcpu[cpu as usize].as_mut().data_mut() = CpuRows { rows, loaded: 0 };
+            *pcpu[cpu as usize].as_mut().data_mut() = CpuRows {
+                rows,
+                loaded: 0,
+                occupied: 0,
+            };
             for slot in classes.iter() {
                 slot.dep.pcpu_init(cpu)?;
             }
@@ -1074,7 +1100,7 @@ impl Hwpmc {
                 let rows = rows.lock();
                 for slot in self.classes.iter() {
                     if slot.dep.class() == PmcClass::Soft {
-                        let pmcs = RowPmcs::new(&rows, slot.first_ri);
+                        let pmcs = RowPmcs::new(&rows, slot.first_ri, slot.num);
                         slot.dep.soft_event(cpu, ev, &pmcs, self);
                     }
                 }

@@ -273,18 +273,25 @@ impl Hwpmc {
             ..
         } = pp;
         let mut guard = self.pcpu[cpu as usize].lock();
-        let CpuRows { rows, loaded } = &mut *guard;
+        let CpuRows {
+            rows,
+            loaded,
+            occupied,
+        } = &mut *guard;
         // Only the rows the process has a PMC on.
         let mut left = *attached;
+        let mut now = 0;
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let (Some(slot), Some(row)) = (slots.get_mut(ri), rows.get_mut(ri)) {
                 if self.load_row(cpu, pid, ri, slot, row, threads) {
-                    *loaded |= 1 << ri;
+                    now |= 1 << ri;
                 }
             }
         }
+        *loaded |= now;
+        *occupied |= now;
     }
 
     /// Loads the PMC of a process's row on this CPU's row `ri`.
@@ -355,15 +362,23 @@ impl Hwpmc {
         let mut pp = procs.get_mut(pid);
         let mut guard = self.pcpu[cpu as usize].lock();
         // Only the rows a switch-in loaded.
-        let CpuRows { rows, loaded } = &mut *guard;
+        let CpuRows {
+            rows,
+            loaded,
+            occupied,
+        } = &mut *guard;
         let mut left = core::mem::take(loaded);
+        let mut gone = 0;
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let Some(row) = rows.get_mut(ri) {
-                self.unload_row(cpu, pid, ri, row, pp.as_deref_mut());
+                if self.unload_row(cpu, pid, ri, row, pp.as_deref_mut()) {
+                    gone |= 1 << ri;
+                }
             }
         }
+        *occupied &= !gone;
         self.md_switch(false);
     }
 
@@ -379,7 +394,8 @@ impl Hwpmc {
         let _ = user_rdpmc;
     }
 
-    /// Takes the process PMC on this CPU's row `ri` off.
+    /// Takes the process PMC on this CPU's row `ri` off; true when the row
+    /// was emptied.
     #[inline]
     fn unload_row(
         &self,
@@ -388,14 +404,14 @@ impl Hwpmc {
         ri: usize,
         row: &mut PhwRow,
         pp: Option<&mut PmcProcess>,
-    ) {
+    ) -> bool {
         // A row whose PMC was released since the switch-in is empty, and
         // may have been given to a system PMC since.
         let Some(pm) = row.pmc.as_ref().filter(|pm| pm.mode.is_virtual()) else {
-            return;
+            return false;
         };
         let Some(slot) = self.ri_to_slot(ri as u32) else {
-            return;
+            return false;
         };
         let (dep, adjri) = (&*slot.dep, ri as u32 - slot.first_ri);
         let hw = dep.switch_out(cpu, adjri, pm).unwrap_or(row.saved);
@@ -456,6 +472,7 @@ impl Hwpmc {
             }
         }
         row.pmc = None;
+        true
     }
 
     /// Takes process PMC `pm` off every CPU where it is loaded (only
@@ -479,8 +496,7 @@ impl Hwpmc {
             let _bind = kpi::cpu::bind(cpu);
             let _ = dep.stop_pmc(cpu, adjri, pm);
             let _ = dep.config_pmc(cpu, adjri, None);
-            row.pmc = None;
-            rows.unloaded(pm.ri);
+            rows.clear(pm.ri);
             pm.update(|v| {
                 kassert!(
                     v.runcount > 0,

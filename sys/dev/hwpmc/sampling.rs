@@ -308,7 +308,8 @@ impl Hwpmc {
         };
         let rows = rows.lock();
         for slot in self.classes.iter() {
-            slot.dep.unstall(cpu, &RowPmcs::new(&rows, slot.first_ri));
+            slot.dep
+                .unstall(cpu, &RowPmcs::new(&rows, slot.first_ri, slot.num));
         }
     }
 
