@@ -211,12 +211,13 @@ pub trait PmcClassDep: Send + Sync {
         let _ = self.start_pmc(cpu, ri, pm);
     }
     /// A context switch-out takes `pm` off a row: `stop_pmc`, `read_pmc`
-    /// and `config_pmc(None)`; the value read, or its error. No sleeping.
-    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+    /// and `config_pmc(None)`; the value read, or None when it could not
+    /// be read. No sleeping.
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
         let _ = self.stop_pmc(cpu, ri, pm);
         let value = self.read_pmc(cpu, ri);
         let _ = self.config_pmc(cpu, ri, None);
-        value
+        value.ok()
     }
     /// `pcd_get_caps`: capabilities of one row (GETCAPS).
     fn get_caps(&self, _ri: u32) -> PmcCaps {

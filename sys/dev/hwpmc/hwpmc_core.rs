@@ -562,14 +562,13 @@ impl PmcClassDep for IapClass {
         wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
         let _ = self.start_pmc(cpu, ri, pm);
     }
-    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
         // stop_pmc, read_pmc and config_pmc(None), with one look-up.
-        let c = self.0.cpu(cpu)?;
-        let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
+        let slot = self.0.cpu(cpu).ok()?.iap.get(ri as usize)?;
         wrmsr(IAP_EVSEL0 + ri, 0);
         let v = rdmsr(IAP_PMC0 + ri);
         drop(slot.replace(None));
-        Ok(from_perfctr(!pm.mode.is_counting(), v, self.0.iap_width))
+        Some(from_perfctr(!pm.mode.is_counting(), v, self.0.iap_width))
     }
     fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
         let bits = width_mask(self.0.iap_npmc);

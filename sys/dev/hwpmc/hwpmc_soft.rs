@@ -249,12 +249,12 @@ impl PmcClassDep for SoftClass {
                 .swap(u64::from(pm.event) | armed, Ordering::AcqRel),
         );
     }
-    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
         // stop_pmc, read_pmc and config_pmc(None): the row keeps only its
         // event, neither armed nor stalled.
-        let row = self.row(cpu, ri)?;
+        let row = self.row(cpu, ri).ok()?;
         give_back(row.state.swap(u64::from(pm.event), Ordering::AcqRel));
-        Ok(row.value.load(Ordering::Relaxed))
+        Some(row.value.load(Ordering::Relaxed))
     }
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())
@@ -423,7 +423,7 @@ mod tests {
         soft.switch_in(0, 3, &pm, 7);
         assert_eq!(taken(&locks, &m), softs(1), "switch-in");
         let locks = m.lock_acquisitions();
-        assert_eq!(soft.switch_out(0, 3, &pm), Ok(7));
+        assert_eq!(soft.switch_out(0, 3, &pm), Some(7));
         assert_eq!(taken(&locks, &m), softs(1), "switch-out");
         assert_eq!(m.kmem_calls(), allocs, "allocations");
         assert_eq!(running(), Some(0));

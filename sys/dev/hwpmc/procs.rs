@@ -264,8 +264,12 @@ impl Hwpmc {
         pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let Some(pp) = procs.get_mut(pid) else { return };
-        // The owner may read its counters with RDPMC while it runs.
-        self.md_switch(pp.msr_access);
+        // The owner may read its counters with RDPMC while it runs; every
+        // switch-out turns that off again (as FreeBSD's core_switch_in and
+        // core_switch_out do).
+        if pp.msr_access {
+            self.md_switch(true);
+        }
         let PmcProcess {
             slots,
             threads,
