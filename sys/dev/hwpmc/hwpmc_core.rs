@@ -112,8 +112,12 @@ pub struct Core {
     version: u32,
     iap_npmc: u32,
     iap_width: u32,
+    /// `iap_width` bits set.
+    iap_mask: u64,
     iaf_npmc: u32,
     iaf_width: u32,
+    /// `iaf_width` bits set.
+    iaf_mask: u64,
     /// Offset of the MSR that IAP writes go to (full-width when the CPU
     /// has IA32_A_PMCx).
     wroffset: u32,
@@ -171,8 +175,10 @@ impl Core {
                 version,
                 iap_npmc,
                 iap_width,
+                iap_mask: width_mask(iap_width),
                 iaf_npmc,
                 iaf_width,
+                iaf_mask: width_mask(iaf_width),
                 wroffset,
                 cpus,
             },
@@ -196,12 +202,18 @@ impl Core {
 
     /// Turns `bit` on in the global control (a stop leaves it on: the
     /// counter's own enable is what stops it), writing the MSR only when
-    /// it changes.
+    /// it changes, and clears the counter's stall. Most starts find the
+    /// bit on and the counter not stalled: two reads.
+    #[inline]
     fn enable(&self, c: &CoreCpu, bit: u64) {
-        c.stalled.fetch_and(!bit, Ordering::AcqRel);
-        let was = c.globalctrl.fetch_or(bit, Ordering::AcqRel);
-        if was & bit == 0 {
-            wrmsr(GLOBAL_CTRL, was | bit);
+        if c.stalled.load(Ordering::Acquire) & bit != 0 {
+            c.stalled.fetch_and(!bit, Ordering::AcqRel);
+        }
+        if c.globalctrl.load(Ordering::Acquire) & bit == 0 {
+            let was = c.globalctrl.fetch_or(bit, Ordering::AcqRel);
+            if was & bit == 0 {
+                wrmsr(GLOBAL_CTRL, was | bit);
+            }
         }
     }
 
@@ -234,7 +246,7 @@ impl Core {
         }
         let mut found = false;
         let mut disable = 0u64;
-        let mut take = |bit: u64, slot: &NmiSlot<Pmc>, ctr: u32, width: u32| {
+        let mut take = |bit: u64, slot: &NmiSlot<Pmc>, ctr: u32, mask: u64| {
             if status & bit == 0 {
                 return;
             }
@@ -247,16 +259,16 @@ impl Core {
                 if !sink.sample(pm, cpu) {
                     disable |= bit;
                 }
-                wrmsr(ctr, to_perfctr(true, pm.reload_unlocked(), width));
+                wrmsr(ctr, to_perfctr(true, pm.reload_unlocked(), mask));
             });
         };
         for (n, slot) in c.iaf.iter().enumerate() {
             let n = n as u32;
-            take(1 << (IAF_OFFSET + n), slot, IAF_CTR0 + n, self.iaf_width);
+            take(1 << (IAF_OFFSET + n), slot, IAF_CTR0 + n, self.iaf_mask);
         }
         for (n, slot) in c.iap.iter().enumerate() {
             let n = n as u32;
-            take(1 << n, slot, self.wroffset + IAP_PMC0 + n, self.iap_width);
+            take(1 << n, slot, self.wroffset + IAP_PMC0 + n, self.iap_mask);
         }
         if found {
             sink.processed();
@@ -461,6 +473,21 @@ impl IapClass {
     fn evsel(&self, pm: &Pmc) -> u64 {
         pm.md.iap().pm_iap_config & SEL_REQUEST
     }
+
+    /// `start_pmc` with the CPU's state found: the off-core response
+    /// register for the events that use one, the event select with EN,
+    /// and the counter's global enable.
+    #[inline]
+    fn start(&self, c: &CoreCpu, ri: u32, pm: &Pmc) {
+        let evsel = self.evsel(pm);
+        match evsel as u8 {
+            0xB7 => wrmsr(OFFCORE_RSP0, pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST),
+            0xBB => wrmsr(OFFCORE_RSP1, pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST),
+            _ => {}
+        }
+        wrmsr(IAP_EVSEL0 + ri, evsel | SEL_EN);
+        self.0.enable(c, 1 << ri);
+    }
 }
 
 impl PmcClassDep for IapClass {
@@ -516,27 +543,18 @@ impl PmcClassDep for IapClass {
         Ok(from_perfctr(
             samples(slot),
             rdmsr(IAP_PMC0 + ri),
-            self.0.iap_width,
+            self.0.iap_mask,
         ))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
-        let v = to_perfctr(samples(slot), value, self.0.iap_width);
+        let v = to_perfctr(samples(slot), value, self.0.iap_mask);
         wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
         Ok(())
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        let c = self.0.cpu(cpu)?;
-        let evsel = self.evsel(pm);
-        let rsp = pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST;
-        match evsel as u8 {
-            0xB7 => wrmsr(OFFCORE_RSP0, rsp),
-            0xBB => wrmsr(OFFCORE_RSP1, rsp),
-            _ => {}
-        }
-        wrmsr(IAP_EVSEL0 + ri, evsel | SEL_EN);
-        self.0.enable(c, 1 << ri);
+        self.start(self.0.cpu(cpu)?, ri, pm);
         Ok(())
     }
     fn stop_pmc(&self, _cpu: u32, ri: u32, _pm: &Pmc) -> KResult<()> {
@@ -558,9 +576,9 @@ impl PmcClassDep for IapClass {
             return;
         };
         drop(slot.replace(Some(pm.clone())));
-        let v = to_perfctr(!pm.mode.is_counting(), value, self.0.iap_width);
+        let v = to_perfctr(!pm.mode.is_counting(), value, self.0.iap_mask);
         wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
-        let _ = self.start_pmc(cpu, ri, pm);
+        self.start(c, ri, pm);
     }
     fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
         // stop_pmc, read_pmc and config_pmc(None), with one look-up.
@@ -568,7 +586,7 @@ impl PmcClassDep for IapClass {
         wrmsr(IAP_EVSEL0 + ri, 0);
         let v = rdmsr(IAP_PMC0 + ri);
         drop(slot.replace(None));
-        Some(from_perfctr(!pm.mode.is_counting(), v, self.0.iap_width))
+        Some(from_perfctr(!pm.mode.is_counting(), v, self.0.iap_mask))
     }
     fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
         let bits = width_mask(self.0.iap_npmc);
@@ -672,13 +690,13 @@ impl PmcClassDep for IafClass {
         Ok(from_perfctr(
             samples(slot),
             rdmsr(IAF_CTR0 + ri),
-            self.0.iaf_width,
+            self.0.iaf_mask,
         ))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iaf.get(ri as usize).ok_or(EINVAL)?;
-        let v = to_perfctr(samples(slot), value, self.0.iaf_width);
+        let v = to_perfctr(samples(slot), value, self.0.iaf_mask);
         // The counter is off while it is written.
         let ctrl = c.iafctrl.load(Ordering::Acquire);
         wrmsr(IAF_CTRL, ctrl & !(0xF << (4 * ri)));

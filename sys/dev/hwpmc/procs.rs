@@ -313,44 +313,48 @@ impl Hwpmc {
         let Some(pm) = pmc.as_ref() else {
             return false;
         };
-        let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
+        let Some(cls) = self.ri_to_slot(ri as u32) else {
             return false;
         };
-        let (state, reloadcount, savedvalue) = pm.update(|v| {
-            if v.state == PmcState::Running {
-                v.runcount += 1;
-                kassert!(
-                    v.runcount <= self.ncpu,
-                    "PMC {:#x} running on {} CPUs",
-                    pm.id,
-                    v.runcount
-                );
+        let ts = pm.mode == PmcMode::Ts;
+        // One acquisition of the PMC's lock: the run count, and the value
+        // to start from (a sampling PMC's reload count, or a counting
+        // one's total).
+        let start = pm.update(|v| {
+            if v.state != PmcState::Running {
+                return None;
             }
-            (v.state, v.reloadcount, v.savedvalue)
+            v.runcount += 1;
+            kassert!(
+                v.runcount <= self.ncpu,
+                "PMC {:#x} running on {} CPUs",
+                pm.id,
+                v.runcount
+            );
+            Some(if ts { v.reloadcount } else { v.savedvalue })
         });
-        if state != PmcState::Running {
+        let Some(mut value) = start else {
             return false;
-        }
-        let value = if pm.mode == PmcMode::Ts {
+        };
+        if ts {
             // A thread resumes its own count; a thread the driver has no
             // descriptor for uses the process's.
+            let reloadcount = value;
             let tid = kpi::proc::curthread();
             let left = match threads.iter_mut().find(|t| t.tid == tid) {
                 Some(t) => core::mem::take(&mut t.vals[ri]),
                 None => core::mem::replace(pmcval, reloadcount),
             };
-            match left {
+            value = match left {
                 ARMED_AT_ZERO => 0,
                 0 => reloadcount,
                 left => left,
-            }
-        } else {
-            savedvalue
-        };
+            };
+        }
         row.saved = value;
         row.pid = pid;
         row.pmc = Some(pm.clone());
-        dep.switch_in(cpu, adjri, pm, value);
+        cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value);
         true
     }
 
