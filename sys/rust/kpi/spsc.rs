@@ -96,6 +96,7 @@ mod imp {
         /// # Safety
         /// The caller has slot `i` to itself for the call (the protocol
         /// gives it the slot), and `i` is below the number of slots.
+        #[inline]
         pub(super) unsafe fn with<R>(&self, i: usize, f: impl FnOnce(&mut T, &mut [U]) -> R) -> R {
             let head = self.heads[i].get();
             let row = &self.rows[i * self.stride..(i + 1) * self.stride];
@@ -268,6 +269,7 @@ impl<T, U> SpscRing<T, U> {
     /// The producer: fills the next free slot with `f` and publishes it.
     /// Refused, and `f` not called, when the ring is full or another
     /// producer is at work. Takes no lock and never waits (NMI context).
+    #[inline]
     pub fn produce<R>(&self, f: impl FnOnce(&mut T, &mut [U]) -> R) -> Result<R, Refused> {
         if self.producing.swap(true, Ordering::Acquire) {
             return Err(Refused::Busy);
