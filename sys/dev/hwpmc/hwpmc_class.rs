@@ -227,12 +227,6 @@ pub trait PmcClassDep: Send + Sync {
     fn get_msr(&self, _ri: u32) -> KResult<u32> {
         Err(ENOSYS)
     }
-    /// A software event fired on `cpu` (PMC_FN_SOFT_SAMPLING), in
-    /// interrupt context. Returns whether a PMC of this class used it.
-    /// `pmcs` are the PMCs on the class's rows of `cpu`.
-    fn soft_event(&self, _cpu: u32, _ev: u32, _pmcs: &RowPmcs<'_>, _sink: &dyn IntrSink) -> bool {
-        false
-    }
     /// The core drained `cpu`'s sample rings: counters stalled on a full
     /// ring run again. `pmcs` are the PMCs on the class's rows of `cpu`.
     fn unstall(&self, _cpu: u32, _pmcs: &RowPmcs<'_>) {}

@@ -584,6 +584,9 @@ struct Core {
 pub struct Hwpmc {
     tun: Tunables,
     cputype: PmcCputype,
+    /// The SOFT class, also `classes[0]`: the software events' hook calls
+    /// it directly, as FreeBSD's calls `pmc_soft_intr`.
+    soft: KArc<hwpmc_soft::SoftClass>,
     classes: KVec<ClassSlot>,
     /// The index in `classes` of each global row's class (`NO_CLASS`
     /// past the last row), so that the context-switch paths find a row's
@@ -744,16 +747,18 @@ impl Module {
         let ncpu = kpi::cpu::ncpu_ids();
         let md = md(ncpu)?;
         let mut classes: KVec<ClassSlot> = KVec::with_capacity(1 + md.classes.len(), Wait::WaitOk)?;
-        // The SOFT class comes first, as classdep index 0.
-        let soft = kpi::kbox_dyn!(
-            hwpmc_soft::SoftClass::new(ncpu)?,
+        // The SOFT class comes first, as classdep index 0; the driver
+        // keeps it by its type too, for the software events' hook.
+        let soft = KArc::try_new(hwpmc_soft::SoftClass::new(ncpu)?, Wait::WaitOk)?;
+        let soft_dep = kpi::kbox_dyn!(
+            hwpmc_soft::SoftDep(soft.clone()),
             Wait::WaitOk,
             dyn PmcClassDep
         )?;
-        let mut npmc = soft.num();
+        let mut npmc = soft_dep.num();
         let _ = classes.push_within_capacity(ClassSlot {
-            width_mask: ops::width_mask(soft.width()),
-            dep: soft,
+            width_mask: ops::width_mask(soft_dep.width()),
+            dep: soft_dep,
             first_ri: 0,
             num: npmc,
         });
@@ -847,6 +852,7 @@ impl Module {
             Hwpmc {
                 tun,
                 cputype,
+                soft,
                 classes,
                 row_class,
                 npmc,
@@ -1098,12 +1104,9 @@ impl Hwpmc {
                     return;
                 };
                 let rows = rows.lock();
-                for slot in self.classes.iter() {
-                    if slot.dep.class() == PmcClass::Soft {
-                        let pmcs = RowPmcs::new(&rows, slot.first_ri, slot.num);
-                        slot.dep.soft_event(cpu, ev, &pmcs, self);
-                    }
-                }
+                // The SOFT class's rows come first.
+                let pmcs = RowPmcs::new(&rows, 0, hwpmc_soft::SOFT_NPMCS);
+                self.soft.soft_event(cpu, ev, &pmcs, self);
             }
             Hook::ProcessExec {
                 credentials_changed,

@@ -161,6 +161,64 @@ impl SoftClass {
     fn registered(ev: u32) -> bool {
         kpi::kern_pmc::soft_event_registered(ev)
     }
+
+    /// A software event fired on `cpu` (PMC_FN_SOFT_SAMPLING), in
+    /// interrupt context (`pmc_soft_intr`): each running PMC of the event
+    /// on the CPU's rows counts it, and a sampler that reaches its count
+    /// takes a sample through `sink`. Returns whether a PMC used it.
+    /// `pmcs` are the PMCs on the class's rows of `cpu`. Called by the
+    /// core's hook directly, as FreeBSD's `pmc_soft_intr` is (out of line,
+    /// so that benchmarks can attribute its instructions).
+    #[inline(never)]
+    pub(crate) fn soft_event<S: IntrSink>(
+        &self,
+        cpu: u32,
+        ev: u32,
+        pmcs: &RowPmcs<'_>,
+        sink: &S,
+    ) -> bool {
+        let Ok(rows) = self.cpu(cpu) else {
+            return false;
+        };
+        let mut used = false;
+        // Only the rows that have a PMC.
+        let mut left = pmcs.occupied();
+        while left != 0 {
+            let ri = left.trailing_zeros();
+            left &= left - 1;
+            let (Some(row), Some(pm)) = (rows.get(ri as usize), pmcs.get(ri)) else {
+                continue;
+            };
+            if pm.event != ev || row.is_stalled() {
+                continue;
+            }
+            // The state without the PMC's lock, as FreeBSD reads it: a
+            // stop that comes after is seen below, should the row stall.
+            if !pm.running_unlocked() {
+                continue;
+            }
+            used = true;
+            if !row.count(!pm.mode.is_counting(), pm) || sink.sample(pm, cpu) {
+                continue;
+            }
+            give_back(
+                row.state
+                    .swap(u64::from(pm.event) | STALLED, Ordering::AcqRel),
+            );
+            // start and stop take no lock of ours: a stop since the
+            // state was read above cleared the flag before it was set.
+            // A stopped PMC's row is not left stalled.
+            if pm.state() != PmcState::Running {
+                row.state.fetch_and(!STALLED, Ordering::AcqRel);
+            }
+        }
+        if used {
+            sink.processed();
+        } else {
+            sink.ignored();
+        }
+        used
+    }
 }
 
 impl PmcClassDep for SoftClass {
@@ -259,50 +317,6 @@ impl PmcClassDep for SoftClass {
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())
     }
-    fn soft_event(&self, cpu: u32, ev: u32, pmcs: &RowPmcs<'_>, sink: &dyn IntrSink) -> bool {
-        let Ok(rows) = self.cpu(cpu) else {
-            return false;
-        };
-        let mut used = false;
-        // Only the rows that have a PMC.
-        let mut left = pmcs.occupied();
-        while left != 0 {
-            let ri = left.trailing_zeros();
-            left &= left - 1;
-            let (Some(row), Some(pm)) = (rows.get(ri as usize), pmcs.get(ri)) else {
-                continue;
-            };
-            if pm.event != ev || row.is_stalled() {
-                continue;
-            }
-            // The state without the PMC's lock, as FreeBSD reads it: a
-            // stop that comes after is seen below, should the row stall.
-            if !pm.running_unlocked() {
-                continue;
-            }
-            used = true;
-            if !row.count(!pm.mode.is_counting(), pm) || sink.sample(pm, cpu) {
-                continue;
-            }
-            give_back(
-                row.state
-                    .swap(u64::from(pm.event) | STALLED, Ordering::AcqRel),
-            );
-            // start and stop take no lock of ours: a stop since the
-            // state was read above cleared the flag before it was set.
-            // A stopped PMC's row is not left stalled.
-            if pm.state() != PmcState::Running {
-                row.state.fetch_and(!STALLED, Ordering::AcqRel);
-            }
-        }
-        if used {
-            sink.processed();
-        } else {
-            sink.ignored();
-        }
-        used
-    }
-
     fn rows_on_event(&self, event: u32) -> (u32, u32) {
         // A row without a PMC is neither armed nor stalled.
         let (mut armed, mut stalled) = (0, 0);
@@ -350,6 +364,23 @@ impl PmcClassDep for SoftClass {
                 row.disarm();
             }
         }
+    }
+}
+
+/// The SOFT class as the core's classes hold it: the same class, which the
+/// core also keeps by its type (for [`SoftClass::soft_event`]).
+#[derive(Debug)]
+pub struct SoftDep(pub KArc<SoftClass>);
+
+impl PmcClassDep for SoftDep {
+    crate::forward_class_common!();
+    crate::forward_class! {
+        caps() -> PmcCaps;
+        get_caps(ri: u32) -> PmcCaps;
+        shareable() -> bool;
+        switch_in(cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) -> ();
+        switch_out(cpu: u32, ri: u32, pm: &Pmc) -> Option<u64>;
+        rows_on_event(event: u32) -> (u32, u32);
     }
 }
 

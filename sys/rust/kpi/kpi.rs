@@ -262,6 +262,7 @@ pub mod kern_pmc {
     /// Tells hardclock that `cpu` has samples to process
     /// (`DPCPU_SET(pmc_sampled, 1)`), which makes it call the hook with
     /// [`crate::hooks::Hook::DoSamples`].
+    #[inline]
     pub fn set_cpu_sampled(cpu: u32) {
         super::backend::set_cpu_sampled(cpu);
     }
