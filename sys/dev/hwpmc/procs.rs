@@ -118,14 +118,6 @@ impl PmcProcess {
         self.slots[ri].pmc.take()
     }
 
-    /// The descriptor of thread `tid`.
-    pub fn thread_mut(&mut self, tid: u32) -> Option<&mut PmcThread> {
-        self.threads
-            .iter_mut()
-            .find(|t| t.tid == tid)
-            .map(|t| &mut **t)
-    }
-
     /// A descriptor with `npmc` empty slots and no thread descriptors.
     pub fn new(npmc: u32, wait: Wait) -> KResult<PmcProcess> {
         Ok(PmcProcess {
@@ -367,7 +359,10 @@ impl Hwpmc {
         let pid = kpi::proc::curproc();
         pmcdbg!(self.debug, "csw", "swo", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
-        let mut pp = procs.get_mut(pid);
+        // The process's rows and threads, if it is still a target.
+        let mut pp = procs
+            .get_mut(pid)
+            .map(|pp| (&mut pp.slots[..], &mut pp.threads[..]));
         let mut guard = self.pcpu[cpu as usize].lock();
         // Only the rows a switch-in loaded.
         let CpuRows {
@@ -381,7 +376,8 @@ impl Hwpmc {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let Some(row) = rows.get_mut(ri) {
-                if self.unload_row(cpu, pid, ri, row, pp.as_deref_mut()) {
+                let pp = pp.as_mut().map(|(s, t)| (&mut **s, &mut **t));
+                if self.unload_row(cpu, pid, ri, row, pp) {
                     gone |= 1 << ri;
                 }
             }
@@ -403,7 +399,8 @@ impl Hwpmc {
     }
 
     /// Takes the process PMC on this CPU's row `ri` off; true when the row
-    /// was emptied.
+    /// was emptied. `pp` is the process's rows and thread descriptors, if
+    /// it is still a target.
     #[inline]
     fn unload_row(
         &self,
@@ -411,26 +408,29 @@ impl Hwpmc {
         pid: Pid,
         ri: usize,
         row: &mut PhwRow,
-        pp: Option<&mut PmcProcess>,
+        pp: Option<(&mut [PpSlot], &mut [KBox<PmcThread>])>,
     ) -> bool {
         // A row whose PMC was released since the switch-in is empty, and
         // may have been given to a system PMC since.
-        let Some(pm) = row.pmc.as_ref().filter(|pm| pm.mode.is_virtual()) else {
+        let Some(pm) = row.pmc.take_if(|pm| pm.mode.is_virtual()) else {
             return false;
         };
-        let Some(slot) = self.ri_to_slot(ri as u32) else {
+        let Some(cls) = self.ri_to_slot(ri as u32) else {
+            row.pmc = Some(pm);
             return false;
         };
-        let (dep, adjri) = (&*slot.dep, ri as u32 - slot.first_ri);
-        let hw = dep.switch_out(cpu, adjri, pm).unwrap_or(row.saved);
+        let hw = cls
+            .dep
+            .switch_out(cpu, ri as u32 - cls.first_ri, &pm)
+            .unwrap_or(row.saved);
         // The process's own row, if this PMC is still attached to it.
-        let mine = pp.filter(|pp| {
-            pp.slots[ri]
-                .pmc
-                .as_ref()
-                .is_some_and(|c| KArc::ptr_eq(c, pm))
+        let mine = pp.and_then(|(slots, threads)| {
+            let slot = slots
+                .get_mut(ri)
+                .filter(|s| s.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)))?;
+            Some((slot, threads))
         });
-        let delta = (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & slot.width_mask);
+        let delta = (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & cls.width_mask);
         // One acquisition of the PMC's lock, as FreeBSD's one
         // mtx_pool_lock_spin: the run count, and what it counted.
         let attached = mine.is_some();
@@ -447,40 +447,45 @@ impl Hwpmc {
             }
             (deleted, v.flags)
         });
-        if let (false, Some(pp)) = (deleted, mine) {
+        if let (false, Some((slot, threads))) = (deleted, mine) {
             if pm.mode == PmcMode::Ts {
                 // The remaining count belongs to the thread.
                 let tid = kpi::proc::curthread();
                 // A counter switched out at zero samples on its next
                 // event; 0 in a descriptor means "nothing saved".
                 let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
-                match pp.thread_mut(tid) {
+                match threads.iter_mut().find(|t| t.tid == tid) {
                     Some(t) => t.vals[ri] = saved,
-                    None => pp.slots[ri].pmcval = saved,
+                    None => slot.pmcval = saved,
                 }
             }
             if let Some(delta) = delta {
-                let slot = &mut pp.slots[ri];
                 slot.pmcval = slot.pmcval.wrapping_add(delta);
                 if flags.contains(PmcFlags::LOG_PROCCSW) {
-                    if let Some(log) = pm.log() {
-                        let tid = kpi::proc::curthread();
-                        let body = PmclogBody::Proccsw {
-                            value: delta,
-                            pmcid: pm.id,
-                            pid,
-                            tid,
-                        };
-                        let _ = log.emit(&PmclogRecord {
-                            tsc: kpi::time::rdtsc(),
-                            body,
-                        });
-                    }
+                    self.log_proccsw(&pm, pid, delta);
                 }
             }
         }
-        row.pmc = None;
         true
+    }
+
+    /// A PROCCSW record of what `pm` counted for `pid` in the slice that
+    /// ended.
+    #[cold]
+    fn log_proccsw(&self, pm: &Pmc, pid: Pid, delta: u64) {
+        if let Some(log) = pm.log() {
+            let tid = kpi::proc::curthread();
+            let body = PmclogBody::Proccsw {
+                value: delta,
+                pmcid: pm.id,
+                pid,
+                tid,
+            };
+            let _ = log.emit(&PmclogRecord {
+                tsc: kpi::time::rdtsc(),
+                body,
+            });
+        }
     }
 
     /// Takes process PMC `pm` off every CPU where it is loaded (only
