@@ -274,7 +274,9 @@ impl Hwpmc {
             loaded,
             occupied,
         } = &mut *guard;
-        // Only the rows the process has a PMC on.
+        // Only the rows the process has a PMC on (both have npmc rows).
+        let n = slots.len().min(rows.len());
+        let (slots, rows) = (&mut slots[..n], &mut rows[..n]);
         let mut left = *attached;
         let mut now = 0;
         while left != 0 {
