@@ -111,6 +111,7 @@ macro_rules! forward_class_common {
             pcpu_init(cpu: u32) -> KResult<()>;
             pcpu_fini(cpu: u32) -> ();
             allocate_pmc(cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
+            md_config(req: &AllocRequest<'_>) -> u64;
             config_pmc(cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
             read_pmc(cpu: u32, ri: u32) -> KResult<u64>;
             write_pmc(cpu: u32, ri: u32, value: u64) -> KResult<()>;
@@ -189,6 +190,12 @@ pub trait PmcClassDep: Send + Sync {
     fn pcpu_fini(&self, cpu: u32);
     /// `pcd_allocate_pmc`: accept or refuse row `ri` for the request.
     fn allocate_pmc(&self, cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
+    /// The class's configuration word for a PMC of an accepted request,
+    /// kept in the PMC ([`Pmc::md_config`]) so that starts need not derive
+    /// it again (FreeBSD's classes fill `pm_md` at allocation).
+    fn md_config(&self, _req: &AllocRequest<'_>) -> u64 {
+        0
+    }
     /// `pcd_config_pmc`: load (`Some`) or unload (`None`) a PMC on a row.
     /// No sleeping.
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;

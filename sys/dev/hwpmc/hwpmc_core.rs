@@ -202,18 +202,19 @@ impl Core {
 
     /// Turns `bit` on in the global control (a stop leaves it on: the
     /// counter's own enable is what stops it), writing the MSR only when
-    /// it changes, and clears the counter's stall. Most starts find the
-    /// bit on and the counter not stalled: two reads.
+    /// it changes, and clears the counter's stall. A counter whose bit is
+    /// on is not stalled (the PMI handler, which this code cannot
+    /// interrupt, stalls a counter and turns its bit off together), so
+    /// most starts read the control word and are done.
     #[inline]
     fn enable(&self, c: &CoreCpu, bit: u64) {
-        if c.stalled.load(Ordering::Acquire) & bit != 0 {
-            c.stalled.fetch_and(!bit, Ordering::AcqRel);
+        if c.globalctrl.load(Ordering::Acquire) & bit != 0 {
+            return;
         }
-        if c.globalctrl.load(Ordering::Acquire) & bit == 0 {
-            let was = c.globalctrl.fetch_or(bit, Ordering::AcqRel);
-            if was & bit == 0 {
-                wrmsr(GLOBAL_CTRL, was | bit);
-            }
+        c.stalled.fetch_and(!bit, Ordering::AcqRel);
+        let was = c.globalctrl.fetch_or(bit, Ordering::AcqRel);
+        if was & bit == 0 {
+            wrmsr(GLOBAL_CTRL, was | bit);
         }
     }
 
@@ -470,14 +471,16 @@ fn from_pmu_tables(req: &AllocRequest<'_>) -> bool {
 pub struct IapClass(pub KArc<Core>);
 
 impl IapClass {
+    /// The event select the class keeps in the PMC, EN included
+    /// ([`PmcClassDep::md_config`]).
     fn evsel(&self, pm: &Pmc) -> u64 {
-        pm.md.iap().pm_iap_config & SEL_REQUEST
+        pm.md_config
     }
 
     /// `start_pmc` with the CPU's state found: the off-core response
     /// register for the events that use one, the event select with EN,
     /// and the counter's global enable.
-    #[inline]
+    #[inline(always)]
     fn start(&self, c: &CoreCpu, ri: u32, pm: &Pmc) {
         let evsel = self.evsel(pm);
         match evsel as u8 {
@@ -485,7 +488,7 @@ impl IapClass {
             0xBB => wrmsr(OFFCORE_RSP1, pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST),
             _ => {}
         }
-        wrmsr(IAP_EVSEL0 + ri, evsel | SEL_EN);
+        wrmsr(IAP_EVSEL0 + ri, evsel);
         self.0.enable(c, 1 << ri);
     }
 }
@@ -529,6 +532,9 @@ impl PmcClassDep for IapClass {
             Some(allowed) if allowed & (1 << ri) == 0 => Err(EINVAL),
             _ => Ok(()),
         }
+    }
+    fn md_config(&self, req: &AllocRequest<'_>) -> u64 {
+        req.raw.pm_md.iap().pm_iap_config & SEL_REQUEST | SEL_EN
     }
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
         let c = self.0.cpu(cpu)?;

@@ -106,6 +106,11 @@ pub struct Pmc {
     pub owner: Pid,
     /// Machine-dependent configuration from the allocation request.
     pub md: PmcMdOpPmcallocate,
+    /// The class's own configuration word for the PMC, computed once from
+    /// the request at allocation ([`PmcClassDep::md_config`]; IAP: the
+    /// event select with its enable bit), as FreeBSD's classes keep theirs
+    /// in `pm_md` for the context switches.
+    pub md_config: u64,
     /// The flags as allocated. The call-chain and logging requests among
     /// them never change; the interrupt path reads them without the
     /// lock of `vals`, whose flags the driver's own bits change.
@@ -168,6 +173,7 @@ impl Pmc {
                 owner: 1,
                 // SAFETY: the machine-dependent part is plain integers.
                 md: unsafe { core::mem::zeroed() },
+                md_config: 0,
                 alloc_flags: PmcFlags::empty(),
                 vals: kpi::sync::SpinMutex::new(
                     c"pmc-pool",

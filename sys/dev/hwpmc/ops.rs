@@ -501,6 +501,7 @@ impl Hwpmc {
                 cpu,
                 owner: me,
                 md: pa.pm_md,
+                md_config: dep.md_config(&req),
                 alloc_flags: pflags,
                 vals: kpi::sync::SpinMutex::new(
                     c"pmc-pool",
