@@ -136,20 +136,18 @@ impl SoftRow {
 /// is the core's to say (its rows hold them): [`RowPmcs::occupied`].
 #[derive(Debug)]
 pub struct SoftClass {
-    cpus: KVec<KVec<SoftRow>>,
+    cpus: KVec<[SoftRow; SOFT_NPMCS as usize]>,
 }
 
 impl SoftClass {
     /// A SOFT class for `ncpu` CPU ids, with every CPU's rows.
     pub fn new(ncpu: u32) -> KResult<SoftClass> {
-        let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            KVec::from_fn(SOFT_NPMCS as usize, Wait::WaitOk, |_| SoftRow::default())
-        })?;
+        let cpus = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| Default::default())?;
         Ok(SoftClass { cpus })
     }
 
-    fn cpu(&self, cpu: u32) -> KResult<&[SoftRow]> {
-        self.cpus.get(cpu as usize).map(|c| &c[..]).ok_or(EINVAL)
+    fn cpu(&self, cpu: u32) -> KResult<&[SoftRow; SOFT_NPMCS as usize]> {
+        self.cpus.get(cpu as usize).ok_or(EINVAL)
     }
 
     /// A CPU's row `ri`.
@@ -181,8 +179,9 @@ impl SoftClass {
             return false;
         };
         let mut used = false;
-        // Only the rows that have a PMC.
-        let mut left = pmcs.occupied();
+        // Only the rows that have a PMC (of the class's SOFT_NPMCS, which
+        // lets the compiler see each index in range).
+        let mut left = pmcs.occupied() & ((1 << SOFT_NPMCS) - 1);
         while left != 0 {
             let ri = left.trailing_zeros();
             left &= left - 1;
