@@ -45,6 +45,12 @@ impl<'a> RowPmcs<'a> {
     pub fn get(&self, ri: u32) -> Option<&'a KArc<Pmc>> {
         self.rows.get(ri as usize)?.pmc.as_ref()
     }
+
+    /// The class's first `N` rows, for a class of `N` rows: indices below
+    /// `N` need no check. None when the CPU has fewer.
+    pub(crate) fn first<const N: usize>(&self) -> Option<&'a [PhwRow; N]> {
+        self.rows.first_chunk::<N>()
+    }
 }
 
 /// What the core asks a class to allocate: the request after the core's

@@ -494,6 +494,13 @@ pub(crate) struct CpuRows {
     occupied: u64,
 }
 
+impl PhwRow {
+    /// The PMC configured on the row.
+    pub(crate) fn pmc(&self) -> Option<&KArc<Pmc>> {
+        self.pmc.as_ref()
+    }
+}
+
 impl CpuRows {
     /// The rows that hold a PMC, a bit each.
     pub(crate) fn occupied(&self) -> u64 {

@@ -175,7 +175,8 @@ impl SoftClass {
         pmcs: &RowPmcs<'_>,
         sink: &S,
     ) -> bool {
-        let Ok(rows) = self.cpu(cpu) else {
+        let (Ok(rows), Some(pmc_rows)) = (self.cpu(cpu), pmcs.first::<{ SOFT_NPMCS as usize }>())
+        else {
             return false;
         };
         let mut used = false;
@@ -185,7 +186,10 @@ impl SoftClass {
         while left != 0 {
             let ri = left.trailing_zeros();
             left &= left - 1;
-            let (Some(row), Some(pm)) = (rows.get(ri as usize), pmcs.get(ri)) else {
+            let (Some(row), Some(pm)) = (
+                rows.get(ri as usize),
+                pmc_rows.get(ri as usize).and_then(|r| r.pmc()),
+            ) else {
                 continue;
             };
             if pm.event != ev || row.is_stalled() {
