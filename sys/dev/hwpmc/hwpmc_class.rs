@@ -75,7 +75,7 @@ pub trait IntrSink {
     /// interrupted context (`pmc_process_interrupt`). False when the
     /// sample was dropped on a full ring; the class then stalls the
     /// counter until [`PmcClassDep::unstall`].
-    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool;
+    fn sample(&self, pm: &Pmc, cpu: u32) -> bool;
 }
 
 /// The machine-dependent PMI handler (`pmd_intr`): NMI context, on the

@@ -296,7 +296,7 @@ impl IntrSink for HardSink<'_> {
     fn ignored(&self) {
         self.0.ignored();
     }
-    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool {
+    fn sample(&self, pm: &Pmc, cpu: u32) -> bool {
         self.0.process_interrupt(RING_HARD, pm, cpu)
     }
 }
@@ -350,7 +350,7 @@ impl IntrSink for Hwpmc {
     fn ignored(&self) {
         self.stats.intr_ignored.add(1);
     }
-    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool {
+    fn sample(&self, pm: &Pmc, cpu: u32) -> bool {
         self.process_interrupt(sampling::RING_SOFT, pm, cpu)
     }
 }
