@@ -327,42 +327,119 @@ impl Regs {
         debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
     }
 
+    /// The registers `ids`, in one call of the engine.
+    fn get_many<const N: usize>(&self, mut ids: [c_int; N]) -> [u64; N] {
+        let mut vals = [0u64; N];
+        let mut ptrs: [*mut c_void; N] = [std::ptr::null_mut(); N];
+        for (p, v) in ptrs.iter_mut().zip(vals.iter_mut()) {
+            *p = (v as *mut u64).cast();
+        }
+        // SAFETY: as in get, for each of the N registers, each read into
+        // its own u64; the arrays hold N entries.
+        let err = unsafe {
+            (self.api.uc_reg_read_batch)(
+                self.engine,
+                ids.as_mut_ptr(),
+                ptrs.as_mut_ptr(),
+                N as c_int,
+            )
+        };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "registers {ids:?}");
+        vals
+    }
+
+    /// Sets the registers `ids` to `vals`, in one call of the engine.
+    fn set_many<const N: usize>(&self, mut ids: [c_int; N], vals: [u64; N]) {
+        let mut ptrs: [*const c_void; N] = [std::ptr::null(); N];
+        for (p, v) in ptrs.iter_mut().zip(vals.iter()) {
+            *p = (v as *const u64).cast();
+        }
+        // SAFETY: as in set, for each of the N registers; the arrays hold
+        // N entries.
+        let err = unsafe {
+            (self.api.uc_reg_write_batch)(self.engine, ids.as_mut_ptr(), ptrs.as_ptr(), N as c_int)
+        };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "registers {ids:?}");
+    }
+
     fn syscall_request(&self) -> SyscallRequest {
+        self.syscall_entry().0
+    }
+
+    /// The system call the program makes, with its PC and flags, in one
+    /// call of the engine.
+    fn syscall_entry(&self) -> (SyscallRequest, u64, u64) {
         match self.arch {
-            Arch::X86_64 => SyscallRequest {
-                number: self.get(uc::UC_X86_REG_RAX),
-                args: X86_SYSCALL_ARGS.map(|r| self.get(r)),
-            },
-            Arch::Aarch64 => SyscallRequest {
-                number: self.get(uc::UC_ARM64_REG_X8),
-                args: [0, 1, 2, 3, 4, 5].map(|i| self.get(uc::UC_ARM64_REG_X0 + i)),
-            },
+            Arch::X86_64 => {
+                let [number, a0, a1, a2, a3, a4, a5, pc, flags] = self.get_many([
+                    uc::UC_X86_REG_RAX,
+                    X86_SYSCALL_ARGS[0],
+                    X86_SYSCALL_ARGS[1],
+                    X86_SYSCALL_ARGS[2],
+                    X86_SYSCALL_ARGS[3],
+                    X86_SYSCALL_ARGS[4],
+                    X86_SYSCALL_ARGS[5],
+                    uc::UC_X86_REG_RIP,
+                    uc::UC_X86_REG_EFLAGS,
+                ]);
+                let args = [a0, a1, a2, a3, a4, a5];
+                (SyscallRequest { number, args }, pc, flags)
+            }
+            Arch::Aarch64 => {
+                let x = uc::UC_ARM64_REG_X0;
+                let [number, a0, a1, a2, a3, a4, a5, pc, flags] = self.get_many([
+                    uc::UC_ARM64_REG_X8,
+                    x,
+                    x + 1,
+                    x + 2,
+                    x + 3,
+                    x + 4,
+                    x + 5,
+                    uc::UC_ARM64_REG_PC,
+                    uc::UC_ARM64_REG_NZCV,
+                ]);
+                let args = [a0, a1, a2, a3, a4, a5];
+                (SyscallRequest { number, args }, pc, flags)
+            }
         }
     }
 
     /// Sets the result registers; `return_pc` is where the program goes
     /// on (amd64's sysretq takes it from %rcx).
     fn set_syscall_result(&self, result: Result<[u64; 2], i32>, return_pc: u64) {
-        let (ret0, ret1, flags, carry) = result_registers(self.arch);
-        let f = self.get(flags);
-        let f = match result {
-            Ok([v0, v1]) => {
-                self.set(ret0, v0);
-                self.set(ret1, v1);
-                f & !carry
-            }
-            Err(errno) => {
-                self.set(ret0, errno as u64);
-                f | carry
-            }
+        let (_, _, flags, _) = result_registers(self.arch);
+        self.set_syscall_result_with(result, return_pc, self.get(flags));
+    }
+
+    /// [`Regs::set_syscall_result`] with the flags as the call found
+    /// them, in one call of the engine.
+    fn set_syscall_result_with(&self, result: Result<[u64; 2], i32>, return_pc: u64, flags: u64) {
+        let (ret0, ret1, flags_reg, carry) = result_registers(self.arch);
+        // On failure the second value register keeps what it held.
+        let (v0, v1, f) = match result {
+            Ok([v0, v1]) => (v0, Some(v1), flags & !carry),
+            Err(errno) => (errno as u64, None, flags | carry),
         };
-        self.set(flags, f);
-        if self.arch == Arch::X86_64 {
+        match (self.arch, v1) {
             // The kernel returns with sysretq, which takes the return
             // address from %rcx and the flags from %r11: both are
             // clobbered, as a program sees on FreeBSD.
-            self.set(uc::UC_X86_REG_RCX, return_pc);
-            self.set(uc::UC_X86_REG_R11, f);
+            (Arch::X86_64, Some(v1)) => self.set_many(
+                [
+                    ret0,
+                    ret1,
+                    flags_reg,
+                    uc::UC_X86_REG_RCX,
+                    uc::UC_X86_REG_R11,
+                ],
+                [v0, v1, f, return_pc, f],
+            ),
+            (Arch::X86_64, None) => self.set_many(
+                [ret0, flags_reg, uc::UC_X86_REG_RCX, uc::UC_X86_REG_R11],
+                [v0, f, return_pc, f],
+            ),
+            (Arch::Aarch64, Some(v1)) => self.set_many([ret0, ret1, flags_reg], [v0, v1, f]),
+            (Arch::Aarch64, None) => self.set_many([ret0, flags_reg], [v0, f]),
         }
     }
 }
@@ -415,9 +492,11 @@ impl Hooks {
     }
 
     /// Serves the system call the engine stopped at in the hook, if the
-    /// fast path takes it and its kernel work fits in the budget.
-    /// `return_pc` is the address after the instruction.
-    fn try_fast(&mut self, engine: uc::UcEngine, return_pc: impl Fn(&Regs) -> u64) -> bool {
+    /// fast path takes it and its kernel work fits in the budget. The
+    /// instruction is `insn_len` bytes before the return address (0: the
+    /// PC is past it already). The registers are read in one call of the
+    /// engine and written in another.
+    fn try_fast(&mut self, engine: uc::UcEngine, insn_len: u64) -> bool {
         let Some(fast) = self.fast.as_mut() else {
             return false;
         };
@@ -426,7 +505,7 @@ impl Hooks {
             engine,
             arch: self.arch,
         };
-        let req = regs.syscall_request();
+        let (req, pc, flags) = regs.syscall_entry();
         let Some(cost) = fast.fast_cost(&req) else {
             return false;
         };
@@ -434,7 +513,7 @@ impl Hooks {
             return false;
         }
         let result = fast.serve(&req);
-        regs.set_syscall_result(result, return_pc(&regs));
+        regs.set_syscall_result_with(result, pc + insn_len, flags);
         self.kernel_work += cost;
         self.fast_served += 1;
         true
@@ -598,7 +677,7 @@ extern "C" fn on_syscall(engine: uc::UcEngine, data: *mut c_void) {
     // SAFETY: registered by Cpu::new with its Hooks.
     let h = unsafe { hooks(data) };
     // In the hook %rip is still at the two-byte `syscall`.
-    if h.try_fast(engine, |r| r.get(uc::UC_X86_REG_RIP) + 2) {
+    if h.try_fast(engine, 2) {
         return;
     }
     h.syscall = true;
@@ -619,7 +698,7 @@ extern "C" fn on_interrupt(engine: uc::UcEngine, vector: u32, data: *mut c_void)
     let h = unsafe { hooks(data) };
     if h.arch == Arch::Aarch64 && vector == AARCH64_EXCP_SWI {
         // The PC is past the `svc` already.
-        if h.try_fast(engine, |r| r.get(uc::UC_ARM64_REG_PC)) {
+        if h.try_fast(engine, 0) {
             return;
         }
         h.syscall = true;
