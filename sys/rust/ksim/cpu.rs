@@ -464,6 +464,8 @@ struct Hooks {
     /// System calls served in the hook.
     fast_served: u64,
     fast: Option<Box<dyn FastSyscalls>>,
+    /// The fast path is held off ([`Cpu::hold_fast_syscalls`]).
+    fast_held: bool,
     /// The run stops before the instruction that would make `executed`
     /// plus `kernel_work` pass this (u64::MAX: no limit).
     limit: u64,
@@ -497,7 +499,7 @@ impl Hooks {
     /// PC is past it already). The registers are read in one call of the
     /// engine and written in another.
     fn try_fast(&mut self, engine: uc::UcEngine, insn_len: u64) -> bool {
-        let Some(fast) = self.fast.as_mut() else {
+        let Some(fast) = self.fast.as_mut().filter(|_| !self.fast_held) else {
             return false;
         };
         let regs = Regs {
@@ -848,6 +850,7 @@ impl Cpu {
             kernel_work: 0,
             fast_served: 0,
             fast: None,
+            fast_held: false,
             limit: u64::MAX,
             budget_spent: false,
             interrupted: false,
@@ -1220,6 +1223,13 @@ impl Cpu {
     /// without stopping the run (None: every call stops it).
     pub fn set_fast_syscalls(&mut self, fast: Option<Box<dyn FastSyscalls>>) {
         self.hooks_mut().fast = fast;
+    }
+
+    /// Holds the fast path off (every system call stops the run) while
+    /// `held`, without forgetting it: for a caller that must see each
+    /// call's kernel work itself.
+    pub fn hold_fast_syscalls(&mut self, held: bool) {
+        self.hooks_mut().fast_held = held;
     }
 
     /// System calls served without stopping, so far.

@@ -847,7 +847,10 @@ impl UserThread {
     }
 
     /// Feeds the CPU's instructions to the machine's PMUs while a
-    /// counter of the CPU counts, and installs no hook otherwise.
+    /// counter of the CPU counts, and installs no hook otherwise. While
+    /// they count, every system call stops the CPU, so that its kernel
+    /// work reaches them ([`Self::run_budget`] feeds it; the calls served
+    /// inside the emulator's hook would not count in OS mode).
     fn sync_pmu_feed(&mut self, ctx: &TickContext<'_>) {
         let Some(pmus) = ctx.pmus() else {
             return;
@@ -857,11 +860,13 @@ impl UserThread {
             (true, None) => {
                 if let Ok(id) = self.process.cpu.subscribe(Box::new(pmus.feed())) {
                     self.pmu_feed = Some(id);
+                    self.process.cpu.hold_fast_syscalls(true);
                 }
             }
             (false, Some(id)) => {
                 self.process.cpu.unsubscribe(id);
                 self.pmu_feed = None;
+                self.process.cpu.hold_fast_syscalls(false);
             }
             _ => {}
         }
