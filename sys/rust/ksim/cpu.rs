@@ -269,8 +269,53 @@ pub trait FastSyscalls: Send {
     /// without stopping; None to stop the run for it.
     fn fast_cost(&self, req: &SyscallRequest) -> Option<u64>;
 
-    /// Serves `req` (one `fast_cost` accepted).
-    fn serve(&mut self, req: &SyscallRequest) -> Result<[u64; 2], i32>;
+    /// Serves `req` (one `fast_cost` accepted), with the program's memory
+    /// to read its arguments from.
+    fn serve(&mut self, req: &SyscallRequest, mem: &UserMemory<'_>) -> Result<[u64; 2], i32>;
+}
+
+/// The memory of the program whose system call a [`FastSyscalls`] serves.
+pub struct UserMemory<'a> {
+    space: &'a Mutex<VmSpace>,
+}
+
+impl fmt::Debug for UserMemory<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserMemory").finish_non_exhaustive()
+    }
+}
+
+impl UserMemory<'_> {
+    /// Reads memory as copyin(9) does for the kernel ([`Cpu::read_user`]):
+    /// every byte must be mapped readable.
+    pub fn copyin(&self, addr: u64, buf: &mut [u8]) -> Result<(), CpuError> {
+        let space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
+        read_space(&space, addr, buf, Prot::READ)
+    }
+}
+
+/// Reads `buf.len()` bytes at `addr` of `space`, each mapped with the
+/// rights `need`.
+fn read_space(space: &VmSpace, addr: u64, buf: &mut [u8], need: Prot) -> Result<(), CpuError> {
+    let bad = CpuError::BadAddress {
+        addr,
+        len: buf.len() as u64,
+    };
+    let mut at = addr;
+    let mut done = 0;
+    while done < buf.len() {
+        let r = space.region_at(at, need).ok_or_else(|| bad.clone())?;
+        let off = (at - r.addr) as usize;
+        let n = (r.len as usize - off).min(buf.len() - done);
+        // SAFETY: `off + n` is within the region, whose block has
+        // `r.offset + r.len` bytes; `buf[done..done + n]` is ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(r.block.at(r.offset + off), buf[done..].as_mut_ptr(), n);
+        }
+        done += n;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// FreeBSD/amd64's system call argument registers, in order.
@@ -464,6 +509,8 @@ struct Hooks {
     /// System calls served in the hook.
     fast_served: u64,
     fast: Option<Box<dyn FastSyscalls>>,
+    /// The address space (the [`Cpu`]'s), for the fast path's copyin.
+    space: Arc<Mutex<VmSpace>>,
     /// The fast path is held off ([`Cpu::hold_fast_syscalls`]).
     fast_held: bool,
     /// The run stops before the instruction that would make `executed`
@@ -514,7 +561,8 @@ impl Hooks {
         if self.executed + self.kernel_work + cost > self.limit {
             return false;
         }
-        let result = fast.serve(&req);
+        let mem = UserMemory { space: &self.space };
+        let result = fast.serve(&req, &mem);
         regs.set_syscall_result_with(result, pc + insn_len, flags);
         self.kernel_work += cost;
         self.fast_served += 1;
@@ -850,6 +898,7 @@ impl Cpu {
             kernel_work: 0,
             fast_served: 0,
             fast: None,
+            space: space.clone(),
             fast_held: false,
             limit: u64::MAX,
             budget_spent: false,
@@ -1027,30 +1076,7 @@ impl Cpu {
     }
 
     fn read_with(&self, addr: u64, buf: &mut [u8], need: Prot) -> Result<(), CpuError> {
-        let bad = CpuError::BadAddress {
-            addr,
-            len: buf.len() as u64,
-        };
-        let space = self.space();
-        let mut at = addr;
-        let mut done = 0;
-        while done < buf.len() {
-            let r = space.region_at(at, need).ok_or_else(|| bad.clone())?;
-            let off = (at - r.addr) as usize;
-            let n = (r.len as usize - off).min(buf.len() - done);
-            // SAFETY: `off + n` is within the region, whose block has
-            // `r.offset + r.len` bytes; `buf[done..done + n]` is ours.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    r.block.at(r.offset + off),
-                    buf[done..].as_mut_ptr(),
-                    n,
-                );
-            }
-            done += n;
-            at += n as u64;
-        }
-        Ok(())
+        read_space(&self.space(), addr, buf, need)
     }
 
     fn regs(&self) -> Regs {
