@@ -13,7 +13,11 @@
 //! The instruction count of each program is taken from a counted run; the
 //! runs are deterministic, so the unobserved run executes exactly as many.
 //!
-//!   ksim-cpu-bench [scale]      scale multiplies the programs' work (1)
+//!   ksim-cpu-bench [scale [arch/program]]
+//!
+//! scale multiplies the programs' work (1); arch/program (such as
+//! `amd64/syscalls`, or `arm64/` for one architecture) runs only the rows
+//! it names.
 
 // Host code: the kernel allocation lints of sys/clippy.toml do not apply.
 #![allow(
@@ -116,6 +120,7 @@ fn main() {
         .nth(1)
         .map(|s| s.parse().expect("scale: a number"))
         .unwrap_or(1);
+    let only = std::env::args().nth(2).unwrap_or_default();
     // Program, argument: each runs on the order of 10^8 instructions at
     // scale 1.
     let cases = [
@@ -137,6 +142,9 @@ fn main() {
     );
     for arch in [Arch::X86_64, Arch::Aarch64] {
         for (name, numbers) in &cases {
+            if !format!("{}/{name}", arch.name()).starts_with(&only) {
+                continue;
+            }
             let strings: Vec<String> = numbers.iter().map(u64::to_string).collect();
             let args: Vec<&str> = strings.iter().map(String::as_str).collect();
             let args = &args[..];

@@ -1373,7 +1373,7 @@ impl Run {
         for cpu in 0..NCPU as u32 {
             if let Some(ri) = self.driver().loaded_mask_mismatch(cpu) {
                 return Err(format!(
-                    "CPU {cpu}: row {ri} disagrees with its loaded mask"
+                    "CPU {cpu}: row {ri} disagrees with its loaded or occupied mask"
                 ));
             }
         }

@@ -31,6 +31,8 @@ pub const AMD_CORE_NPMCS: u32 = 6;
 pub const AMD_LEGACY_NPMCS: u32 = 4;
 /// Counter width.
 const AMD_WIDTH: u32 = 48;
+/// Its bits.
+const AMD_MASK: u64 = (1 << AMD_WIDTH) - 1;
 /// PERF_CTL: enable.
 const AMD_PMC_ENABLE: u64 = 1 << 22;
 /// PERF_CTL bits a request may set: event select (7:0, 35:32), unit
@@ -127,7 +129,7 @@ impl AmdClass {
                 let config = rdmsr(evsel);
                 wrmsr(evsel, config & !AMD_PMC_ENABLE);
                 let reload = pm.reload_unlocked();
-                wrmsr(perfctr, to_perfctr(true, reload, AMD_WIDTH));
+                wrmsr(perfctr, to_perfctr(true, reload, AMD_MASK));
                 if sink.sample(pm, cpu) {
                     wrmsr(evsel, config);
                 } else {
@@ -196,11 +198,11 @@ impl PmcClassDep for AmdClass {
     }
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
         let (_, slot) = self.row(cpu, ri)?;
-        Ok(from_perfctr(samples(slot), rdmsr(msrs(ri).1), AMD_WIDTH))
+        Ok(from_perfctr(samples(slot), rdmsr(msrs(ri).1), AMD_MASK))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let (_, slot) = self.row(cpu, ri)?;
-        wrmsr(msrs(ri).1, to_perfctr(samples(slot), value, AMD_WIDTH));
+        wrmsr(msrs(ri).1, to_perfctr(samples(slot), value, AMD_MASK));
         Ok(())
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {

@@ -14,7 +14,7 @@ use kpi::errno::ENOSYS;
 use kpi::malloc::{KArc, KBox};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcMode, PmcOpPmcallocate};
 
-use crate::{PhwRow, Pmc};
+use crate::{CpuRows, PhwRow, Pmc};
 
 /// The PMCs configured on one class's rows of one CPU, lent by the core
 /// (whose rows hold them) to the class's interrupt path and sweep, under
@@ -22,19 +22,34 @@ use crate::{PhwRow, Pmc};
 #[derive(Debug, Clone, Copy)]
 pub struct RowPmcs<'a> {
     rows: &'a [PhwRow],
+    occupied: u64,
 }
 
 impl<'a> RowPmcs<'a> {
-    /// The class's rows among a CPU's rows, from its first row on.
-    pub(crate) fn new(rows: &'a [PhwRow], first_ri: u32) -> RowPmcs<'a> {
+    /// The class's `num` rows among a CPU's rows, from its first row on.
+    pub(crate) fn new(rows: &'a CpuRows, first_ri: u32, num: u32) -> RowPmcs<'a> {
         RowPmcs {
             rows: rows.get(first_ri as usize..).unwrap_or(&[]),
+            occupied: rows.occupied().checked_shr(first_ri).unwrap_or(0)
+                & crate::ops::width_mask(num),
         }
+    }
+
+    /// The class's rows that have a PMC, a bit each (bit 0 for its first
+    /// row).
+    pub fn occupied(&self) -> u64 {
+        self.occupied
     }
 
     /// The PMC configured on the class's row `ri`.
     pub fn get(&self, ri: u32) -> Option<&'a KArc<Pmc>> {
         self.rows.get(ri as usize)?.pmc.as_ref()
+    }
+
+    /// The class's first `N` rows, for a class of `N` rows: indices below
+    /// `N` need no check. None when the CPU has fewer.
+    pub(crate) fn first<const N: usize>(&self) -> Option<&'a [PhwRow; N]> {
+        self.rows.first_chunk::<N>()
     }
 }
 
@@ -60,7 +75,7 @@ pub trait IntrSink {
     /// interrupted context (`pmc_process_interrupt`). False when the
     /// sample was dropped on a full ring; the class then stalls the
     /// counter until [`PmcClassDep::unstall`].
-    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool;
+    fn sample(&self, pm: &Pmc, cpu: u32) -> bool;
 }
 
 /// The machine-dependent PMI handler (`pmd_intr`): NMI context, on the
@@ -102,6 +117,7 @@ macro_rules! forward_class_common {
             pcpu_init(cpu: u32) -> KResult<()>;
             pcpu_fini(cpu: u32) -> ();
             allocate_pmc(cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
+            md_config(req: &AllocRequest<'_>) -> u64;
             config_pmc(cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
             read_pmc(cpu: u32, ri: u32) -> KResult<u64>;
             write_pmc(cpu: u32, ri: u32, value: u64) -> KResult<()>;
@@ -180,6 +196,12 @@ pub trait PmcClassDep: Send + Sync {
     fn pcpu_fini(&self, cpu: u32);
     /// `pcd_allocate_pmc`: accept or refuse row `ri` for the request.
     fn allocate_pmc(&self, cpu: u32, ri: u32, req: &AllocRequest<'_>) -> KResult<()>;
+    /// The class's configuration word for a PMC of an accepted request,
+    /// kept in the PMC ([`Pmc::md_config`]) so that starts need not derive
+    /// it again (FreeBSD's classes fill `pm_md` at allocation).
+    fn md_config(&self, _req: &AllocRequest<'_>) -> u64 {
+        0
+    }
     /// `pcd_config_pmc`: load (`Some`) or unload (`None`) a PMC on a row.
     /// No sleeping.
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()>;
@@ -202,12 +224,13 @@ pub trait PmcClassDep: Send + Sync {
         let _ = self.start_pmc(cpu, ri, pm);
     }
     /// A context switch-out takes `pm` off a row: `stop_pmc`, `read_pmc`
-    /// and `config_pmc(None)`; the value read, or its error. No sleeping.
-    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+    /// and `config_pmc(None)`; the value read, or None when it could not
+    /// be read. No sleeping.
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
         let _ = self.stop_pmc(cpu, ri, pm);
         let value = self.read_pmc(cpu, ri);
         let _ = self.config_pmc(cpu, ri, None);
-        value
+        value.ok()
     }
     /// `pcd_get_caps`: capabilities of one row (GETCAPS).
     fn get_caps(&self, _ri: u32) -> PmcCaps {
@@ -216,12 +239,6 @@ pub trait PmcClassDep: Send + Sync {
     /// `pcd_get_msr`: the RDPMC index of a row; ENOSYS without RDPMC.
     fn get_msr(&self, _ri: u32) -> KResult<u32> {
         Err(ENOSYS)
-    }
-    /// A software event fired on `cpu` (PMC_FN_SOFT_SAMPLING), in
-    /// interrupt context. Returns whether a PMC of this class used it.
-    /// `pmcs` are the PMCs on the class's rows of `cpu`.
-    fn soft_event(&self, _cpu: u32, _ev: u32, _pmcs: &RowPmcs<'_>, _sink: &dyn IntrSink) -> bool {
-        false
     }
     /// The core drained `cpu`'s sample rings: counters stalled on a full
     /// ring run again. `pmcs` are the PMCs on the class's rows of `cpu`.

@@ -112,8 +112,12 @@ pub struct Core {
     version: u32,
     iap_npmc: u32,
     iap_width: u32,
+    /// `iap_width` bits set.
+    iap_mask: u64,
     iaf_npmc: u32,
     iaf_width: u32,
+    /// `iaf_width` bits set.
+    iaf_mask: u64,
     /// Offset of the MSR that IAP writes go to (full-width when the CPU
     /// has IA32_A_PMCx).
     wroffset: u32,
@@ -171,8 +175,10 @@ impl Core {
                 version,
                 iap_npmc,
                 iap_width,
+                iap_mask: width_mask(iap_width),
                 iaf_npmc,
                 iaf_width,
+                iaf_mask: width_mask(iaf_width),
                 wroffset,
                 cpus,
             },
@@ -196,8 +202,15 @@ impl Core {
 
     /// Turns `bit` on in the global control (a stop leaves it on: the
     /// counter's own enable is what stops it), writing the MSR only when
-    /// it changes.
+    /// it changes, and clears the counter's stall. A counter whose bit is
+    /// on is not stalled (the PMI handler, which this code cannot
+    /// interrupt, stalls a counter and turns its bit off together), so
+    /// most starts read the control word and are done.
+    #[inline]
     fn enable(&self, c: &CoreCpu, bit: u64) {
+        if c.globalctrl.load(Ordering::Acquire) & bit != 0 {
+            return;
+        }
         c.stalled.fetch_and(!bit, Ordering::AcqRel);
         let was = c.globalctrl.fetch_or(bit, Ordering::AcqRel);
         if was & bit == 0 {
@@ -234,7 +247,7 @@ impl Core {
         }
         let mut found = false;
         let mut disable = 0u64;
-        let mut take = |bit: u64, slot: &NmiSlot<Pmc>, ctr: u32, width: u32| {
+        let mut take = |bit: u64, slot: &NmiSlot<Pmc>, ctr: u32, mask: u64| {
             if status & bit == 0 {
                 return;
             }
@@ -247,16 +260,16 @@ impl Core {
                 if !sink.sample(pm, cpu) {
                     disable |= bit;
                 }
-                wrmsr(ctr, to_perfctr(true, pm.reload_unlocked(), width));
+                wrmsr(ctr, to_perfctr(true, pm.reload_unlocked(), mask));
             });
         };
         for (n, slot) in c.iaf.iter().enumerate() {
             let n = n as u32;
-            take(1 << (IAF_OFFSET + n), slot, IAF_CTR0 + n, self.iaf_width);
+            take(1 << (IAF_OFFSET + n), slot, IAF_CTR0 + n, self.iaf_mask);
         }
         for (n, slot) in c.iap.iter().enumerate() {
             let n = n as u32;
-            take(1 << n, slot, self.wroffset + IAP_PMC0 + n, self.iap_width);
+            take(1 << n, slot, self.wroffset + IAP_PMC0 + n, self.iap_mask);
         }
         if found {
             sink.processed();
@@ -458,8 +471,25 @@ fn from_pmu_tables(req: &AllocRequest<'_>) -> bool {
 pub struct IapClass(pub KArc<Core>);
 
 impl IapClass {
+    /// The event select the class keeps in the PMC, EN included
+    /// ([`PmcClassDep::md_config`]).
     fn evsel(&self, pm: &Pmc) -> u64 {
-        pm.md.iap().pm_iap_config & SEL_REQUEST
+        pm.md_config
+    }
+
+    /// `start_pmc` with the CPU's state found: the off-core response
+    /// register for the events that use one, the event select with EN,
+    /// and the counter's global enable.
+    #[inline(always)]
+    fn start(&self, c: &CoreCpu, ri: u32, pm: &Pmc) {
+        let evsel = self.evsel(pm);
+        match evsel as u8 {
+            0xB7 => wrmsr(OFFCORE_RSP0, pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST),
+            0xBB => wrmsr(OFFCORE_RSP1, pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST),
+            _ => {}
+        }
+        wrmsr(IAP_EVSEL0 + ri, evsel);
+        self.0.enable(c, 1 << ri);
     }
 }
 
@@ -503,6 +533,9 @@ impl PmcClassDep for IapClass {
             _ => Ok(()),
         }
     }
+    fn md_config(&self, req: &AllocRequest<'_>) -> u64 {
+        req.raw.pm_md.iap().pm_iap_config & SEL_REQUEST | SEL_EN
+    }
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
@@ -516,27 +549,18 @@ impl PmcClassDep for IapClass {
         Ok(from_perfctr(
             samples(slot),
             rdmsr(IAP_PMC0 + ri),
-            self.0.iap_width,
+            self.0.iap_mask,
         ))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
-        let v = to_perfctr(samples(slot), value, self.0.iap_width);
+        let v = to_perfctr(samples(slot), value, self.0.iap_mask);
         wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
         Ok(())
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        let c = self.0.cpu(cpu)?;
-        let evsel = self.evsel(pm);
-        let rsp = pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST;
-        match evsel as u8 {
-            0xB7 => wrmsr(OFFCORE_RSP0, rsp),
-            0xBB => wrmsr(OFFCORE_RSP1, rsp),
-            _ => {}
-        }
-        wrmsr(IAP_EVSEL0 + ri, evsel | SEL_EN);
-        self.0.enable(c, 1 << ri);
+        self.start(self.0.cpu(cpu)?, ri, pm);
         Ok(())
     }
     fn stop_pmc(&self, _cpu: u32, ri: u32, _pm: &Pmc) -> KResult<()> {
@@ -558,18 +582,17 @@ impl PmcClassDep for IapClass {
             return;
         };
         drop(slot.replace(Some(pm.clone())));
-        let v = to_perfctr(!pm.mode.is_counting(), value, self.0.iap_width);
+        let v = to_perfctr(!pm.mode.is_counting(), value, self.0.iap_mask);
         wrmsr(self.0.wroffset + IAP_PMC0 + ri, v);
-        let _ = self.start_pmc(cpu, ri, pm);
+        self.start(c, ri, pm);
     }
-    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
         // stop_pmc, read_pmc and config_pmc(None), with one look-up.
-        let c = self.0.cpu(cpu)?;
-        let slot = c.iap.get(ri as usize).ok_or(EINVAL)?;
+        let slot = self.0.cpu(cpu).ok()?.iap.get(ri as usize)?;
         wrmsr(IAP_EVSEL0 + ri, 0);
         let v = rdmsr(IAP_PMC0 + ri);
         drop(slot.replace(None));
-        Ok(from_perfctr(!pm.mode.is_counting(), v, self.0.iap_width))
+        Some(from_perfctr(!pm.mode.is_counting(), v, self.0.iap_mask))
     }
     fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
         let bits = width_mask(self.0.iap_npmc);
@@ -673,13 +696,13 @@ impl PmcClassDep for IafClass {
         Ok(from_perfctr(
             samples(slot),
             rdmsr(IAF_CTR0 + ri),
-            self.0.iaf_width,
+            self.0.iaf_mask,
         ))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
         let c = self.0.cpu(cpu)?;
         let slot = c.iaf.get(ri as usize).ok_or(EINVAL)?;
-        let v = to_perfctr(samples(slot), value, self.0.iaf_width);
+        let v = to_perfctr(samples(slot), value, self.0.iaf_mask);
         // The counter is off while it is written.
         let ctrl = c.iafctrl.load(Ordering::Acquire);
         wrmsr(IAF_CTRL, ctrl & !(0xF << (4 * ri)));

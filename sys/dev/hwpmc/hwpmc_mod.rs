@@ -106,6 +106,11 @@ pub struct Pmc {
     pub owner: Pid,
     /// Machine-dependent configuration from the allocation request.
     pub md: PmcMdOpPmcallocate,
+    /// The class's own configuration word for the PMC, computed once from
+    /// the request at allocation ([`PmcClassDep::md_config`]; IAP: the
+    /// event select with its enable bit), as FreeBSD's classes keep theirs
+    /// in `pm_md` for the context switches.
+    pub md_config: u64,
     /// The flags as allocated. The call-chain and logging requests among
     /// them never change; the interrupt path reads them without the
     /// lock of `vals`, whose flags the driver's own bits change.
@@ -168,6 +173,7 @@ impl Pmc {
                 owner: 1,
                 // SAFETY: the machine-dependent part is plain integers.
                 md: unsafe { core::mem::zeroed() },
+                md_config: 0,
                 alloc_flags: PmcFlags::empty(),
                 vals: kpi::sync::SpinMutex::new(
                     c"pmc-pool",
@@ -290,7 +296,7 @@ impl IntrSink for HardSink<'_> {
     fn ignored(&self) {
         self.0.ignored();
     }
-    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool {
+    fn sample(&self, pm: &Pmc, cpu: u32) -> bool {
         self.0.process_interrupt(RING_HARD, pm, cpu)
     }
 }
@@ -344,7 +350,7 @@ impl IntrSink for Hwpmc {
     fn ignored(&self) {
         self.stats.intr_ignored.add(1);
     }
-    fn sample(&self, pm: &KArc<Pmc>, cpu: u32) -> bool {
+    fn sample(&self, pm: &Pmc, cpu: u32) -> bool {
         self.process_interrupt(sampling::RING_SOFT, pm, cpu)
     }
 }
@@ -482,12 +488,41 @@ pub(crate) struct CpuRows {
     /// Bit `ri` is set while row `ri` holds a process PMC loaded by a
     /// switch-in: the switch-out visits only those rows.
     loaded: u64,
+    /// Bit `ri` is set while row `ri` holds a PMC, system or process: the
+    /// classes' interrupt paths visit only those rows
+    /// ([`RowPmcs::occupied`]).
+    occupied: u64,
+}
+
+impl PhwRow {
+    /// The PMC configured on the row.
+    pub(crate) fn pmc(&self) -> Option<&KArc<Pmc>> {
+        self.pmc.as_ref()
+    }
 }
 
 impl CpuRows {
-    /// Row `ri` no longer holds a process PMC loaded by a switch-in.
-    pub(crate) fn unloaded(&mut self, ri: u32) {
-        self.loaded &= !(1u64.checked_shl(ri).unwrap_or(0));
+    /// The rows that hold a PMC, a bit each.
+    pub(crate) fn occupied(&self) -> u64 {
+        self.occupied
+    }
+
+    /// Puts system PMC `pm` on row `ri`.
+    pub(crate) fn put_system(&mut self, ri: u32, pm: &KArc<Pmc>) {
+        if let Some(row) = self.rows.get_mut(ri as usize) {
+            row.pmc = Some(pm.clone());
+            self.occupied |= 1 << ri;
+        }
+    }
+
+    /// Empties row `ri` (its PMC is no longer there, nor loaded).
+    pub(crate) fn clear(&mut self, ri: u32) {
+        if let Some(row) = self.rows.get_mut(ri as usize) {
+            row.pmc = None;
+            let bit = !(1u64 << ri);
+            self.loaded &= bit;
+            self.occupied &= bit;
+        }
     }
 }
 
@@ -507,6 +542,9 @@ impl core::ops::DerefMut for CpuRows {
 /// Most rows the driver handles: the context-switch paths keep a bit per
 /// row.
 const NPMC_MAX: u32 = u64::BITS;
+
+/// [`Hwpmc::row_class`] of a row no class owns.
+const NO_CLASS: u8 = u8::MAX;
 
 /// An owner's PMC and the processes it is attached to.
 struct OwnedPmc {
@@ -559,7 +597,14 @@ struct Core {
 pub struct Hwpmc {
     tun: Tunables,
     cputype: PmcCputype,
+    /// The SOFT class, also `classes[0]`: the software events' hook calls
+    /// it directly, as FreeBSD's calls `pmc_soft_intr`.
+    soft: KArc<hwpmc_soft::SoftClass>,
     classes: KVec<ClassSlot>,
+    /// The index in `classes` of each global row's class (`NO_CLASS`
+    /// past the last row), so that the context-switch paths find a row's
+    /// class without a search.
+    row_class: [u8; NPMC_MAX as usize],
     npmc: u32,
     ncpu: u32,
     core: SxBox<Core>,
@@ -715,16 +760,18 @@ impl Module {
         let ncpu = kpi::cpu::ncpu_ids();
         let md = md(ncpu)?;
         let mut classes: KVec<ClassSlot> = KVec::with_capacity(1 + md.classes.len(), Wait::WaitOk)?;
-        // The SOFT class comes first, as classdep index 0.
-        let soft = kpi::kbox_dyn!(
-            hwpmc_soft::SoftClass::new(ncpu)?,
+        // The SOFT class comes first, as classdep index 0; the driver
+        // keeps it by its type too, for the software events' hook.
+        let soft = KArc::try_new(hwpmc_soft::SoftClass::new(ncpu)?, Wait::WaitOk)?;
+        let soft_dep = kpi::kbox_dyn!(
+            hwpmc_soft::SoftDep(soft.clone()),
             Wait::WaitOk,
             dyn PmcClassDep
         )?;
-        let mut npmc = soft.num();
+        let mut npmc = soft_dep.num();
         let _ = classes.push_within_capacity(ClassSlot {
-            width_mask: ops::width_mask(soft.width()),
-            dep: soft,
+            width_mask: ops::width_mask(soft_dep.width()),
+            dep: soft_dep,
             first_ri: 0,
             num: npmc,
         });
@@ -748,6 +795,12 @@ impl Module {
             ));
             return Err(EINVAL);
         }
+        let mut row_class = [NO_CLASS; NPMC_MAX as usize];
+        for (i, slot) in classes.iter().enumerate() {
+            for ri in slot.first_ri..slot.first_ri + slot.num {
+                row_class[ri as usize] = i as u8;
+            }
+        }
         let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
             SpinMutex::new(c"pmc-pcpu", CpuRows::default(), Wait::WaitOk)
         })?;
@@ -764,7 +817,11 @@ impl Module {
                     pid: 0,
                 });
             }
-            *pcpu[cpu as usize].as_mut().data_mut() = CpuRows { rows, loaded: 0 };
+            *pcpu[cpu as usize].as_mut().data_mut() = CpuRows {
+                rows,
+                loaded: 0,
+                occupied: 0,
+            };
             for slot in classes.iter() {
                 slot.dep.pcpu_init(cpu)?;
             }
@@ -808,7 +865,9 @@ impl Module {
             Hwpmc {
                 tun,
                 cputype,
+                soft,
                 classes,
+                row_class,
                 npmc,
                 ncpu,
                 core: Sx::new(c"pmc-sx", Core { owners, rowdisp }, Wait::WaitOk)?,
@@ -990,14 +1049,15 @@ impl Hwpmc {
     }
 
     /// The class that owns global row `ri` and the row index within it.
+    #[inline]
     fn ri_to_class(&self, ri: u32) -> Option<(&dyn PmcClassDep, u32)> {
         self.ri_to_slot(ri).map(|s| (&*s.dep, ri - s.first_ri))
     }
 
+    #[inline]
     fn ri_to_slot(&self, ri: u32) -> Option<&ClassSlot> {
         self.classes
-            .iter()
-            .find(|s| ri >= s.first_ri && ri < s.first_ri + s.num)
+            .get(usize::from(*self.row_class.get(ri as usize)?))
     }
 
     fn class_of(&self, class: u32) -> Option<&ClassSlot> {
@@ -1034,7 +1094,21 @@ impl Hwpmc {
         r.map(|()| 0)
     }
 
+    /// The kernel's hook (`pmc_hook`). The context switches, by far the
+    /// most frequent calls, go to their own functions before anything
+    /// else is set up.
+    #[inline]
     fn hook(&self, h: &Hook) {
+        match *h {
+            Hook::CswIn => self.csw_in(),
+            Hook::CswOut => self.csw_out(),
+            _ => self.hook_other(h),
+        }
+    }
+
+    /// Every other hook.
+    #[inline(never)]
+    fn hook_other(&self, h: &Hook) {
         match *h {
             Hook::CswIn => self.csw_in(),
             Hook::CswOut => self.csw_out(),
@@ -1043,12 +1117,9 @@ impl Hwpmc {
                     return;
                 };
                 let rows = rows.lock();
-                for slot in self.classes.iter() {
-                    if slot.dep.class() == PmcClass::Soft {
-                        let pmcs = RowPmcs::new(&rows, slot.first_ri);
-                        slot.dep.soft_event(cpu, ev, &pmcs, self);
-                    }
-                }
+                // The SOFT class's rows come first.
+                let pmcs = RowPmcs::new(&rows, 0, hwpmc_soft::SOFT_NPMCS);
+                self.soft.soft_event(cpu, ev, &pmcs, self);
             }
             Hook::ProcessExec {
                 credentials_changed,

@@ -5,18 +5,19 @@
 //!
 //! As in FreeBSD, where the class's `pmc_hw` rows are the core's rows, the
 //! PMC configured on a row is held by the core's row only: the core lends
-//! its CPU's rows to the interrupt path and the sweep ([`RowPmcs`]). A
-//! row's own state is a few atomics, so that loading, starting, stopping
-//! and unloading a row take no lock of the class's; only the kernel's
-//! soft-event lock is taken, once per start or stop, as FreeBSD's
-//! `soft_start_pmc` and `soft_stop_pmc` do. Configuration, the context
-//! switch, the interrupt path and the sweep all run under the core's lock
-//! of the CPU's rows, which orders them.
+//! its CPU's rows to the interrupt path and the sweep ([`RowPmcs`]), with
+//! the mask of the rows that have one. A row's own state is its count and
+//! one word of event and flags, so that loading, starting, stopping and
+//! unloading a row take no lock of the class's and one atomic operation
+//! on that word; only the kernel's soft-event lock is taken, once per
+//! start or stop, as FreeBSD's `soft_start_pmc` and `soft_stop_pmc` do.
+//! Configuration, the context switch, the interrupt path and the sweep
+//! all run under the core's lock of the CPU's rows, which orders them.
 
 use kpi::KResult;
 use kpi::errno::EINVAL;
 
-use kpi::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use kpi::atomic::{AtomicU64, Ordering};
 use kpi::malloc::{KArc, KVec, Wait};
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcClass, PmcState, set_c_field_str};
 use uapi::pmc_events::{PMC_EV_SOFT_FIRST, PMC_EV_SOFT_LAST};
@@ -39,49 +40,77 @@ struct SoftRow {
     /// The count (counting) or the events left to the next sample
     /// (sampling).
     value: AtomicU64,
-    /// The event of the PMC configured on the row, for giving its use
-    /// back.
-    event: AtomicU32,
-    /// A sample was dropped on a full ring: events are ignored, and the
-    /// event disarmed, until the rings are drained.
-    stalled: AtomicBool,
-    /// The row holds one use of its PMC's event (`ps_running`): taken at
-    /// start and unstall, given back at stop and stall, each at most once,
-    /// so that a stalled row that is stopped does not give it back twice
-    /// and starve another owner's PMC on the same event. Every change is
-    /// a swap, which keeps it right against the interrupt path.
-    armed: AtomicBool,
+    /// The event of the PMC configured on the row (`EVENT` bits), for
+    /// giving its use back, with two flags:
+    /// - `ARMED`: the row holds one use of the event (`ps_running`): taken
+    ///   at start and unstall, given back at stop and stall, each at most
+    ///   once, so that a stalled row that is stopped does not give it back
+    ///   twice and starve another owner's PMC on the same event;
+    /// - `STALLED`: a sample was dropped on a full ring: events are
+    ///   ignored, and the event disarmed, until the rings are drained.
+    ///
+    /// One word, so that each change is one atomic operation whose old
+    /// value says what the row held: whoever clears `ARMED` gives the use
+    /// back, which keeps the count right against the interrupt path.
+    state: AtomicU64,
+}
+
+/// [`SoftRow::state`]: the event.
+const EVENT: u64 = u32::MAX as u64;
+/// [`SoftRow::state`]: the row holds a use of its event.
+const ARMED: u64 = 1 << 32;
+/// [`SoftRow::state`]: the row is stalled on a full ring.
+const STALLED: u64 = 1 << 33;
+
+/// Gives back the use of the event a row held, if `old`, its state before
+/// a change that cleared `ARMED`, says it held one.
+fn give_back(old: u64) {
+    if old & ARMED != 0 {
+        kpi::kern_pmc::soft_event_running((old & EVENT) as u32, -1);
+    }
 }
 
 impl SoftRow {
-    /// Gives the row's use of `event` back, if it holds one.
-    fn disarm(&self, event: u32) {
-        if self.armed.swap(false, Ordering::AcqRel) {
-            kpi::kern_pmc::soft_event_running(event, -1);
-        }
+    /// Gives the row's use of its event back, if it holds one.
+    fn disarm(&self) {
+        give_back(self.state.fetch_and(!ARMED, Ordering::AcqRel));
+    }
+
+    /// Configures the row for `event` (or for none), unarmed and not
+    /// stalled; a row still armed gives its use back.
+    fn configure(&self, event: Option<u32>) {
+        let old = match event {
+            Some(event) => self.state.swap(u64::from(event), Ordering::AcqRel),
+            None => self.state.fetch_and(EVENT, Ordering::AcqRel),
+        };
+        give_back(old);
     }
 
     /// `soft_start_pmc`: takes one use of `event` unless the row holds
     /// one; EINVAL when the event is not registered.
     fn start(&self, event: u32) -> KResult<()> {
-        if self.armed.swap(true, Ordering::AcqRel) {
+        if self.state.fetch_or(ARMED, Ordering::AcqRel) & ARMED != 0 {
             // It holds its event already: only the event is checked.
             if !kpi::kern_pmc::soft_event_registered(event) {
                 return Err(EINVAL);
             }
         } else if !kpi::kern_pmc::soft_event_running(event, 1) {
-            self.armed.store(false, Ordering::Release);
+            self.state.fetch_and(!ARMED, Ordering::AcqRel);
             return Err(EINVAL);
         }
-        self.stalled.store(false, Ordering::Release);
+        self.state.fetch_and(!STALLED, Ordering::AcqRel);
         Ok(())
     }
 
-    /// `soft_stop_pmc`: gives the row's use of `event` back. A stalled
+    /// `soft_stop_pmc`: gives the row's use of its event back. A stalled
     /// row gave it back when it stalled.
-    fn stop(&self, event: u32) {
-        self.stalled.store(false, Ordering::Release);
-        self.disarm(event);
+    fn stop(&self) {
+        give_back(self.state.fetch_and(!(ARMED | STALLED), Ordering::AcqRel));
+    }
+
+    /// Whether the row is stalled on a full ring.
+    fn is_stalled(&self) -> bool {
+        self.state.load(Ordering::Acquire) & STALLED != 0
     }
 
     /// Counts one event; true when a sampling row reached its count, which
@@ -103,53 +132,95 @@ impl SoftRow {
     }
 }
 
-/// One CPU's rows.
-#[derive(Debug)]
-struct SoftCpu {
-    rows: KVec<SoftRow>,
-    /// Bit `ri` is set while row `ri` has a PMC: the interrupt path
-    /// visits only those rows.
-    configured: AtomicU32,
-}
-
-impl SoftCpu {
-    fn is_configured(&self, ri: usize) -> bool {
-        self.configured.load(Ordering::Acquire) & (1 << ri) != 0
-    }
-}
-
-/// The SOFT class: per CPU, the state of each row.
+/// The SOFT class: per CPU, the state of each row. Which rows have a PMC
+/// is the core's to say (its rows hold them): [`RowPmcs::occupied`].
 #[derive(Debug)]
 pub struct SoftClass {
-    cpus: KVec<SoftCpu>,
+    cpus: KVec<[SoftRow; SOFT_NPMCS as usize]>,
 }
 
 impl SoftClass {
     /// A SOFT class for `ncpu` CPU ids, with every CPU's rows.
     pub fn new(ncpu: u32) -> KResult<SoftClass> {
-        let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            Ok(SoftCpu {
-                rows: KVec::from_fn(SOFT_NPMCS as usize, Wait::WaitOk, |_| SoftRow::default())?,
-                configured: AtomicU32::new(0),
-            })
-        })?;
+        let cpus = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| Default::default())?;
         Ok(SoftClass { cpus })
     }
 
-    fn cpu(&self, cpu: u32) -> KResult<&SoftCpu> {
+    fn cpu(&self, cpu: u32) -> KResult<&[SoftRow; SOFT_NPMCS as usize]> {
         self.cpus.get(cpu as usize).ok_or(EINVAL)
     }
 
-    /// A CPU's row `ri`, with the row's bit in the CPU's mask.
-    fn row(&self, cpu: u32, ri: u32) -> KResult<(&SoftCpu, &SoftRow, u32)> {
-        let c = self.cpu(cpu)?;
-        let row = c.rows.get(ri as usize).ok_or(EINVAL)?;
-        // ri < SOFT_NPMCS (16): the row exists.
-        Ok((c, row, 1 << ri))
+    /// A CPU's row `ri`.
+    #[inline]
+    fn row(&self, cpu: u32, ri: u32) -> KResult<&SoftRow> {
+        self.cpu(cpu)?.get(ri as usize).ok_or(EINVAL)
     }
 
     fn registered(ev: u32) -> bool {
         kpi::kern_pmc::soft_event_registered(ev)
+    }
+
+    /// A software event fired on `cpu` (PMC_FN_SOFT_SAMPLING), in
+    /// interrupt context (`pmc_soft_intr`): each running PMC of the event
+    /// on the CPU's rows counts it, and a sampler that reaches its count
+    /// takes a sample through `sink`. Returns whether a PMC used it.
+    /// `pmcs` are the PMCs on the class's rows of `cpu`. Called by the
+    /// core's hook directly, as FreeBSD's `pmc_soft_intr` is (out of line,
+    /// so that benchmarks can attribute its instructions).
+    #[inline(never)]
+    pub(crate) fn soft_event<S: IntrSink>(
+        &self,
+        cpu: u32,
+        ev: u32,
+        pmcs: &RowPmcs<'_>,
+        sink: &S,
+    ) -> bool {
+        let (Ok(rows), Some(pmc_rows)) = (self.cpu(cpu), pmcs.first::<{ SOFT_NPMCS as usize }>())
+        else {
+            return false;
+        };
+        let mut used = false;
+        // Only the rows that have a PMC (of the class's SOFT_NPMCS, which
+        // lets the compiler see each index in range).
+        let mut left = pmcs.occupied() & ((1 << SOFT_NPMCS) - 1);
+        while left != 0 {
+            let ri = left.trailing_zeros();
+            left &= left - 1;
+            let (Some(row), Some(pm)) = (
+                rows.get(ri as usize),
+                pmc_rows.get(ri as usize).and_then(|r| r.pmc()),
+            ) else {
+                continue;
+            };
+            if pm.event != ev || row.is_stalled() {
+                continue;
+            }
+            // The state without the PMC's lock, as FreeBSD reads it: a
+            // stop that comes after is seen below, should the row stall.
+            if !pm.running_unlocked() {
+                continue;
+            }
+            used = true;
+            if !row.count(!pm.mode.is_counting(), pm) || sink.sample(pm, cpu) {
+                continue;
+            }
+            give_back(
+                row.state
+                    .swap(u64::from(pm.event) | STALLED, Ordering::AcqRel),
+            );
+            // start and stop take no lock of ours: a stop since the
+            // state was read above cleared the flag before it was set.
+            // A stopped PMC's row is not left stalled.
+            if pm.state() != PmcState::Running {
+                row.state.fetch_and(!STALLED, Ordering::AcqRel);
+            }
+        }
+        if used {
+            sink.processed();
+        } else {
+            sink.ignored();
+        }
+        used
     }
 }
 
@@ -181,19 +252,14 @@ impl PmcClassDep for SoftClass {
         name
     }
     fn pcpu_init(&self, cpu: u32) -> KResult<()> {
-        let c = self.cpu(cpu)?;
-        for row in c.rows.iter() {
+        for row in self.cpu(cpu)? {
             row.value.store(0, Ordering::Relaxed);
-            row.stalled.store(false, Ordering::Relaxed);
+            row.state.store(0, Ordering::Release);
         }
-        c.configured.store(0, Ordering::Release);
         Ok(())
     }
-    fn pcpu_fini(&self, cpu: u32) {
+    fn pcpu_fini(&self, _cpu: u32) {
         // The core unconfigured every row before: nothing holds an event.
-        if let Ok(c) = self.cpu(cpu) {
-            c.configured.store(0, Ordering::Release);
-        }
     }
     fn allocate_pmc(&self, _cpu: u32, _ri: u32, req: &AllocRequest<'_>) -> KResult<()> {
         if req.raw.pm_class != PmcClass::Soft.raw() || !req.caps.intersects(SOFT_CAPS) {
@@ -206,114 +272,62 @@ impl PmcClassDep for SoftClass {
         Ok(())
     }
     fn config_pmc(&self, cpu: u32, ri: u32, pm: Option<&KArc<Pmc>>) -> KResult<()> {
-        let (c, row, bit) = self.row(cpu, ri)?;
         // A row is stopped before it is unconfigured; should it still
         // hold its event, it gives it back now.
-        if c.is_configured(ri as usize) {
-            row.disarm(row.event.load(Ordering::Relaxed));
-        }
-        row.armed.store(false, Ordering::Release);
-        row.stalled.store(false, Ordering::Release);
-        match pm {
-            Some(pm) => {
-                row.event.store(pm.event, Ordering::Relaxed);
-                c.configured.fetch_or(bit, Ordering::AcqRel);
-            }
-            None => {
-                c.configured.fetch_and(!bit, Ordering::AcqRel);
-            }
-        }
+        self.row(cpu, ri)?.configure(pm.map(|pm| pm.event));
         Ok(())
     }
     fn read_pmc(&self, cpu: u32, ri: u32) -> KResult<u64> {
-        let (_, row, _) = self.row(cpu, ri)?;
-        Ok(row.value.load(Ordering::Relaxed))
+        Ok(self.row(cpu, ri)?.value.load(Ordering::Relaxed))
     }
     fn write_pmc(&self, cpu: u32, ri: u32, value: u64) -> KResult<()> {
-        let (_, row, _) = self.row(cpu, ri)?;
-        row.value.store(value, Ordering::Relaxed);
+        self.row(cpu, ri)?.value.store(value, Ordering::Relaxed);
         Ok(())
     }
     fn start_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        self.row(cpu, ri)?.1.start(pm.event)
+        self.row(cpu, ri)?.start(pm.event)
     }
-    fn stop_pmc(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        self.row(cpu, ri)?.1.stop(pm.event);
+    fn stop_pmc(&self, cpu: u32, ri: u32, _pm: &Pmc) -> KResult<()> {
+        self.row(cpu, ri)?.stop();
         Ok(())
     }
     fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
-        // config_pmc, write_pmc and start_pmc.
-        let Ok((c, row, bit)) = self.row(cpu, ri) else {
+        // config_pmc, write_pmc and start_pmc: the row was unconfigured
+        // by the last switch-out, so the start takes the event's use.
+        let Ok(row) = self.row(cpu, ri) else {
             return;
         };
-        // The row is empty at a switch-in; should it hold an armed PMC,
-        // that gives its event back, as config_pmc does.
-        if c.configured.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-            row.disarm(row.event.load(Ordering::Relaxed));
-        }
-        row.event.store(pm.event, Ordering::Relaxed);
         row.value.store(value, Ordering::Relaxed);
-        let _ = row.start(pm.event);
+        let armed = if kpi::kern_pmc::soft_event_running(pm.event, 1) {
+            ARMED
+        } else {
+            0
+        };
+        // Should the row still hold a use, it gives it back, as
+        // config_pmc does.
+        give_back(
+            row.state
+                .swap(u64::from(pm.event) | armed, Ordering::AcqRel),
+        );
     }
-    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> KResult<u64> {
-        // stop_pmc, read_pmc and config_pmc(None).
-        let (c, row, bit) = self.row(cpu, ri)?;
-        row.stop(pm.event);
-        c.configured.fetch_and(!bit, Ordering::AcqRel);
-        Ok(row.value.load(Ordering::Relaxed))
+    fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
+        // stop_pmc, read_pmc and config_pmc(None): the row keeps only its
+        // event, neither armed nor stalled.
+        let row = self.row(cpu, ri).ok()?;
+        give_back(row.state.swap(u64::from(pm.event), Ordering::AcqRel));
+        Some(row.value.load(Ordering::Relaxed))
     }
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())
     }
-    fn soft_event(&self, cpu: u32, ev: u32, pmcs: &RowPmcs<'_>, sink: &dyn IntrSink) -> bool {
-        let Ok(c) = self.cpu(cpu) else {
-            return false;
-        };
-        let mut used = false;
-        let mut left = c.configured.load(Ordering::Acquire);
-        while left != 0 {
-            let ri = left.trailing_zeros();
-            left &= left - 1;
-            let (Some(row), Some(pm)) = (c.rows.get(ri as usize), pmcs.get(ri)) else {
-                continue;
-            };
-            if pm.event != ev || row.stalled.load(Ordering::Acquire) {
-                continue;
-            }
-            // The state without the PMC's lock, as FreeBSD reads it: a
-            // stop that comes after is seen below, should the row stall.
-            if !pm.running_unlocked() {
-                continue;
-            }
-            used = true;
-            if !row.count(!pm.mode.is_counting(), pm) || sink.sample(pm, cpu) {
-                continue;
-            }
-            row.stalled.store(true, Ordering::Release);
-            row.disarm(pm.event);
-            // start and stop take no lock of ours: a stop since the
-            // state was read above cleared the flag before it was set.
-            // A stopped PMC's row is not left stalled.
-            if pm.state() != PmcState::Running {
-                row.stalled.store(false, Ordering::Release);
-            }
-        }
-        if used {
-            sink.processed();
-        } else {
-            sink.ignored();
-        }
-        used
-    }
-
     fn rows_on_event(&self, event: u32) -> (u32, u32) {
+        // A row without a PMC is neither armed nor stalled.
         let (mut armed, mut stalled) = (0, 0);
-        for c in self.cpus.iter() {
-            for (ri, row) in c.rows.iter().enumerate() {
-                if c.is_configured(ri) && row.event.load(Ordering::Relaxed) == event {
-                    armed += row.armed.load(Ordering::Acquire) as u32;
-                    stalled += row.stalled.load(Ordering::Acquire) as u32;
-                }
+        for row in self.cpus.iter().flat_map(|c| c.iter()) {
+            let state = row.state.load(Ordering::Acquire);
+            if state & EVENT == u64::from(event) {
+                armed += (state & ARMED != 0) as u32;
+                stalled += (state & STALLED != 0) as u32;
             }
         }
         (armed, stalled)
@@ -321,15 +335,15 @@ impl PmcClassDep for SoftClass {
 
     fn stalled(&self, cpu: u32) -> bool {
         self.cpu(cpu)
-            .is_ok_and(|c| c.rows.iter().any(|row| row.stalled.load(Ordering::Acquire)))
+            .is_ok_and(|rows| rows.iter().any(SoftRow::is_stalled))
     }
 
     fn unstall(&self, cpu: u32, pmcs: &RowPmcs<'_>) {
-        let Ok(c) = self.cpu(cpu) else {
+        let Ok(rows) = self.cpu(cpu) else {
             return;
         };
-        for (ri, row) in c.rows.iter().enumerate() {
-            if !row.stalled.load(Ordering::Acquire) {
+        for (ri, row) in rows.iter().enumerate() {
+            if !row.is_stalled() {
                 continue;
             }
             // Only a PMC that runs takes its event back. A stopped one
@@ -341,16 +355,35 @@ impl PmcClassDep for SoftClass {
             else {
                 continue;
             };
-            row.stalled.store(false, Ordering::Release);
-            if !row.armed.swap(true, Ordering::AcqRel) {
+            let old = row
+                .state
+                .swap(u64::from(pm.event) | ARMED, Ordering::AcqRel);
+            if old & ARMED == 0 {
                 kpi::kern_pmc::soft_event_running(pm.event, 1);
             }
             // A stop since the state was read found the row not yet
             // armed (stop takes no lock of ours): give the event back.
             if pm.state() != PmcState::Running {
-                row.disarm(pm.event);
+                row.disarm();
             }
         }
+    }
+}
+
+/// The SOFT class as the core's classes hold it: the same class, which the
+/// core also keeps by its type (for [`SoftClass::soft_event`]).
+#[derive(Debug)]
+pub struct SoftDep(pub KArc<SoftClass>);
+
+impl PmcClassDep for SoftDep {
+    crate::forward_class_common!();
+    crate::forward_class! {
+        caps() -> PmcCaps;
+        get_caps(ri: u32) -> PmcCaps;
+        shareable() -> bool;
+        switch_in(cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) -> ();
+        switch_out(cpu: u32, ri: u32, pm: &Pmc) -> Option<u64>;
+        rows_on_event(event: u32) -> (u32, u32);
     }
 }
 
@@ -424,7 +457,7 @@ mod tests {
         soft.switch_in(0, 3, &pm, 7);
         assert_eq!(taken(&locks, &m), softs(1), "switch-in");
         let locks = m.lock_acquisitions();
-        assert_eq!(soft.switch_out(0, 3, &pm), Ok(7));
+        assert_eq!(soft.switch_out(0, 3, &pm), Some(7));
         assert_eq!(taken(&locks, &m), softs(1), "switch-out");
         assert_eq!(m.kmem_calls(), allocs, "allocations");
         assert_eq!(running(), Some(0));

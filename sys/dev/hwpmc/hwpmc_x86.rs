@@ -10,14 +10,14 @@ use kpi::malloc::{KVec, Wait};
 use kpi::nmi::NmiSlot;
 use uapi::pmc::{PMC_NAME_MAX, PmcCaps, PmcCputype, set_c_field_str};
 
-use crate::ops::width_mask;
 use crate::{MachineDep, Pmc};
 
-/// What a counter of `width` bits is written with for `value`: the count
-/// itself for a counting PMC; for a sampling one (`value` its reload
-/// count) 2^width - value, so that it overflows after that many events.
-pub(crate) fn to_perfctr(sampling: bool, value: u64, width: u32) -> u64 {
-    let mask = width_mask(width);
+/// What a counter of the width of `mask` (its bits set: see
+/// [`crate::ops::width_mask`]) is written with for `value`: the count itself for a
+/// counting PMC; for a sampling one (`value` its reload count)
+/// 2^width - value, so that it overflows after that many events.
+#[inline]
+pub(crate) fn to_perfctr(sampling: bool, value: u64, mask: u64) -> u64 {
     if sampling {
         mask.wrapping_add(1).wrapping_sub(value) & mask
     } else {
@@ -25,15 +25,15 @@ pub(crate) fn to_perfctr(sampling: bool, value: u64, width: u32) -> u64 {
     }
 }
 
-/// What a counter of `width` bits read as `raw` means: the count of a
-/// counting PMC; for a sampling one the events left before it overflows,
-/// 0 once it has (its top bit is clear again).
-pub(crate) fn from_perfctr(sampling: bool, raw: u64, width: u32) -> u64 {
-    let mask = width_mask(width);
+/// What a counter of the width of `mask` read as `raw` means: the count
+/// of a counting PMC; for a sampling one the events left before it
+/// overflows, 0 once it has (its top bit is clear again).
+#[inline]
+pub(crate) fn from_perfctr(sampling: bool, raw: u64, mask: u64) -> u64 {
     let v = raw & mask;
     if !sampling {
         v
-    } else if v >> (width - 1) & 1 == 0 {
+    } else if v & !(mask >> 1) == 0 {
         0
     } else {
         mask - v + 1
@@ -149,14 +149,20 @@ pub fn md_finalize(cputype: PmcCputype) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::width_mask;
 
     #[test]
     fn reload_conversions() {
-        assert_eq!(to_perfctr(true, 1, 48), (1 << 48) - 1);
-        assert_eq!(to_perfctr(true, 65536, 48), (1 << 48) - 65536);
-        assert_eq!(from_perfctr(true, (1 << 48) - 65536, 48), 65536);
-        assert_eq!(from_perfctr(true, 5, 48), 0, "overflowed");
-        assert_eq!(to_perfctr(false, 1 << 50 | 7, 48), 7, "counting: masked");
-        assert_eq!(from_perfctr(false, 5, 48), 5);
+        let m = width_mask(48);
+        assert_eq!(to_perfctr(true, 1, m), (1 << 48) - 1);
+        assert_eq!(to_perfctr(true, 65536, m), (1 << 48) - 65536);
+        assert_eq!(from_perfctr(true, (1 << 48) - 65536, m), 65536);
+        assert_eq!(from_perfctr(true, 5, m), 0, "overflowed");
+        assert_eq!(from_perfctr(true, 1 << 47, m), 1 << 47, "top bit set");
+        assert_eq!(to_perfctr(false, 1 << 50 | 7, m), 7, "counting: masked");
+        assert_eq!(from_perfctr(false, 5, m), 5);
+        let m = width_mask(64);
+        assert_eq!(to_perfctr(true, 3, m), u64::MAX - 2);
+        assert_eq!(from_perfctr(true, u64::MAX - 2, m), 3);
     }
 }

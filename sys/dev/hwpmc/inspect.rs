@@ -83,16 +83,19 @@ impl Hwpmc {
 
     /// The first row of `cpu` holding a process PMC that the switch-out
     /// would not visit, or a row it would visit that holds a system
-    /// PMC, if any.
+    /// PMC, or a row whose bit in the mask of rows with a PMC (which the
+    /// interrupt paths walk) is wrong, if any.
     pub fn loaded_mask_mismatch(&self, cpu: u32) -> Option<u32> {
         let rows = self.pcpu.get(cpu as usize)?.lock();
         (0..rows.len()).map(|ri| ri as u32).find(|&ri| {
             let bit = rows.loaded >> ri & 1 == 1;
-            match rows[ri as usize].pmc.as_ref() {
+            let pmc = rows[ri as usize].pmc.as_ref();
+            let wrong = match pmc {
                 Some(pm) if pm.mode.is_virtual() => !bit,
                 Some(_) => bit,
                 None => false,
-            }
+            };
+            wrong || (rows.occupied >> ri & 1 == 1) != pmc.is_some()
         })
     }
 }

@@ -501,6 +501,7 @@ impl Hwpmc {
                 cpu,
                 owner: me,
                 md: pa.pm_md,
+                md_config: dep.md_config(&req),
                 alloc_flags: pflags,
                 vals: kpi::sync::SpinMutex::new(
                     c"pmc-pool",
@@ -543,14 +544,13 @@ impl Hwpmc {
         if mode.is_system() {
             let _bind = kpi::cpu::bind(cpu);
             let mut rows = self.pcpu[cpu as usize].lock();
-            let row = &mut rows[ri as usize];
-            if !row.enabled || dep.config_pmc(cpu, adjri, Some(&pmc)).is_err() {
+            if !rows[ri as usize].enabled || dep.config_pmc(cpu, adjri, Some(&pmc)).is_err() {
                 drop(rows);
                 let _ = dep.release_pmc(cpu, adjri, &pmc);
                 self.maybe_remove_owner(core, owner);
                 return Err(EPERM);
             }
-            row.pmc = Some(pmc.clone());
+            rows.put_system(ri, &pmc);
             core.rowdisp[ri as usize] -= 1;
         } else {
             core.rowdisp[ri as usize] += 1;
@@ -1134,10 +1134,10 @@ impl Hwpmc {
                 let _ = dep.stop_pmc(cpu, adjri, &pm);
             }
             let mut rows = self.pcpu[cpu as usize].lock();
-            let row = &mut rows[pm.ri as usize];
+            let row = &rows[pm.ri as usize];
             if row.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)) {
                 let _ = dep.config_pmc(cpu, adjri, None);
-                row.pmc = None;
+                rows.clear(pm.ri);
             }
             drop(rows);
             if pm.mode == PmcMode::Ss && was == PmcState::Running {

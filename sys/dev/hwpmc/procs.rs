@@ -118,14 +118,6 @@ impl PmcProcess {
         self.slots[ri].pmc.take()
     }
 
-    /// The descriptor of thread `tid`.
-    pub fn thread_mut(&mut self, tid: u32) -> Option<&mut PmcThread> {
-        self.threads
-            .iter_mut()
-            .find(|t| t.tid == tid)
-            .map(|t| &mut **t)
-    }
-
     /// A descriptor with `npmc` empty slots and no thread descriptors.
     pub fn new(npmc: u32, wait: Wait) -> KResult<PmcProcess> {
         Ok(PmcProcess {
@@ -156,25 +148,32 @@ impl<T> Prepared<T> {
     }
 }
 
-/// A hash of values by pid with `kern.hwpmc.hashsize` chains.
+/// A hash of values by pid with as many chains as hashinit(9) makes of
+/// `kern.hwpmc.hashsize`: the largest power of two not above it, so that a
+/// chain is chosen with a mask.
 #[derive(Debug)]
 pub(crate) struct PidHash<T> {
     buckets: KVec<Option<KBox<Node<T>>>>,
+    /// The number of chains less one (`hashmask`).
+    mask: usize,
     len: usize,
 }
 
 impl<T> PidHash<T> {
-    /// An empty hash of `size` chains.
+    /// An empty hash for `size` entries (hashinit(9)'s `elements`).
     pub fn new(size: u32, wait: Wait) -> KResult<PidHash<T>> {
+        let chains = 1usize << size.max(1).ilog2();
         Ok(PidHash {
-            buckets: KVec::from_fn(size.max(1) as usize, wait, |_| None)?,
+            buckets: KVec::from_fn(chains, wait, |_| None)?,
+            mask: chains - 1,
             len: 0,
         })
     }
 
+    #[inline]
     fn bucket(&self, pid: Pid) -> usize {
         // Fibonacci hashing spreads consecutive pids.
-        (pid.wrapping_mul(0x9E37_79B9) as usize) % self.buckets.len()
+        pid.wrapping_mul(0x9E37_79B9) as usize & self.mask
     }
 
     /// Allocates the node for `value` without touching the hash.
@@ -248,15 +247,21 @@ impl Hwpmc {
     // ----- context switches ---------------------------------------------
 
     /// `pmc_process_csw_in`: loads the running PMCs of the incoming
-    /// thread's process on this CPU.
+    /// thread's process on this CPU. Kept out of the hook's dispatch, so
+    /// that the switch paths have frames of their own size.
+    #[inline(never)]
     pub(crate) fn csw_in(&self) {
         let cpu = kpi::cpu::curcpu();
         let pid = kpi::proc::curproc();
         pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let Some(pp) = procs.get_mut(pid) else { return };
-        // The owner may read its counters with RDPMC while it runs.
-        self.md_switch(pp.msr_access);
+        // The owner may read its counters with RDPMC while it runs; every
+        // switch-out turns that off again (as FreeBSD's core_switch_in and
+        // core_switch_out do).
+        if pp.msr_access {
+            self.md_switch(true);
+        }
         let PmcProcess {
             slots,
             threads,
@@ -264,18 +269,27 @@ impl Hwpmc {
             ..
         } = pp;
         let mut guard = self.pcpu[cpu as usize].lock();
-        let CpuRows { rows, loaded } = &mut *guard;
-        // Only the rows the process has a PMC on.
+        let CpuRows {
+            rows,
+            loaded,
+            occupied,
+        } = &mut *guard;
+        // Only the rows the process has a PMC on (both have npmc rows).
+        let n = slots.len().min(rows.len());
+        let (slots, rows) = (&mut slots[..n], &mut rows[..n]);
         let mut left = *attached;
+        let mut now = 0;
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let (Some(slot), Some(row)) = (slots.get_mut(ri), rows.get_mut(ri)) {
                 if self.load_row(cpu, pid, ri, slot, row, threads) {
-                    *loaded |= 1 << ri;
+                    now |= 1 << ri;
                 }
             }
         }
+        *loaded |= now;
+        *occupied |= now;
     }
 
     /// Loads the PMC of a process's row on this CPU's row `ri`.
@@ -293,67 +307,84 @@ impl Hwpmc {
         let Some(pm) = pmc.as_ref() else {
             return false;
         };
-        let Some((dep, adjri)) = self.ri_to_class(ri as u32) else {
+        let Some(cls) = self.ri_to_slot(ri as u32) else {
             return false;
         };
-        let (state, reloadcount, savedvalue) = pm.update(|v| {
-            if v.state == PmcState::Running {
-                v.runcount += 1;
-                kassert!(
-                    v.runcount <= self.ncpu,
-                    "PMC {:#x} running on {} CPUs",
-                    pm.id,
-                    v.runcount
-                );
+        let ts = pm.mode == PmcMode::Ts;
+        // One acquisition of the PMC's lock: the run count, and the value
+        // to start from (a sampling PMC's reload count, or a counting
+        // one's total).
+        let start = pm.update(|v| {
+            if v.state != PmcState::Running {
+                return None;
             }
-            (v.state, v.reloadcount, v.savedvalue)
+            v.runcount += 1;
+            kassert!(
+                v.runcount <= self.ncpu,
+                "PMC {:#x} running on {} CPUs",
+                pm.id,
+                v.runcount
+            );
+            Some(if ts { v.reloadcount } else { v.savedvalue })
         });
-        if state != PmcState::Running {
+        let Some(mut value) = start else {
             return false;
-        }
-        let value = if pm.mode == PmcMode::Ts {
+        };
+        if ts {
             // A thread resumes its own count; a thread the driver has no
             // descriptor for uses the process's.
+            let reloadcount = value;
             let tid = kpi::proc::curthread();
             let left = match threads.iter_mut().find(|t| t.tid == tid) {
                 Some(t) => core::mem::take(&mut t.vals[ri]),
                 None => core::mem::replace(pmcval, reloadcount),
             };
-            match left {
+            value = match left {
                 ARMED_AT_ZERO => 0,
                 0 => reloadcount,
                 left => left,
-            }
-        } else {
-            savedvalue
-        };
+            };
+        }
         row.saved = value;
         row.pid = pid;
         row.pmc = Some(pm.clone());
-        dep.switch_in(cpu, adjri, pm, value);
+        cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value);
         true
     }
 
     /// `pmc_process_csw_out`: takes process PMCs off this CPU, adding what
     /// they counted to the PMC's total and to the process's own count.
     /// (FreeBSD drains the sample rings at the next clock tick, not here.)
+    #[inline(never)]
     pub(crate) fn csw_out(&self) {
         let cpu = kpi::cpu::curcpu();
         let pid = kpi::proc::curproc();
         pmcdbg!(self.debug, "csw", "swo", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
-        let mut pp = procs.get_mut(pid);
+        // The process's rows and threads, if it is still a target.
+        let mut pp = procs
+            .get_mut(pid)
+            .map(|pp| (&mut pp.slots[..], &mut pp.threads[..]));
         let mut guard = self.pcpu[cpu as usize].lock();
         // Only the rows a switch-in loaded.
-        let CpuRows { rows, loaded } = &mut *guard;
+        let CpuRows {
+            rows,
+            loaded,
+            occupied,
+        } = &mut *guard;
         let mut left = core::mem::take(loaded);
+        let mut gone = 0;
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let Some(row) = rows.get_mut(ri) {
-                self.unload_row(cpu, pid, ri, row, pp.as_deref_mut());
+                let pp = pp.as_mut().map(|(s, t)| (&mut **s, &mut **t));
+                if self.unload_row(cpu, pid, ri, row, pp) {
+                    gone |= 1 << ri;
+                }
             }
         }
+        *occupied &= !gone;
         self.md_switch(false);
     }
 
@@ -369,7 +400,9 @@ impl Hwpmc {
         let _ = user_rdpmc;
     }
 
-    /// Takes the process PMC on this CPU's row `ri` off.
+    /// Takes the process PMC on this CPU's row `ri` off; true when the row
+    /// was emptied. `pp` is the process's rows and thread descriptors, if
+    /// it is still a target.
     #[inline]
     fn unload_row(
         &self,
@@ -377,26 +410,29 @@ impl Hwpmc {
         pid: Pid,
         ri: usize,
         row: &mut PhwRow,
-        pp: Option<&mut PmcProcess>,
-    ) {
+        pp: Option<(&mut [PpSlot], &mut [KBox<PmcThread>])>,
+    ) -> bool {
         // A row whose PMC was released since the switch-in is empty, and
         // may have been given to a system PMC since.
-        let Some(pm) = row.pmc.as_ref().filter(|pm| pm.mode.is_virtual()) else {
-            return;
+        let Some(pm) = row.pmc.take_if(|pm| pm.mode.is_virtual()) else {
+            return false;
         };
-        let Some(slot) = self.ri_to_slot(ri as u32) else {
-            return;
+        let Some(cls) = self.ri_to_slot(ri as u32) else {
+            row.pmc = Some(pm);
+            return false;
         };
-        let (dep, adjri) = (&*slot.dep, ri as u32 - slot.first_ri);
-        let hw = dep.switch_out(cpu, adjri, pm).unwrap_or(row.saved);
+        let hw = cls
+            .dep
+            .switch_out(cpu, ri as u32 - cls.first_ri, &pm)
+            .unwrap_or(row.saved);
         // The process's own row, if this PMC is still attached to it.
-        let mine = pp.filter(|pp| {
-            pp.slots[ri]
-                .pmc
-                .as_ref()
-                .is_some_and(|c| KArc::ptr_eq(c, pm))
+        let mine = pp.and_then(|(slots, threads)| {
+            let slot = slots
+                .get_mut(ri)
+                .filter(|s| s.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)))?;
+            Some((slot, threads))
         });
-        let delta = (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & slot.width_mask);
+        let delta = (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & cls.width_mask);
         // One acquisition of the PMC's lock, as FreeBSD's one
         // mtx_pool_lock_spin: the run count, and what it counted.
         let attached = mine.is_some();
@@ -413,39 +449,45 @@ impl Hwpmc {
             }
             (deleted, v.flags)
         });
-        if let (false, Some(pp)) = (deleted, mine) {
+        if let (false, Some((slot, threads))) = (deleted, mine) {
             if pm.mode == PmcMode::Ts {
                 // The remaining count belongs to the thread.
                 let tid = kpi::proc::curthread();
                 // A counter switched out at zero samples on its next
                 // event; 0 in a descriptor means "nothing saved".
                 let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
-                match pp.thread_mut(tid) {
+                match threads.iter_mut().find(|t| t.tid == tid) {
                     Some(t) => t.vals[ri] = saved,
-                    None => pp.slots[ri].pmcval = saved,
+                    None => slot.pmcval = saved,
                 }
             }
             if let Some(delta) = delta {
-                let slot = &mut pp.slots[ri];
                 slot.pmcval = slot.pmcval.wrapping_add(delta);
                 if flags.contains(PmcFlags::LOG_PROCCSW) {
-                    if let Some(log) = pm.log() {
-                        let tid = kpi::proc::curthread();
-                        let body = PmclogBody::Proccsw {
-                            value: delta,
-                            pmcid: pm.id,
-                            pid,
-                            tid,
-                        };
-                        let _ = log.emit(&PmclogRecord {
-                            tsc: kpi::time::rdtsc(),
-                            body,
-                        });
-                    }
+                    self.log_proccsw(&pm, pid, delta);
                 }
             }
         }
-        row.pmc = None;
+        true
+    }
+
+    /// A PROCCSW record of what `pm` counted for `pid` in the slice that
+    /// ended.
+    #[cold]
+    fn log_proccsw(&self, pm: &Pmc, pid: Pid, delta: u64) {
+        if let Some(log) = pm.log() {
+            let tid = kpi::proc::curthread();
+            let body = PmclogBody::Proccsw {
+                value: delta,
+                pmcid: pm.id,
+                pid,
+                tid,
+            };
+            let _ = log.emit(&PmclogRecord {
+                tsc: kpi::time::rdtsc(),
+                body,
+            });
+        }
     }
 
     /// Takes process PMC `pm` off every CPU where it is loaded (only
@@ -469,8 +511,7 @@ impl Hwpmc {
             let _bind = kpi::cpu::bind(cpu);
             let _ = dep.stop_pmc(cpu, adjri, pm);
             let _ = dep.config_pmc(cpu, adjri, None);
-            row.pmc = None;
-            rows.unloaded(pm.ri);
+            rows.clear(pm.ri);
             pm.update(|v| {
                 kassert!(
                     v.runcount > 0,
@@ -842,6 +883,34 @@ mod tests {
         assert_eq!(h.get(8), Some(&80));
         assert_eq!(h.get(5), Some(&50));
         assert_eq!(h.len(), 3);
+        drop(h);
+        assert_eq!(m.kmem_live().0, 0);
+    }
+
+    #[test]
+    fn chains_are_a_power_of_two_as_hashinit_makes() {
+        let m = ksim::Machine::new(ksim::MachineConfig::default());
+        let _e = m.enter();
+        for (size, chains) in [
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (1000, 512),
+            (1024, 1024),
+            (1025, 1024),
+        ] {
+            let h: PidHash<u32> = PidHash::new(size, Wait::WaitOk).unwrap();
+            assert_eq!((h.buckets.len(), h.mask), (chains, chains - 1), "{size}");
+        }
+        // Consecutive pids fall in different chains.
+        let mut h: PidHash<u32> = PidHash::new(64, Wait::WaitOk).unwrap();
+        let mut seen = 0u64;
+        for pid in 100..164 {
+            seen |= 1 << h.bucket(pid);
+            h.insert(PidHash::prepare(pid, pid, Wait::WaitOk).unwrap());
+        }
+        assert_eq!(seen, u64::MAX);
+        assert!((100..164).all(|pid| h.get(pid) == Some(&pid)));
         drop(h);
         assert_eq!(m.kmem_live().0, 0);
     }

@@ -178,16 +178,16 @@ impl Hwpmc {
                 }
                 (n, flags.contains(PmcFlags::USERCALLCHAIN) && n < depth)
             };
-            *meta = SampleMeta {
-                key,
-                pid: kpi::proc::curproc(),
-                tid: kpi::proc::curthread(),
-                user: intr.user_mode,
-                pending,
-                tsc: kpi::time::rdtsc(),
-                npc,
-                notify: in_ring,
-            };
+            // Field by field, each value stored as it is read (the slot
+            // is the producer's).
+            meta.key = key;
+            meta.pid = kpi::proc::curproc();
+            meta.tid = kpi::proc::curthread();
+            meta.tsc = kpi::time::rdtsc();
+            meta.user = intr.user_mode;
+            meta.pending = pending;
+            meta.npc = npc;
+            meta.notify = in_ring;
             // Counted before it is published: taken never trails what the
             // consumers count.
             self.sample_stats.taken.fetch_add(1, Ordering::Relaxed);
@@ -308,7 +308,8 @@ impl Hwpmc {
         };
         let rows = rows.lock();
         for slot in self.classes.iter() {
-            slot.dep.unstall(cpu, &RowPmcs::new(&rows, slot.first_ri));
+            slot.dep
+                .unstall(cpu, &RowPmcs::new(&rows, slot.first_ri, slot.num));
         }
     }
 

@@ -1,6 +1,7 @@
 //! CPUs: `curcpu`, `mp_maxid`, `CPU_ABSENT` and halted CPUs.
 
 /// The CPU the current thread runs on (`curcpu`).
+#[inline]
 pub fn curcpu() -> u32 {
     crate::backend::curcpu()
 }

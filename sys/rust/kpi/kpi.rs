@@ -226,6 +226,7 @@ pub mod kern_pmc {
     }
     /// Whether a software event with `code` is registered
     /// (`pmc_soft_ev_acquire`); allocates nothing.
+    #[inline]
     pub fn soft_event_registered(code: u32) -> bool {
         super::backend::soft_event_registered(code)
     }
@@ -234,6 +235,7 @@ pub mod kern_pmc {
     /// changed, when no event with `code` is registered. One acquisition
     /// of the kernel's soft-event lock, as `soft_start_pmc` makes;
     /// allocates nothing.
+    #[inline]
     pub fn soft_event_running(code: u32, delta: i32) -> bool {
         super::backend::soft_event_running(code, delta)
     }
@@ -260,6 +262,7 @@ pub mod kern_pmc {
     /// Tells hardclock that `cpu` has samples to process
     /// (`DPCPU_SET(pmc_sampled, 1)`), which makes it call the hook with
     /// [`crate::hooks::Hook::DoSamples`].
+    #[inline]
     pub fn set_cpu_sampled(cpu: u32) {
         super::backend::set_cpu_sampled(cpu);
     }

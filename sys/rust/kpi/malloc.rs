@@ -461,7 +461,9 @@ impl<T> KArc<T> {
 impl<T> Clone for KArc<T> {
     fn clone(&self) -> Self {
         let old = self.shared().refs.fetch_add(1, Ordering::Relaxed);
-        assert!(old < MAX_REFS, "KArc reference count overflow");
+        // As alloc::sync::Arc: a count past isize::MAX is a leak of
+        // references (the test is of the sign bit).
+        assert!(old <= MAX_REFS, "KArc reference count overflow");
         KArc {
             inner: self.inner,
             _owns: PhantomData,

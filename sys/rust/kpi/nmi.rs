@@ -39,18 +39,18 @@ impl<T> NmiSlot<T> {
         }
     }
 
-    fn check_cpu(&self, what: &str) {
+    #[inline]
+    fn check_cpu(&self, what: &'static str) {
         let cur = crate::cpu::curcpu();
-        crate::kassert!(
-            cur == self.cpu,
-            "NmiSlot of CPU {} used ({what}) on CPU {cur}",
-            self.cpu
-        );
+        if crate::INVARIANTS && cur != self.cpu {
+            wrong_cpu(self.cpu, cur, what);
+        }
     }
 
     /// Puts `value` in the slot (its own reference) and gives back what
     /// the slot held, for the caller to drop outside NMI context. Runs on
     /// the slot's CPU.
+    #[inline]
     pub fn replace(&self, value: Option<KArc<T>>) -> Option<KArc<T>> {
         self.check_cpu("replace");
         let busy = self.writing.swap(true, Ordering::Acquire);
@@ -71,6 +71,7 @@ impl<T> NmiSlot<T> {
 
     /// Runs `f` on the reference in the slot, if there is one, taking no
     /// lock and no count: for the NMI handler of the slot's CPU.
+    #[inline]
     pub fn with<R>(&self, f: impl FnOnce(Option<&KArc<T>>) -> R) -> R {
         self.check_cpu("with");
         if !self.present.load(Ordering::SeqCst) {
@@ -83,6 +84,16 @@ impl<T> NmiSlot<T> {
         // reader interrupted does not go on until the reader ends).
         f(unsafe { (*self.cell.get()).as_ref() })
     }
+}
+
+/// The failure of [`NmiSlot::check_cpu`], out of line: the check costs its
+/// caller only the comparison.
+#[cold]
+#[inline(never)]
+fn wrong_cpu(slot: u32, cur: u32, what: &str) -> ! {
+    crate::kassert_failed(format_args!(
+        "NmiSlot of CPU {slot} used ({what}) on CPU {cur}"
+    ))
 }
 
 // SAFETY: the slot owns a KArc<T>, which may be sent when T is Send +

@@ -60,11 +60,13 @@ impl ProcState {
 }
 
 /// The current thread (`curthread`).
+#[inline]
 pub fn curthread() -> Tid {
     crate::backend::curthread()
 }
 
 /// The current process (`curproc`).
+#[inline]
 pub fn curproc() -> Pid {
     crate::backend::curproc()
 }

@@ -11,9 +11,12 @@
 //!
 //! Two counters, which only grow (64 bits: they never wrap): `prod`, the
 //! entries published, written only by the producer, and `cons`, the
-//! entries given back, written only by the consumers. Entry `k` lives in
-//! slot `k % n`; the entries in `cons..prod` belong to the consumers, the
-//! slots of the others to the producer.
+//! entries given back, written only by the consumers. The ring has a power
+//! of two of slots, at least `n` (so that a slot is chosen with a mask),
+//! and holds at most `n` entries; entry `k` lives in slot `k & mask`, and
+//! any `n` consecutive entries in distinct slots. The entries in
+//! `cons..prod` belong to the consumers, the slots of the others to the
+//! producer.
 //!
 //! - The producer ([`SpscRing::produce`]) claims the producer's role with
 //!   an atomic flag, which it never waits for (a second producer is
@@ -22,7 +25,7 @@
 //!   Acquire, so that everything the consumers did with a slot before
 //!   giving it back happened before the producer writes it; a ring of `n`
 //!   unconsumed entries is full ([`Refused::Full`]). It fills slot
-//!   `prod % n`, then publishes it by storing `prod + 1` with Release.
+//!   `prod & mask`, then publishes it by storing `prod + 1` with Release.
 //!   It takes no lock, allocates nothing and frees nothing: it may run in
 //!   NMI context.
 //! - A consumer ([`SpscRing::consumer`]) takes the ring's spin lock, which
@@ -96,6 +99,7 @@ mod imp {
         /// # Safety
         /// The caller has slot `i` to itself for the call (the protocol
         /// gives it the slot), and `i` is below the number of slots.
+        #[inline]
         pub(super) unsafe fn with<R>(&self, i: usize, f: impl FnOnce(&mut T, &mut [U]) -> R) -> R {
             let head = self.heads[i].get();
             let row = &self.rows[i * self.stride..(i + 1) * self.stride];
@@ -180,7 +184,10 @@ pub enum Refused {
 /// the module's documentation).
 pub struct SpscRing<T, U> {
     slots: imp::Slots<T, U>,
+    /// Entries it holds at most.
     n: u64,
+    /// The number of slots (a power of two, at least `n`) less one.
+    mask: u64,
     /// Entries published (written by the producer only).
     prod: AtomicU64,
     /// Entries given back (written by the consumers only, under `lock`).
@@ -220,7 +227,8 @@ impl<T: Default, U: Default> SpscRing<T, U> {
         if n == 0 {
             return Err(crate::errno::EINVAL);
         }
-        let (slots, lock) = imp::Slots::new(name, n, stride, wait)?;
+        let slots = n.checked_next_power_of_two().ok_or(crate::errno::ENOMEM)?;
+        let (slots, lock) = imp::Slots::new(name, slots, stride, wait)?;
         Ok(SpscRing::from_parts(slots, lock, n))
     }
 
@@ -228,7 +236,7 @@ impl<T: Default, U: Default> SpscRing<T, U> {
     #[cfg(loom)]
     pub fn new(n: usize, stride: usize) -> SpscRing<T, U> {
         assert!(n > 0);
-        let (slots, lock) = imp::Slots::new(n, stride);
+        let (slots, lock) = imp::Slots::new(n.next_power_of_two(), stride);
         SpscRing::from_parts(slots, lock, n)
     }
 }
@@ -238,6 +246,7 @@ impl<T, U> SpscRing<T, U> {
         SpscRing {
             slots,
             n: n as u64,
+            mask: n.next_power_of_two() as u64 - 1,
             prod: AtomicU64::new(0),
             cons: AtomicU64::new(0),
             producing: AtomicBool::new(false),
@@ -268,6 +277,7 @@ impl<T, U> SpscRing<T, U> {
     /// The producer: fills the next free slot with `f` and publishes it.
     /// Refused, and `f` not called, when the ring is full or another
     /// producer is at work. Takes no lock and never waits (NMI context).
+    #[inline]
     pub fn produce<R>(&self, f: impl FnOnce(&mut T, &mut [U]) -> R) -> Result<R, Refused> {
         if self.producing.swap(true, Ordering::Acquire) {
             return Err(Refused::Busy);
@@ -279,7 +289,7 @@ impl<T, U> SpscRing<T, U> {
         let r = if prod.wrapping_sub(cons) >= self.n {
             Err(Refused::Full)
         } else {
-            let i = (prod % self.n) as usize;
+            let i = (prod & self.mask) as usize;
             // SAFETY: entry `prod` is not in cons..prod (the ring is not
             // full), so no consumer has slot `i`; the flag keeps other
             // producers out. The consumers' last use of the slot happened
@@ -352,7 +362,7 @@ impl<T, U> Consumer<'_, T, U> {
         if !self.published(k as u64) {
             return None;
         }
-        let i = ((self.cons + k as u64) % self.ring.n) as usize;
+        let i = ((self.cons + k as u64) & self.ring.mask) as usize;
         // SAFETY: entry cons + k is in cons..prod: published (its writes
         // happened before the Acquire load of prod that showed it) and
         // not given back, so the producer does not touch slot `i`; the

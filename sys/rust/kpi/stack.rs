@@ -13,6 +13,7 @@ pub struct Interrupted {
 }
 
 /// The mode and PC of the interrupted context (`PMC_TRAPFRAME_TO_PC`).
+#[inline]
 pub fn interrupted() -> Interrupted {
     crate::backend::interrupted()
 }
@@ -20,6 +21,7 @@ pub fn interrupted() -> Interrupted {
 /// Fills `out` with the kernel call chain of the interrupted context,
 /// innermost first; returns how many entries were written. Empty for a
 /// user-mode interrupt.
+#[inline]
 pub fn kernel_callchain(out: &mut [usize]) -> usize {
     crate::backend::kernel_callchain(out)
 }

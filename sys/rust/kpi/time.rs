@@ -1,6 +1,7 @@
 //! Time: the TSC and the wall clock.
 
 /// `rdtsc()` on the current CPU.
+#[inline]
 pub fn rdtsc() -> u64 {
     crate::backend::rdtsc()
 }

@@ -55,6 +55,7 @@ pub fn set_pmc_intr(handler: Option<PmcIntrFn>) -> crate::KResult<()> {
 
 /// Sets or clears CR4.PCE on the current CPU (`load_cr4`): whether user
 /// mode may execute `rdpmc`.
+#[inline]
 pub fn set_user_rdpmc(enabled: bool) {
     crate::backend::set_user_rdpmc(enabled)
 }

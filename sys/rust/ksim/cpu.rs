@@ -269,8 +269,53 @@ pub trait FastSyscalls: Send {
     /// without stopping; None to stop the run for it.
     fn fast_cost(&self, req: &SyscallRequest) -> Option<u64>;
 
-    /// Serves `req` (one `fast_cost` accepted).
-    fn serve(&mut self, req: &SyscallRequest) -> Result<[u64; 2], i32>;
+    /// Serves `req` (one `fast_cost` accepted), with the program's memory
+    /// to read its arguments from.
+    fn serve(&mut self, req: &SyscallRequest, mem: &UserMemory<'_>) -> Result<[u64; 2], i32>;
+}
+
+/// The memory of the program whose system call a [`FastSyscalls`] serves.
+pub struct UserMemory<'a> {
+    space: &'a Mutex<VmSpace>,
+}
+
+impl fmt::Debug for UserMemory<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserMemory").finish_non_exhaustive()
+    }
+}
+
+impl UserMemory<'_> {
+    /// Reads memory as copyin(9) does for the kernel ([`Cpu::read_user`]):
+    /// every byte must be mapped readable.
+    pub fn copyin(&self, addr: u64, buf: &mut [u8]) -> Result<(), CpuError> {
+        let space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
+        read_space(&space, addr, buf, Prot::READ)
+    }
+}
+
+/// Reads `buf.len()` bytes at `addr` of `space`, each mapped with the
+/// rights `need`.
+fn read_space(space: &VmSpace, addr: u64, buf: &mut [u8], need: Prot) -> Result<(), CpuError> {
+    let bad = CpuError::BadAddress {
+        addr,
+        len: buf.len() as u64,
+    };
+    let mut at = addr;
+    let mut done = 0;
+    while done < buf.len() {
+        let r = space.region_at(at, need).ok_or_else(|| bad.clone())?;
+        let off = (at - r.addr) as usize;
+        let n = (r.len as usize - off).min(buf.len() - done);
+        // SAFETY: `off + n` is within the region, whose block has
+        // `r.offset + r.len` bytes; `buf[done..done + n]` is ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(r.block.at(r.offset + off), buf[done..].as_mut_ptr(), n);
+        }
+        done += n;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// FreeBSD/amd64's system call argument registers, in order.
@@ -327,42 +372,119 @@ impl Regs {
         debug_assert_eq!(err, uc::UC_ERR_OK, "register {id}");
     }
 
+    /// The registers `ids`, in one call of the engine.
+    fn get_many<const N: usize>(&self, mut ids: [c_int; N]) -> [u64; N] {
+        let mut vals = [0u64; N];
+        let mut ptrs: [*mut c_void; N] = [std::ptr::null_mut(); N];
+        for (p, v) in ptrs.iter_mut().zip(vals.iter_mut()) {
+            *p = (v as *mut u64).cast();
+        }
+        // SAFETY: as in get, for each of the N registers, each read into
+        // its own u64; the arrays hold N entries.
+        let err = unsafe {
+            (self.api.uc_reg_read_batch)(
+                self.engine,
+                ids.as_mut_ptr(),
+                ptrs.as_mut_ptr(),
+                N as c_int,
+            )
+        };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "registers {ids:?}");
+        vals
+    }
+
+    /// Sets the registers `ids` to `vals`, in one call of the engine.
+    fn set_many<const N: usize>(&self, mut ids: [c_int; N], vals: [u64; N]) {
+        let mut ptrs: [*const c_void; N] = [std::ptr::null(); N];
+        for (p, v) in ptrs.iter_mut().zip(vals.iter()) {
+            *p = (v as *const u64).cast();
+        }
+        // SAFETY: as in set, for each of the N registers; the arrays hold
+        // N entries.
+        let err = unsafe {
+            (self.api.uc_reg_write_batch)(self.engine, ids.as_mut_ptr(), ptrs.as_ptr(), N as c_int)
+        };
+        debug_assert_eq!(err, uc::UC_ERR_OK, "registers {ids:?}");
+    }
+
     fn syscall_request(&self) -> SyscallRequest {
+        self.syscall_entry().0
+    }
+
+    /// The system call the program makes, with its PC and flags, in one
+    /// call of the engine.
+    fn syscall_entry(&self) -> (SyscallRequest, u64, u64) {
         match self.arch {
-            Arch::X86_64 => SyscallRequest {
-                number: self.get(uc::UC_X86_REG_RAX),
-                args: X86_SYSCALL_ARGS.map(|r| self.get(r)),
-            },
-            Arch::Aarch64 => SyscallRequest {
-                number: self.get(uc::UC_ARM64_REG_X8),
-                args: [0, 1, 2, 3, 4, 5].map(|i| self.get(uc::UC_ARM64_REG_X0 + i)),
-            },
+            Arch::X86_64 => {
+                let [number, a0, a1, a2, a3, a4, a5, pc, flags] = self.get_many([
+                    uc::UC_X86_REG_RAX,
+                    X86_SYSCALL_ARGS[0],
+                    X86_SYSCALL_ARGS[1],
+                    X86_SYSCALL_ARGS[2],
+                    X86_SYSCALL_ARGS[3],
+                    X86_SYSCALL_ARGS[4],
+                    X86_SYSCALL_ARGS[5],
+                    uc::UC_X86_REG_RIP,
+                    uc::UC_X86_REG_EFLAGS,
+                ]);
+                let args = [a0, a1, a2, a3, a4, a5];
+                (SyscallRequest { number, args }, pc, flags)
+            }
+            Arch::Aarch64 => {
+                let x = uc::UC_ARM64_REG_X0;
+                let [number, a0, a1, a2, a3, a4, a5, pc, flags] = self.get_many([
+                    uc::UC_ARM64_REG_X8,
+                    x,
+                    x + 1,
+                    x + 2,
+                    x + 3,
+                    x + 4,
+                    x + 5,
+                    uc::UC_ARM64_REG_PC,
+                    uc::UC_ARM64_REG_NZCV,
+                ]);
+                let args = [a0, a1, a2, a3, a4, a5];
+                (SyscallRequest { number, args }, pc, flags)
+            }
         }
     }
 
     /// Sets the result registers; `return_pc` is where the program goes
     /// on (amd64's sysretq takes it from %rcx).
     fn set_syscall_result(&self, result: Result<[u64; 2], i32>, return_pc: u64) {
-        let (ret0, ret1, flags, carry) = result_registers(self.arch);
-        let f = self.get(flags);
-        let f = match result {
-            Ok([v0, v1]) => {
-                self.set(ret0, v0);
-                self.set(ret1, v1);
-                f & !carry
-            }
-            Err(errno) => {
-                self.set(ret0, errno as u64);
-                f | carry
-            }
+        let (_, _, flags, _) = result_registers(self.arch);
+        self.set_syscall_result_with(result, return_pc, self.get(flags));
+    }
+
+    /// [`Regs::set_syscall_result`] with the flags as the call found
+    /// them, in one call of the engine.
+    fn set_syscall_result_with(&self, result: Result<[u64; 2], i32>, return_pc: u64, flags: u64) {
+        let (ret0, ret1, flags_reg, carry) = result_registers(self.arch);
+        // On failure the second value register keeps what it held.
+        let (v0, v1, f) = match result {
+            Ok([v0, v1]) => (v0, Some(v1), flags & !carry),
+            Err(errno) => (errno as u64, None, flags | carry),
         };
-        self.set(flags, f);
-        if self.arch == Arch::X86_64 {
+        match (self.arch, v1) {
             // The kernel returns with sysretq, which takes the return
             // address from %rcx and the flags from %r11: both are
             // clobbered, as a program sees on FreeBSD.
-            self.set(uc::UC_X86_REG_RCX, return_pc);
-            self.set(uc::UC_X86_REG_R11, f);
+            (Arch::X86_64, Some(v1)) => self.set_many(
+                [
+                    ret0,
+                    ret1,
+                    flags_reg,
+                    uc::UC_X86_REG_RCX,
+                    uc::UC_X86_REG_R11,
+                ],
+                [v0, v1, f, return_pc, f],
+            ),
+            (Arch::X86_64, None) => self.set_many(
+                [ret0, flags_reg, uc::UC_X86_REG_RCX, uc::UC_X86_REG_R11],
+                [v0, f, return_pc, f],
+            ),
+            (Arch::Aarch64, Some(v1)) => self.set_many([ret0, ret1, flags_reg], [v0, v1, f]),
+            (Arch::Aarch64, None) => self.set_many([ret0, flags_reg], [v0, f]),
         }
     }
 }
@@ -387,6 +509,10 @@ struct Hooks {
     /// System calls served in the hook.
     fast_served: u64,
     fast: Option<Box<dyn FastSyscalls>>,
+    /// The address space (the [`Cpu`]'s), for the fast path's copyin.
+    space: Arc<Mutex<VmSpace>>,
+    /// The fast path is held off ([`Cpu::hold_fast_syscalls`]).
+    fast_held: bool,
     /// The run stops before the instruction that would make `executed`
     /// plus `kernel_work` pass this (u64::MAX: no limit).
     limit: u64,
@@ -415,10 +541,12 @@ impl Hooks {
     }
 
     /// Serves the system call the engine stopped at in the hook, if the
-    /// fast path takes it and its kernel work fits in the budget.
-    /// `return_pc` is the address after the instruction.
-    fn try_fast(&mut self, engine: uc::UcEngine, return_pc: impl Fn(&Regs) -> u64) -> bool {
-        let Some(fast) = self.fast.as_mut() else {
+    /// fast path takes it and its kernel work fits in the budget. The
+    /// instruction is `insn_len` bytes before the return address (0: the
+    /// PC is past it already). The registers are read in one call of the
+    /// engine and written in another.
+    fn try_fast(&mut self, engine: uc::UcEngine, insn_len: u64) -> bool {
+        let Some(fast) = self.fast.as_mut().filter(|_| !self.fast_held) else {
             return false;
         };
         let regs = Regs {
@@ -426,15 +554,16 @@ impl Hooks {
             engine,
             arch: self.arch,
         };
-        let req = regs.syscall_request();
+        let (req, pc, flags) = regs.syscall_entry();
         let Some(cost) = fast.fast_cost(&req) else {
             return false;
         };
         if self.executed + self.kernel_work + cost > self.limit {
             return false;
         }
-        let result = fast.serve(&req);
-        regs.set_syscall_result(result, return_pc(&regs));
+        let mem = UserMemory { space: &self.space };
+        let result = fast.serve(&req, &mem);
+        regs.set_syscall_result_with(result, pc + insn_len, flags);
         self.kernel_work += cost;
         self.fast_served += 1;
         true
@@ -598,7 +727,7 @@ extern "C" fn on_syscall(engine: uc::UcEngine, data: *mut c_void) {
     // SAFETY: registered by Cpu::new with its Hooks.
     let h = unsafe { hooks(data) };
     // In the hook %rip is still at the two-byte `syscall`.
-    if h.try_fast(engine, |r| r.get(uc::UC_X86_REG_RIP) + 2) {
+    if h.try_fast(engine, 2) {
         return;
     }
     h.syscall = true;
@@ -619,7 +748,7 @@ extern "C" fn on_interrupt(engine: uc::UcEngine, vector: u32, data: *mut c_void)
     let h = unsafe { hooks(data) };
     if h.arch == Arch::Aarch64 && vector == AARCH64_EXCP_SWI {
         // The PC is past the `svc` already.
-        if h.try_fast(engine, |r| r.get(uc::UC_ARM64_REG_PC)) {
+        if h.try_fast(engine, 0) {
             return;
         }
         h.syscall = true;
@@ -769,6 +898,8 @@ impl Cpu {
             kernel_work: 0,
             fast_served: 0,
             fast: None,
+            space: space.clone(),
+            fast_held: false,
             limit: u64::MAX,
             budget_spent: false,
             interrupted: false,
@@ -945,30 +1076,7 @@ impl Cpu {
     }
 
     fn read_with(&self, addr: u64, buf: &mut [u8], need: Prot) -> Result<(), CpuError> {
-        let bad = CpuError::BadAddress {
-            addr,
-            len: buf.len() as u64,
-        };
-        let space = self.space();
-        let mut at = addr;
-        let mut done = 0;
-        while done < buf.len() {
-            let r = space.region_at(at, need).ok_or_else(|| bad.clone())?;
-            let off = (at - r.addr) as usize;
-            let n = (r.len as usize - off).min(buf.len() - done);
-            // SAFETY: `off + n` is within the region, whose block has
-            // `r.offset + r.len` bytes; `buf[done..done + n]` is ours.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    r.block.at(r.offset + off),
-                    buf[done..].as_mut_ptr(),
-                    n,
-                );
-            }
-            done += n;
-            at += n as u64;
-        }
-        Ok(())
+        read_space(&self.space(), addr, buf, need)
     }
 
     fn regs(&self) -> Regs {
@@ -1141,6 +1249,13 @@ impl Cpu {
     /// without stopping the run (None: every call stops it).
     pub fn set_fast_syscalls(&mut self, fast: Option<Box<dyn FastSyscalls>>) {
         self.hooks_mut().fast = fast;
+    }
+
+    /// Holds the fast path off (every system call stops the run) while
+    /// `held`, without forgetting it: for a caller that must see each
+    /// call's kernel work itself.
+    pub fn hold_fast_syscalls(&mut self, held: bool) {
+        self.hooks_mut().fast_held = held;
     }
 
     /// System calls served without stopping, so far.

@@ -16,7 +16,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::cpu::{Arch, Cpu, CpuError, FastSyscalls, Fault, PAGE_SIZE, Prot, Stop, SyscallRequest};
+use crate::cpu::{
+    Arch, Cpu, CpuError, FastSyscalls, Fault, PAGE_SIZE, Prot, Stop, SyscallRequest, UserMemory,
+};
 use crate::elf::{Image, ImageBuilder, ImageKind, PROLOGUE};
 use crate::imgact_elf::{self, ElfError};
 use crate::machine::{Activity, KernelRequest, Location, TickContext, UserRegs};
@@ -126,24 +128,50 @@ const MAX_WRITE: u64 = 16 << 20;
 
 /// The system calls served without stopping the CPU: getpid(2) and
 /// sched_yield(2), which only read the process's ids or give up the CPU
-/// (a no-op for a thread that the clock preempts anyway), with the kernel
-/// work [`syscall_handler`] gives them.
+/// (a no-op for a thread that the clock preempts anyway), and write(2) to
+/// descriptors 1 and 2, with the kernel work [`syscall_handler`] gives
+/// them. A write's output goes to the process's at once and waits in
+/// `output` for the thread to pass it to the machine when the run stops
+/// ([`UserProcess::pass_fast_output`]), before anything the stop asks for.
 #[derive(Debug)]
 struct FastPath {
     pid: i32,
     ppid: i32,
+    shared: Arc<Mutex<ProcShared>>,
+    output: Arc<Mutex<Vec<(i32, Vec<u8>)>>>,
 }
 
 impl FastSyscalls for FastPath {
     fn fast_cost(&self, req: &SyscallRequest) -> Option<u64> {
-        matches!(req.number, sys::GETPID | sys::SCHED_YIELD)
-            .then(|| syscall_handler(req.number, &req.args).1)
+        let fast = match req.number {
+            sys::GETPID | sys::SCHED_YIELD => true,
+            sys::WRITE => matches!(req.args[0], 1 | 2) && req.args[2] <= MAX_WRITE,
+            _ => false,
+        };
+        fast.then(|| syscall_handler(req.number, &req.args).1)
     }
 
-    fn serve(&mut self, req: &SyscallRequest) -> Result<[u64; 2], i32> {
+    fn serve(&mut self, req: &SyscallRequest, mem: &UserMemory<'_>) -> Result<[u64; 2], i32> {
+        // As in UserProcess::syscall.
         match req.number {
-            // As in UserProcess::syscall.
             sys::GETPID => Ok([self.pid as u64, self.ppid as u64]),
+            sys::WRITE => {
+                let [fd, buf, len, ..] = req.args;
+                let mut bytes = vec![0u8; len as usize];
+                mem.copyin(buf, &mut bytes).map_err(|_| errno::EFAULT)?;
+                let mut sh = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+                if fd == 1 {
+                    sh.stdout.extend_from_slice(&bytes);
+                } else {
+                    sh.stderr.extend_from_slice(&bytes);
+                }
+                drop(sh);
+                self.output
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((fd as i32, bytes));
+                Ok([len, 0])
+            }
             _ => Ok([0, 0]),
         }
     }
@@ -178,6 +206,9 @@ pub struct UserProcess {
     pid: i32,
     ppid: i32,
     shared: Arc<Mutex<ProcShared>>,
+    /// What write(2) served in the emulator's hook put out, for the
+    /// machine (the thread's [`FastPath`] fills it).
+    fast_output: Arc<Mutex<Vec<(i32, Vec<u8>)>>>,
     /// The thread called thr_exit(2).
     thread_exited: bool,
     /// The thread waits in the kernel for a module's system call
@@ -211,17 +242,44 @@ impl UserProcess {
         let exe = imgact_elf::parse(image).map_err(ExecError::Elf)?;
         let mut cpu = Cpu::new(exe.arch, cpu_id).map_err(ExecError::Cpu)?;
         imgact_elf::load(&mut cpu, &exe, image, path, argv, envp).map_err(ExecError::Elf)?;
-        cpu.set_fast_syscalls(Some(Box::new(FastPath { pid, ppid: 1 })));
-        Ok(UserProcess {
+        let mut p = UserProcess {
             cpu,
             pid,
             ppid: 1,
             shared: Arc::default(),
+            fast_output: Arc::default(),
             thread_exited: false,
             awaiting_module: false,
             syscalls: 0,
             fault: None,
-        })
+        };
+        p.set_fast_path();
+        Ok(p)
+    }
+
+    /// Serves the short system calls in the CPU's hook ([`FastPath`]).
+    fn set_fast_path(&mut self) {
+        let fast = FastPath {
+            pid: self.pid,
+            ppid: self.ppid,
+            shared: self.shared.clone(),
+            output: self.fast_output.clone(),
+        };
+        self.cpu.set_fast_syscalls(Some(Box::new(fast)));
+    }
+
+    /// Passes what write(2) served in the hook put out to the machine, in
+    /// order: after a run, before what its stop asks for.
+    fn pass_fast_output(&mut self, ctx: &mut TickContext<'_>) {
+        let output = std::mem::take(
+            &mut *self
+                .fast_output
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (fd, bytes) in output {
+            ctx.request(KernelRequest::Output { fd, bytes });
+        }
     }
 
     fn shared(&self) -> MutexGuard<'_, ProcShared> {
@@ -231,10 +289,7 @@ impl UserProcess {
     /// Sets the parent's pid, which getpid(2) returns second.
     pub fn set_ppid(&mut self, ppid: i32) {
         self.ppid = ppid;
-        self.cpu.set_fast_syscalls(Some(Box::new(FastPath {
-            pid: self.pid,
-            ppid,
-        })));
+        self.set_fast_path();
     }
 
     /// The CPU the process runs on (to subscribe to its events).
@@ -293,8 +348,11 @@ impl UserProcess {
         if self.thread_ended() {
             return Ok(self.status());
         }
-        match self.cpu.run()? {
-            Stop::Syscall => self.syscall(&mut TickContext::standalone(0)),
+        let stop = self.cpu.run()?;
+        let mut ctx = TickContext::standalone(0);
+        self.pass_fast_output(&mut ctx);
+        match stop {
+            Stop::Syscall => self.syscall(&mut ctx),
             Stop::Fault { pc, fault } => self.end_by_fault(pc, fault),
         }
         Ok(self.status())
@@ -307,9 +365,12 @@ impl UserProcess {
         if self.thread_ended() {
             return Ok(self.status());
         }
-        match self.cpu.step()? {
+        let stop = self.cpu.step()?;
+        let mut ctx = TickContext::standalone(0);
+        self.pass_fast_output(&mut ctx);
+        match stop {
             None => {}
-            Some(Stop::Syscall) => self.syscall(&mut TickContext::standalone(0)),
+            Some(Stop::Syscall) => self.syscall(&mut ctx),
             Some(Stop::Fault { pc, fault }) => self.end_by_fault(pc, fault),
         }
         Ok(self.status())
@@ -632,20 +693,18 @@ impl UserProcess {
                     .map_err(|_| errno::EFAULT)?;
             }
         }
-        cpu.set_fast_syscalls(Some(Box::new(FastPath {
-            pid: self.pid,
-            ppid: self.ppid,
-        })));
-        let thread = UserProcess {
+        let mut thread = UserProcess {
             cpu,
             pid: self.pid,
             ppid: self.ppid,
             shared: self.shared.clone(),
+            fast_output: Arc::default(),
             thread_exited: false,
             awaiting_module: false,
             syscalls: 0,
             fault: None,
         };
+        thread.set_fast_path();
         ctx.request(KernelRequest::NewThread {
             tid,
             activity: Box::new(UserThread::new(thread, ctx.insns_per_tick())),
@@ -847,7 +906,10 @@ impl UserThread {
     }
 
     /// Feeds the CPU's instructions to the machine's PMUs while a
-    /// counter of the CPU counts, and installs no hook otherwise.
+    /// counter of the CPU counts, and installs no hook otherwise. While
+    /// they count, every system call stops the CPU, so that its kernel
+    /// work reaches them ([`Self::run_budget`] feeds it; the calls served
+    /// inside the emulator's hook would not count in OS mode).
     fn sync_pmu_feed(&mut self, ctx: &TickContext<'_>) {
         let Some(pmus) = ctx.pmus() else {
             return;
@@ -857,11 +919,13 @@ impl UserThread {
             (true, None) => {
                 if let Ok(id) = self.process.cpu.subscribe(Box::new(pmus.feed())) {
                     self.pmu_feed = Some(id);
+                    self.process.cpu.hold_fast_syscalls(true);
                 }
             }
             (false, Some(id)) => {
                 self.process.cpu.unsubscribe(id);
                 self.pmu_feed = None;
+                self.process.cpu.hold_fast_syscalls(false);
             }
             _ => {}
         }
@@ -928,7 +992,9 @@ impl UserThread {
                 }
                 continue;
             }
-            let run = match self.process.cpu.run_for(left) {
+            let run = self.process.cpu.run_for(left);
+            self.process.pass_fast_output(ctx);
+            let run = match run {
                 Ok(run) => run,
                 Err(e) => {
                     self.error = Some(e);

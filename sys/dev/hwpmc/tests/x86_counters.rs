@@ -612,3 +612,45 @@ fn a_program_reads_its_own_counter_with_rdpmc_after_getmsr() {
     assert_eq!(out, "");
     s.finish();
 }
+
+/// The kernel work of the system calls that ksim serves inside the
+/// emulator's hook when nothing counts (getpid, sched_yield) counts in OS
+/// mode as that of any call: a counter of the thread's kernel-mode
+/// instructions reads the kernel work its system calls spent, which the
+/// same program run alone, every call stopping its CPU, reports.
+#[test]
+fn the_kernel_work_of_every_system_call_counts_in_os_mode() {
+    let image = ksim::programs::image(ksim::cpu::Arch::X86_64, "syscalls").expect("built");
+    let argv = ["syscalls", "300"];
+    let path = "/usr/bin/syscalls";
+    let alone = {
+        use ksim::Activity;
+        let mut p = UserProcess::exec(&image, path, &argv, &[], 7, 0).expect("exec");
+        p.cpu().hold_fast_syscalls(true);
+        let mut t = UserThread::new(p, MachineConfig::default().insns_per_tick);
+        while t.ended().is_none() {
+            t.tick_on(&mut ksim::TickContext::standalone(0));
+        }
+        (t.user_instructions(), t.kernel_instructions())
+    };
+    let s = sim(SKYLAKE_X);
+    let owner = s.root();
+    let p = s.spawn(Cred::root(), "syscalls");
+    let process = UserProcess::exec(&image, path, &argv, &[], p.pid as i32, 0).expect("exec");
+    let per_tick = MachineConfig::default().insns_per_tick;
+    s.m.exec_user_thread(p.pid, path, &image, UserThread::new(process, per_tick));
+    let usr = user_counter(&s, owner, PmcClass::Iap, 0xC0, "IAP user");
+    let os = allocate(
+        &s,
+        owner,
+        request(PmcClass::Iap, PmcMode::Tc, 0xC0 | OS, PmcCaps::SYSTEM, 0),
+    )
+    .expect("IAP kernel mode");
+    follow(&s, owner, &[usr, os], p.pid);
+    run_to_exit(&s, p, 1);
+    assert_eq!(
+        (s.read(owner, usr), s.read(owner, os)),
+        (Ok(alone.0), Ok(alone.1))
+    );
+    s.finish();
+}

@@ -102,6 +102,12 @@ type UcMemWriteFn = unsafe extern "C" fn(UcEngine, u64, *const c_void, usize) ->
 type UcMemReadFn = unsafe extern "C" fn(UcEngine, u64, *mut c_void, usize) -> UcErr;
 type UcRegWriteFn = unsafe extern "C" fn(UcEngine, c_int, *const c_void) -> UcErr;
 type UcRegReadFn = unsafe extern "C" fn(UcEngine, c_int, *mut c_void) -> UcErr;
+/// (uc, ids, values, count).
+type UcRegWriteBatchFn =
+    unsafe extern "C" fn(UcEngine, *mut c_int, *const *const c_void, c_int) -> UcErr;
+/// (uc, ids, values, count).
+type UcRegReadBatchFn =
+    unsafe extern "C" fn(UcEngine, *mut c_int, *mut *mut c_void, c_int) -> UcErr;
 /// (uc, begin, until, timeout, count).
 type UcEmuStartFn = unsafe extern "C" fn(UcEngine, u64, u64, u64, usize) -> UcErr;
 type UcEmuStopFn = unsafe extern "C" fn(UcEngine) -> UcErr;
@@ -135,6 +141,8 @@ pub struct Api {
     pub uc_mem_read: UcMemReadFn,
     pub uc_reg_write: UcRegWriteFn,
     pub uc_reg_read: UcRegReadFn,
+    pub uc_reg_write_batch: UcRegWriteBatchFn,
+    pub uc_reg_read_batch: UcRegReadBatchFn,
     pub uc_emu_start: UcEmuStartFn,
     pub uc_emu_stop: UcEmuStopFn,
     pub uc_hook_add: UcHookAddFn,
@@ -225,6 +233,8 @@ fn load_from(library: &str) -> Result<Api, String> {
         uc_mem_read: function!(uc_mem_read: UcMemReadFn),
         uc_reg_write: function!(uc_reg_write: UcRegWriteFn),
         uc_reg_read: function!(uc_reg_read: UcRegReadFn),
+        uc_reg_write_batch: function!(uc_reg_write_batch: UcRegWriteBatchFn),
+        uc_reg_read_batch: function!(uc_reg_read_batch: UcRegReadBatchFn),
         uc_emu_start: function!(uc_emu_start: UcEmuStartFn),
         uc_emu_stop: function!(uc_emu_stop: UcEmuStopFn),
         uc_hook_add: function!(uc_hook_add: UcHookAddFn),

@@ -329,6 +329,28 @@ fn system_calls_served_without_a_stop_change_nothing_a_tick_sees() {
     }
 }
 
+/// write(2) served inside the emulator's hook: the machine gets the
+/// program's output whole and in order, on both architectures.
+#[test]
+fn output_written_without_a_stop_reaches_the_machine_in_order() {
+    for arch in ARCHES {
+        let m = machine(1, 10_000);
+        let _g = m.enter();
+        let pid = exec(&m, arch, "syscalls", &["syscalls", "40"]);
+        run_to_exit(&m, pid, 1, 3);
+        assert_eq!(m.proc_info(pid).unwrap().exit_status, Some(0), "{arch:?}");
+        let want: String = (0..40)
+            .step_by(8)
+            .map(|r| format!("syscalls: round {r}\n"))
+            .collect();
+        assert_eq!(
+            String::from_utf8(m.program_output(pid, 1)).unwrap(),
+            want,
+            "{arch:?}"
+        );
+    }
+}
+
 #[test]
 fn random_system_calls_fail_cleanly() {
     // Seeded random byte strings decoded into system calls with bad and

@@ -23,8 +23,9 @@
 //! other, on a two-slot ring the indices wrap around (three samples); and
 //! the three at once on the two-slot ring with loom's preemption bound
 //! (three preemptions, which loom's documentation finds enough to catch most bugs: the exhaustive search of that model takes hours).
-//! Two smaller models add a consumer that walks the waiting samples in
-//! place (the return to user mode completing call chains) and slot reuse.
+//! Smaller models add a consumer that walks the waiting samples in place
+//! (the return to user mode completing call chains), slot reuse, and a
+//! ring of three entries in its four slots (a power of two).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test --release` in this crate's
 //! directory (tools/test does).
@@ -288,5 +289,77 @@ fn full_ring_and_slot_reuse() {
             seen.push(seq);
         }
         assert_eq!(seen, stored);
+    });
+}
+
+/// A ring of three entries has four slots (a power of two, so that a slot
+/// is chosen with a mask): it still refuses a fourth waiting entry, and
+/// entries wrap around all four slots in order.
+#[test]
+fn three_entries_in_four_slots() {
+    loom::model(|| {
+        let ring = Arc::new(SpscRing::<Sample, u64>::new(3, 1));
+        assert_eq!(ring.capacity(), 3);
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                (0..5)
+                    .filter(|&seq| {
+                        ring.produce(|s, row| {
+                            s.seq = seq;
+                            row[0] = seq;
+                        })
+                        .is_ok()
+                    })
+                    .collect::<Vec<u64>>()
+            })
+        };
+        let mut seen = Vec::new();
+        {
+            let mut c = ring.consumer();
+            if let Some(seq) = c.with(0, |s, row| {
+                assert_eq!(row[0], s.seq);
+                s.seq
+            }) {
+                assert!(c.pop());
+                seen.push(seq);
+            }
+        }
+        let stored = producer.join().unwrap();
+        // At most three waited at once: one taken above, if any, before
+        // the last two could be stored.
+        assert!(stored.len() <= 4);
+        assert!(stored.len() == 3 || (stored.len() == 4 && seen.len() == 1));
+        {
+            let mut c = ring.consumer();
+            while let Some(seq) = c.with(0, |s, row| {
+                assert_eq!(row[0], s.seq);
+                s.seq
+            }) {
+                c.pop();
+                seen.push(seq);
+            }
+        }
+        assert_eq!(seen, stored);
+        // Three more, wrapping around past the fourth slot.
+        for seq in 10..13 {
+            assert!(
+                ring.produce(|s, row| {
+                    s.seq = seq;
+                    row[0] = seq;
+                })
+                .is_ok()
+            );
+        }
+        assert_eq!(
+            ring.produce(|_, _| ()).err(),
+            Some(Refused::Full),
+            "three entries fill it"
+        );
+        let mut c = ring.consumer();
+        for seq in 10..13 {
+            assert_eq!(c.with(0, |s, row| (s.seq, row[0])), Some((seq, seq)));
+            assert!(c.pop());
+        }
     });
 }
