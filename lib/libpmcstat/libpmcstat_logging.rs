@@ -536,6 +536,40 @@ impl Analysis {
         self.procs.get(&who)?.find_map(pc).copied()
     }
 
+    /// The map entry of a sample's PC (its first), in the process for a
+    /// user-mode sample, else in the kernel, with no fallback between the
+    /// two (as gprof, annotate and their kin look); a PC in neither counts
+    /// as unclaimed (`#samples/unclaimed`).
+    pub fn claim_sampled_pc(&mut self, s: &Sample<'_>) -> Option<(u64, PcMap)> {
+        let pc = *s.pcs.first()?;
+        let map = self.find_map(s.pid, pc, s.usermode);
+        if map.is_none() {
+            self.stats.samples_unknown_offset += 1;
+        }
+        Some((pc, map?))
+    }
+
+    /// Each PC of a sample's chain with its map entry, as the call graph
+    /// walks a chain: a kernel chain that goes on into the process's
+    /// frames (a full capture) is looked up in the process from its first
+    /// frame found only there on.
+    pub fn chain_maps<'s>(
+        &'s self,
+        s: &'s Sample<'s>,
+    ) -> impl Iterator<Item = (u64, Option<PcMap>)> + 's {
+        let mut space = if s.usermode { s.pid } else { KERNEL_PID };
+        s.pcs.iter().map(move |&pc| {
+            let mut map = self.procs.get(&space).and_then(|p| p.find_map(pc)).copied();
+            if map.is_none() && !s.usermode {
+                map = self.procs.get(&s.pid).and_then(|p| p.find_map(pc)).copied();
+                if map.is_some() {
+                    space = s.pid;
+                }
+            }
+            (pc, map)
+        })
+    }
+
     /// The offset of `pc` in the image of `map` (relative to its load
     /// address, as symbol offsets are).
     pub fn image_offset(&self, map: &PcMap, pc: u64) -> u64 {

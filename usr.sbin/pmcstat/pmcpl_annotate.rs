@@ -11,7 +11,7 @@
 
 use std::io::{self, Write};
 
-use libpmcstat::libpmcstat_logging::{Analysis, KERNEL_PID, Plugin, Sample};
+use libpmcstat::libpmcstat_logging::{Analysis, Plugin, Sample};
 
 /// The `-m` output.
 pub struct AnnotatePlugin {
@@ -27,12 +27,7 @@ impl AnnotatePlugin {
 
 impl Plugin for AnnotatePlugin {
     fn process(&mut self, a: &mut Analysis, s: &Sample<'_>) {
-        let Some(&pc) = s.pcs.first() else {
-            return;
-        };
-        let space = if s.usermode { s.pid } else { KERNEL_PID };
-        let Some(map) = a.procs.get(&space).and_then(|p| p.find_map(pc)).copied() else {
-            a.stats.samples_unknown_offset += 1;
+        let Some((pc, map)) = a.claim_sampled_pc(s) else {
             return;
         };
         let off = a.image_offset(&map, pc);

@@ -17,7 +17,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
-use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
+use libpmcstat::libpmcstat_logging::{Analysis, ImageId, Plugin, Sample};
 
 /// `DEFAULT_CALLGRAPH_DEPTH`.
 pub const DEFAULT_DEPTH: usize = 16;
@@ -130,15 +130,8 @@ impl CallGraph {
         self.nodes[parent as usize].count += 1;
         // A kernel chain that goes on into user frames (a full capture)
         // is resolved against the process from there on.
-        let mut space = if s.usermode { s.pid } else { KERNEL_PID };
-        for &pc in s.pcs.iter().take(self.opts.depth.max(1)).skip(1) {
-            let mut map = a.procs.get(&space).and_then(|p| p.find_map(pc)).copied();
-            if map.is_none() && !s.usermode {
-                map = a.procs.get(&s.pid).and_then(|p| p.find_map(pc)).copied();
-                if map.is_some() {
-                    space = s.pid;
-                }
-            }
+        let depth = self.opts.depth.max(1);
+        for (pc, map) in a.chain_maps(s).take(depth).skip(1) {
             let Some(map) = map else { continue };
             let mut func = a.image_offset(&map, pc);
             if let Some(sym) = a.images[map.image as usize].symbols.search(func) {

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
-use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
+use libpmcstat::libpmcstat_logging::{Analysis, ImageId, Plugin, Sample};
 
 /// A node: the root, or a function of an image.
 #[derive(Debug, Default)]
@@ -124,27 +124,21 @@ impl Plugin for CalltreePlugin {
         let pmc = a.pmcs[s.pmc].index as usize;
         // The frames that lie in a mapped image, up to the first that
         // does not.
-        let mut space = if s.usermode { s.pid } else { KERNEL_PID };
         let mut frames: Vec<(ImageId, u64, u64)> = Vec::with_capacity(s.pcs.len());
-        for &pc in s.pcs {
-            let mut map = a.procs.get(&space).and_then(|p| p.find_map(pc)).copied();
-            if map.is_none() && !s.usermode {
-                map = a.procs.get(&s.pid).and_then(|p| p.find_map(pc)).copied();
-                if map.is_some() {
-                    space = s.pid;
-                }
-            }
+        let mut unknown = 0;
+        for (pc, map) in a.chain_maps(s) {
             let Some(map) = map else { break };
             let off = a.image_offset(&map, pc);
             let func = match a.images[map.image as usize].symbols.search(off) {
                 Some(sym) => sym.start,
                 None => {
-                    a.stats.samples_unknown_function += 1;
+                    unknown += 1;
                     off
                 }
             };
             frames.push((map.image, func, off));
         }
+        a.stats.samples_unknown_function += unknown;
         if frames.is_empty() {
             a.stats.callchain_dubious_frames += 1;
             a.pmcs[s.pmc].dubious_frames += 1;

@@ -12,7 +12,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
-use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
+use libpmcstat::libpmcstat_logging::{Analysis, ImageId, Plugin, Sample};
 use libpmcstat::libpmcstat_string::IStr;
 
 /// A resolved frame: an (image, function offset) pair, or a PC no map
@@ -30,15 +30,7 @@ pub enum Frame {
 /// resolved against the process from there on).
 pub fn resolve(a: &Analysis, s: &Sample<'_>, out: &mut Vec<Frame>) {
     out.clear();
-    let mut space = if s.usermode { s.pid } else { KERNEL_PID };
-    for &pc in s.pcs {
-        let mut map = a.procs.get(&space).and_then(|p| p.find_map(pc)).copied();
-        if map.is_none() && !s.usermode {
-            map = a.procs.get(&s.pid).and_then(|p| p.find_map(pc)).copied();
-            if map.is_some() {
-                space = s.pid;
-            }
-        }
+    for (pc, map) in a.chain_maps(s) {
         out.push(match map {
             Some(m) => {
                 let off = a.image_offset(&m, pc);

@@ -25,7 +25,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
-use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
+use libpmcstat::libpmcstat_logging::{Analysis, ImageId, Plugin, Sample};
 use libpmcstat::libpmcstat_string::IStr;
 use pmctool::sysexits::EX_OSERR;
 
@@ -145,12 +145,7 @@ impl Plugin for GprofPlugin {
         if self.depth > 1 {
             self.graph.add(a, s);
         }
-        let Some(&pc) = s.pcs.first() else {
-            return;
-        };
-        let space = if s.usermode { s.pid } else { KERNEL_PID };
-        let Some(map) = a.procs.get(&space).and_then(|p| p.find_map(pc)).copied() else {
-            a.stats.samples_unknown_offset += 1;
+        let Some((pc, map)) = a.claim_sampled_pc(s) else {
             return;
         };
         let image = &a.images[map.image as usize];

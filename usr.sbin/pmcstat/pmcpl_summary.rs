@@ -18,7 +18,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::io::{self, Write};
 
-use libpmcstat::libpmcstat_logging::{Analysis, ImageId, KERNEL_PID, Plugin, Sample};
+use libpmcstat::libpmcstat_logging::{Analysis, ImageId, Plugin, Sample};
 use libpmcstat::libpmcstat_string::IStr;
 
 /// Samples of one function.
@@ -48,12 +48,7 @@ impl SummaryPlugin {
 
 impl Plugin for SummaryPlugin {
     fn process(&mut self, a: &mut Analysis, s: &Sample<'_>) {
-        let Some(&pc) = s.pcs.first() else {
-            return;
-        };
-        let space = if s.usermode { s.pid } else { KERNEL_PID };
-        let Some(map) = a.procs.get(&space).and_then(|p| p.find_map(pc)).copied() else {
-            a.stats.samples_unknown_offset += 1;
+        let Some((pc, map)) = a.claim_sampled_pc(s) else {
             return;
         };
         let off = a.image_offset(&map, pc);
