@@ -617,3 +617,81 @@ fn the_source_summary_counts_lines_as_addr2line_places_them() {
     // The source text is shown where the file can be read.
     assert!(out.contains("quick_sort(a, lo, j);"), "{out}");
 }
+
+/// A copy of the run's file system root, for damaging.
+fn copy_root(r: &Run, name: &str) -> PathBuf {
+    let to = r.dir.join(name);
+    let _ = std::fs::remove_dir_all(&to);
+    let o = Command::new("cp")
+        .arg("-r")
+        .arg(&r.root)
+        .arg(&to)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    to
+}
+
+#[test]
+fn stripped_changed_and_foreign_inputs_give_partial_results() {
+    let r = run();
+    let total = samples(&r.log).len();
+    // A stripped program: every sampled function is an address.
+    let stripped = copy_root(r, "stripped");
+    let o = Command::new("strip")
+        .arg("--strip-all")
+        .arg(stripped.join("usr/bin/sort"))
+        .output()
+        .expect("strip (binutils)");
+    assert!(o.status.success());
+    let o = pmcstat(&["-R", &r.log, "-r", stripped.to_str().unwrap(), "-G", "-"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains(&format!("[{total} samples]")), "{out}");
+    assert!(
+        out.contains(&format!(" {:<40} {total}\n", "#samples/unknown-function")),
+        "{out}"
+    );
+    let top = out.lines().nth(2).unwrap();
+    assert!(top.contains(" 0x20"), "an address, not a name: {top}");
+    // A program changed since the run (another one at its path): the
+    // analysis still ends, with what the new file's symbols say.
+    let changed = copy_root(r, "changed");
+    let other = ksim::programs::image(ksim::cpu::Arch::X86_64, "calls").unwrap();
+    std::fs::write(changed.join("usr/bin/sort"), other).unwrap();
+    let o = pmcstat(&[
+        "-R",
+        &r.log,
+        "-r",
+        changed.to_str().unwrap(),
+        "-x",
+        "/dev/null",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains(&format!(" {:<40} {total}\n", "#samples/total")));
+    // A log of another major version of hwpmc: a warning, and the
+    // analysis goes on.
+    let mut bytes = std::fs::read(&r.log).unwrap();
+    // The INITIALIZE record comes first; its version follows the
+    // 16-byte header.
+    bytes[16..20].copy_from_slice(&0x0900_0000u32.to_ne_bytes());
+    let foreign = r.dir.join("foreign.log");
+    std::fs::write(&foreign, &bytes).unwrap();
+    let o = pmcstat(&[
+        "-R",
+        foreign.to_str().unwrap(),
+        "-r",
+        &r.root,
+        "-G",
+        "/dev/null",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(
+            "pmcstat: WARNING: Log version 0x9000000 does not match compiled version 0xa.\n"
+        ),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(text(&o.stdout).contains(&format!(" {:<40} {total}\n", "#samples/total")));
+}
