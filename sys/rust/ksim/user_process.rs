@@ -126,6 +126,10 @@ impl std::error::Error for ExecError {}
 /// the host allocate without bound.
 const MAX_WRITE: u64 = 16 << 20;
 
+/// What write(2) served in the emulator's hook put out, by descriptor, in
+/// order, until the thread passes it to the machine.
+type FastOutput = Arc<Mutex<Vec<(i32, Vec<u8>)>>>;
+
 /// The system calls served without stopping the CPU: getpid(2) and
 /// sched_yield(2), which only read the process's ids or give up the CPU
 /// (a no-op for a thread that the clock preempts anyway), and write(2) to
@@ -138,7 +142,7 @@ struct FastPath {
     pid: i32,
     ppid: i32,
     shared: Arc<Mutex<ProcShared>>,
-    output: Arc<Mutex<Vec<(i32, Vec<u8>)>>>,
+    output: FastOutput,
 }
 
 impl FastSyscalls for FastPath {
@@ -208,7 +212,7 @@ pub struct UserProcess {
     shared: Arc<Mutex<ProcShared>>,
     /// What write(2) served in the emulator's hook put out, for the
     /// machine (the thread's [`FastPath`] fills it).
-    fast_output: Arc<Mutex<Vec<(i32, Vec<u8>)>>>,
+    fast_output: FastOutput,
     /// The thread called thr_exit(2).
     thread_exited: bool,
     /// The thread waits in the kernel for a module's system call
