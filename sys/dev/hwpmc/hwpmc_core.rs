@@ -235,7 +235,9 @@ impl Core {
     /// `core2_intr`: the PMI handler. Reads and clears the overflow
     /// status, takes a sample for each overflowed sampling PMC that runs,
     /// reloads its counter and stalls it if the ring was full. NMI
-    /// context: no lock, no allocation, no reference count.
+    /// context: no lock, no allocation, no reference count. Out of line,
+    /// so that benchmarks can attribute its instructions (tools/bench/run).
+    #[inline(never)]
     pub fn intr(&self, cpu: u32, sink: &dyn IntrSink) -> bool {
         let Ok(c) = self.cpu(cpu) else {
             return false;
