@@ -570,6 +570,28 @@ impl Analysis {
         })
     }
 
+    /// The name of the function at offset `func` of image `image`: its
+    /// symbol's, or (without one) its address, as `%p` prints it.
+    pub fn function_name(&self, image: ImageId, func: u64) -> String {
+        let img = &self.images[image as usize];
+        match img.symbols.search(func) {
+            Some(sym) => self.strings.get(sym.name).to_owned(),
+            None => format!("{:#x}", img.vaddr.wrapping_add(func)),
+        }
+    }
+
+    /// The events of the log's PMCs, each once, in the order the log
+    /// named them.
+    pub fn event_names(&self) -> Vec<IStr> {
+        let mut events: Vec<IStr> = Vec::new();
+        for pr in &self.pmcs {
+            if !events.contains(&pr.name) {
+                events.push(pr.name);
+            }
+        }
+        events
+    }
+
     /// The offset of `pc` in the image of `map` (relative to its load
     /// address, as symbol offsets are).
     pub fn image_offset(&self, map: &PcMap, pc: u64) -> u64 {

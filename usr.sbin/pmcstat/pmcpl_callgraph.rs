@@ -179,11 +179,7 @@ impl CallGraph {
     /// The name a node prints: its function, or the address (`%p`).
     pub fn name(&self, a: &Analysis, n: u32) -> String {
         let node = &self.nodes[n as usize];
-        let image = &a.images[node.image as usize];
-        match image.symbols.search(node.func) {
-            Some(sym) => a.string(sym.name).to_owned(),
-            None => format!("{:#x}", image.vaddr.wrapping_add(node.func)),
-        }
+        a.function_name(node.image, node.func)
     }
 
     /// `pmcstat_callgraph_print`: the whole graph, FreeBSD's text.

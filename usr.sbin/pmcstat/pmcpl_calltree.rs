@@ -268,11 +268,7 @@ fn pointer(v: u64) -> String {
 /// A function's source file, line and name: from the DWARF line table
 /// and the symbol; `???`, 0 and the address without.
 fn describe(a: &mut Analysis, image: ImageId, func: u64) -> (String, u32, String) {
-    let img = &a.images[image as usize];
-    let name = img.symbols.search(func).map_or_else(
-        || pointer(img.vaddr.wrapping_add(func)),
-        |s| a.strings.get(s.name).to_owned(),
-    );
+    let name = a.function_name(image, func);
     match a.images[image as usize].source_line(&a.strings, func) {
         Some(l) => (l.file, l.line, name),
         None => ("???".to_owned(), 0, name),

@@ -48,13 +48,7 @@ pub fn resolve(a: &Analysis, s: &Sample<'_>, out: &mut Vec<Frame>) {
 /// The text of a frame.
 pub fn frame_name(a: &Analysis, f: Frame) -> String {
     match f {
-        Frame::Function(image, func) => {
-            let image = &a.images[image as usize];
-            match image.symbols.search(func) {
-                Some(sym) => a.string(sym.name).to_owned(),
-                None => format!("{:#x}", image.vaddr.wrapping_add(func)),
-            }
-        }
+        Frame::Function(image, func) => a.function_name(image, func),
         Frame::Unknown => "[unknown]".to_owned(),
     }
 }

@@ -135,12 +135,7 @@ fn encode(a: &mut Analysis, stacks: &HashMap<(IStr, Vec<Frame>), u64>) -> Vec<u8
     let mut strings = Strings::new();
     let mut profile = Msg::default();
     // The events, in the order the log named them.
-    let mut events: Vec<IStr> = Vec::new();
-    for pr in &a.pmcs {
-        if !events.contains(&pr.name) {
-            events.push(pr.name);
-        }
-    }
+    let events = a.event_names();
     let count = strings.id("count");
     for &e in &events {
         let mut vt = Msg::default();

@@ -66,12 +66,7 @@ impl Plugin for SummaryPlugin {
 
     fn shutdown(&mut self, a: &mut Analysis, _mapfile: Option<&mut dyn Write>) -> io::Result<()> {
         let mut sources: HashMap<String, Option<Vec<String>>> = HashMap::default();
-        let mut events: Vec<IStr> = Vec::new();
-        for pr in &a.pmcs {
-            if !events.contains(&pr.name) {
-                events.push(pr.name);
-            }
-        }
+        let events = a.event_names();
         let mut text = String::new();
         for event in events {
             let mut funcs: Vec<(&(IStr, ImageId, u64), &Func)> =
@@ -84,10 +79,7 @@ impl Plugin for SummaryPlugin {
             text.push_str(&format!("@ {} [{total} samples]\n\n", a.string(event)));
             for (&(_, image, start), f) in funcs {
                 let img = &a.images[image as usize];
-                let name = img.symbols.search(start).map_or_else(
-                    || format!("{:#x}", img.vaddr.wrapping_add(start)),
-                    |s| a.strings.get(s.name).to_owned(),
-                );
+                let name = a.function_name(image, start);
                 let path = img.fullpath.map_or("", |p| a.strings.get(p)).to_owned();
                 text.push_str(&format!(
                     "{:6.2}% {:>7}  {name} @ {path}\n",
