@@ -96,6 +96,31 @@ fn samples(log: &str) -> Vec<(String, char, Vec<u64>)> {
     out
 }
 
+/// pmcstat's quiet analysis of the run's log into `outputs` (such as
+/// `["-x", "-"]`): its standard output, the run having succeeded.
+fn analyse(r: &Run, outputs: &[&str]) -> String {
+    let mut args = vec!["-q", "-R", &r.log, "-r", &r.root];
+    args.extend_from_slice(outputs);
+    let o = pmcstat(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// addr2line(1)'s `file:line` of each address of `binary`, without its
+/// discriminator notes.
+fn addr2line(binary: &Path, pcs: &[String]) -> Vec<String> {
+    let o = Command::new("addr2line")
+        .arg("-e")
+        .arg(binary)
+        .args(pcs)
+        .output()
+        .expect("addr2line (binutils) is installed");
+    text(&o.stdout)
+        .lines()
+        .map(|l| l.split(" (discriminator").next().unwrap().to_owned())
+        .collect()
+}
+
 /// Samples per function of the sampled PC, from the dump and nm.
 fn expected_self_counts(r: &Run) -> BTreeMap<String, u64> {
     let funcs = functions(&Path::new(&r.root).join("usr/bin/sort"));
@@ -259,9 +284,7 @@ fn gprof_reads_the_gmon_files_and_counts_the_samples() {
 fn folded_stacks_sum_to_the_samples() {
     let r = run();
     let expected = expected_self_counts(r);
-    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-x", "-"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let folded = text(&o.stdout);
+    let folded = analyse(r, &["-x", "-"]);
     let mut leaves: BTreeMap<String, u64> = BTreeMap::new();
     let mut previous = String::new();
     for l in folded.lines() {
@@ -345,16 +368,7 @@ fn callgrind_annotate_reads_the_calltree() {
     let expected = expected_self_counts(r);
     let total: u64 = expected.values().sum();
     let out = r.dir.join("calltree.out");
-    let o = pmcstat(&[
-        "-q",
-        "-R",
-        &r.log,
-        "-r",
-        &r.root,
-        "-F",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    analyse(r, &["-F", out.to_str().unwrap()]);
     let file = std::fs::read_to_string(&out).unwrap();
     let head: Vec<&str> = file.lines().take(7).collect();
     assert_eq!(head[0], "version: 1");
@@ -402,9 +416,10 @@ fn annotate_lines_match_nm_and_addr2line() {
     let funcs = functions(&binary);
     let all = samples(&r.log);
     // -m: a line per sample, its function and the function's bounds.
-    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-m", "-"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let lines: Vec<String> = text(&o.stdout).lines().map(str::to_owned).collect();
+    let lines: Vec<String> = analyse(r, &["-m", "-"])
+        .lines()
+        .map(str::to_owned)
+        .collect();
     assert_eq!(lines.len(), all.len());
     for (l, (_, _, pcs)) in lines.iter().zip(&all) {
         let f: Vec<&str> = l.split(' ').collect();
@@ -422,9 +437,7 @@ fn annotate_lines_match_nm_and_addr2line() {
     }
     // -a: each sample's frames then "--"; file and line as addr2line(1)
     // gives them for the same addresses.
-    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-a", "-"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let out = text(&o.stdout);
+    let out = analyse(r, &["-a", "-"]);
     let blocks: Vec<&str> = out.split_terminator("--\n").collect();
     assert_eq!(blocks.len(), all.len());
     let mut pcs = Vec::new();
@@ -441,16 +454,7 @@ fn annotate_lines_match_nm_and_addr2line() {
             pcs.push(format!("{pc:#x}"));
         }
     }
-    let o = Command::new("addr2line")
-        .arg("-e")
-        .arg(&binary)
-        .args(&pcs)
-        .output()
-        .expect("addr2line (binutils) is installed");
-    let theirs: Vec<String> = text(&o.stdout)
-        .lines()
-        .map(|l| l.split(" (discriminator").next().unwrap().to_owned())
-        .collect();
+    let theirs = addr2line(&binary, &pcs);
     assert_eq!(theirs.len(), ours.len());
     let mut compared = 0;
     for (mine, theirs) in ours.iter().zip(&theirs) {
@@ -467,9 +471,7 @@ fn annotate_lines_match_nm_and_addr2line() {
 
 /// The folded stacks of the log: stack text (root first) to samples.
 fn folded(r: &Run) -> BTreeMap<String, u64> {
-    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-x", "-"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    text(&o.stdout)
+    analyse(r, &["-x", "-"])
         .lines()
         .map(|l| {
             let (stack, n) = l.rsplit_once(' ').unwrap();
@@ -482,16 +484,7 @@ fn folded(r: &Run) -> BTreeMap<String, u64> {
 fn the_pprof_profile_decodes_with_googles_runtime() {
     let r = run();
     let out = r.dir.join("profile.pb");
-    let o = pmcstat(&[
-        "-q",
-        "-R",
-        &r.log,
-        "-r",
-        &r.root,
-        "-j",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    analyse(r, &["-j", out.to_str().unwrap()]);
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/venv/bin/python3");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pprof_decode.py");
     let o = Command::new(&python)
@@ -530,16 +523,7 @@ fn the_flame_graph_shows_every_sample() {
     let expected = expected_self_counts(r);
     let total: u64 = expected.values().sum();
     let out = r.dir.join("flame.svg");
-    let o = pmcstat(&[
-        "-q",
-        "-R",
-        &r.log,
-        "-r",
-        &r.root,
-        "-X",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    analyse(r, &["-X", out.to_str().unwrap()]);
     let svg = std::fs::read_to_string(&out).unwrap();
     assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
     let with_commas = |n: u64| {
@@ -574,16 +558,10 @@ fn the_source_summary_counts_lines_as_addr2line_places_them() {
     let funcs = functions(&binary);
     let all = samples(&r.log);
     let pcs: Vec<String> = all.iter().map(|(_, _, c)| format!("{:#x}", c[0])).collect();
-    let o = Command::new("addr2line")
-        .arg("-e")
-        .arg(&binary)
-        .args(&pcs)
-        .output()
-        .expect("addr2line (binutils) is installed");
+    let places = addr2line(&binary, &pcs);
     // (function, file:line) of each sample, as nm and addr2line say.
     let mut expected: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for ((_, _, chain), place) in all.iter().zip(text(&o.stdout).lines()) {
-        let place = place.split(" (discriminator").next().unwrap();
+    for ((_, _, chain), place) in all.iter().zip(&places) {
         if place.ends_with(":?") {
             continue;
         }
@@ -597,9 +575,7 @@ fn the_source_summary_counts_lines_as_addr2line_places_them() {
             .clone();
         *expected.entry((f, short)).or_insert(0) += 1;
     }
-    let o = pmcstat(&["-q", "-R", &r.log, "-r", &r.root, "-y", "-"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let out = text(&o.stdout);
+    let out = analyse(r, &["-y", "-"]);
     let mut seen: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut function = String::new();
     let mut functions_seen = BTreeMap::new();
