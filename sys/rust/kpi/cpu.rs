@@ -41,3 +41,10 @@ impl Drop for CpuBinding {
         crate::backend::unbind(self.0);
     }
 }
+
+/// `cpu_spinwait()`: one turn of a busy-wait loop (a scheduling point of
+/// the simulator's races, so the awaited work can run).
+#[inline]
+pub fn spinwait() {
+    crate::backend::cpu_spinwait();
+}

@@ -66,6 +66,7 @@ errnos! {
     ENOSYS = 78, "Function not implemented";
     EFBIG = 27, "File too large";
     ENOENT = 2, "No such file or directory";
+    ENAMETOOLONG = 63, "File name too long";
     EDOOFUS = 88, "Programming error";
 }
 

@@ -188,3 +188,60 @@ impl Drop for EventTag {
         crate::backend::eventhandler_deregister(self.0);
     }
 }
+
+/// `struct hwt_record_entry` as the kernel hands it to the hwt hook (on
+/// its stack; the hook copies what it keeps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HwtRecordIn<'a> {
+    /// `record_type` (`uapi::hwt_record::HwtRecordType`).
+    pub record_type: u32,
+    /// The object's path; None for MUNMAP.
+    pub fullpath: Option<&'a [u8]>,
+    /// Where it was mapped (PIE base for an executable).
+    pub addr: u64,
+    /// Where the run-time linker was mapped (executables).
+    pub baseaddr: u64,
+}
+
+/// The calls of `HWT_CALL_HOOK(td, func, arg)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HwtHook<'a> {
+    /// HWT_SWITCH_IN: the thread is switched in (thread lock held).
+    SwitchIn,
+    /// HWT_SWITCH_OUT: the thread is switched out (thread lock held).
+    SwitchOut,
+    /// HWT_THREAD_EXIT: the thread exits (process lock held).
+    ThreadExit,
+    /// HWT_THREAD_CREATE: the thread was just created (its creator runs
+    /// the hook).
+    ThreadCreate,
+    /// HWT_THREAD_SET_NAME.
+    ThreadSetName,
+    /// HWT_RECORD: queue the record (munmap).
+    Record(HwtRecordIn<'a>),
+    /// HWT_MMAP: an executable object was mapped.
+    Mmap(HwtRecordIn<'a>),
+    /// HWT_EXEC: the process executed an image.
+    Exec(HwtRecordIn<'a>),
+}
+
+/// The thread an hwt hook call is about (`td`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HwtThread {
+    /// `td->td_tid`.
+    pub tid: Tid,
+    /// `td->td_proc->p_pid`.
+    pub pid: Pid,
+}
+
+/// The hwt hook type.
+#[cfg(feature = "sim")]
+pub type HwtHookFn = KBox<dyn Fn(HwtThread, &HwtHook<'_>) + Send + Sync>;
+
+/// Installs `hwt_hook` (`hwt_hook_load`); `None` removes it
+/// (`hwt_hook_unload`). The kernel calls it for every thread while it is
+/// installed; the hook tests `P2_HWT` itself.
+#[cfg(feature = "sim")]
+pub fn set_hwt_hook(hook: Option<HwtHookFn>) {
+    crate::backend::set_hwt_hook(hook);
+}

@@ -1161,3 +1161,9 @@ mod x86_backend {
 }
 #[cfg(target_arch = "x86_64")]
 pub use x86_backend::*;
+
+/// cpu_spinwait(): the PAUSE / YIELD hint.
+#[inline]
+pub fn cpu_spinwait() {
+    core::hint::spin_loop();
+}

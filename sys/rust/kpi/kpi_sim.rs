@@ -836,3 +836,184 @@ pub fn set_pmc_intr(handler: Option<crate::x86::PmcIntrFn>) -> KResult<()> {
 pub fn set_user_rdpmc(enabled: bool) {
     kern::set_user_rdpmc(enabled)
 }
+
+/// msleep(9) with `word` as the interlock.
+#[inline(never)]
+pub fn msleep(word: &LockWord, chan: usize, wmesg: &CStr, catch: bool) -> KResult<()> {
+    let wmesg = wmesg.to_str().unwrap_or("?");
+    let r = kern::msleep(chan, catch, wmesg, || word.unlock_exclusive());
+    word.lock_exclusive();
+    r.map_err(errno)
+}
+
+/// tsleep(9).
+#[inline(never)]
+pub fn tsleep(chan: usize, wmesg: &CStr, catch: bool) -> KResult<()> {
+    let wmesg = wmesg.to_str().unwrap_or("?");
+    kern::msleep(chan, catch, wmesg, || {}).map_err(errno)
+}
+
+/// wakeup(9).
+#[inline(never)]
+pub fn wakeup(chan: usize) {
+    kern::wakeup(chan);
+}
+
+/// A driver's device as the simulated kernel calls it.
+struct SimCdev(crate::malloc::KBox<dyn crate::cdev::CdevSw>);
+
+impl ksim::DeviceSw for SimCdev {
+    fn ioctl(&self, cmd: u32, data: &mut [u8]) -> Result<(), i32> {
+        self.0.ioctl(cmd, data).map_err(Errno::get)
+    }
+    fn mmap_single(&self, offset: u64, size: u64, prot: i32) -> Result<ksim::MappedObject, i32> {
+        let pages = self.0.mmap_single(offset, size, prot).map_err(Errno::get)?;
+        Ok(Arc::new(SimMapping(pages)))
+    }
+}
+
+/// A process's view of device pages.
+struct SimMapping(crate::cdev::PageObject);
+
+impl ksim::PagedObject for SimMapping {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) {
+        self.0.read(offset as usize, buf);
+    }
+}
+
+#[inline(never)]
+pub fn make_dev(
+    name: &str,
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    sw: crate::malloc::KBox<dyn crate::cdev::CdevSw>,
+) -> KResult<u64> {
+    kern::may_sleep();
+    kern::make_dev(name, uid, gid, mode, Arc::new(SimCdev(sw))).map_err(errno)
+}
+
+#[inline(never)]
+pub fn destroy_dev(id: u64) {
+    kern::destroy_dev(id);
+}
+
+/// Pages of a device object: kernel memory (so allocation failures and
+/// leaks are the simulated kernel's), each page with an address standing
+/// for its physical one.
+#[derive(Debug, Clone)]
+pub struct PageObject(Arc<SimPages>);
+
+#[derive(Debug)]
+struct SimPages {
+    pages: Vec<std::sync::Mutex<KVec<u8>>>,
+}
+
+impl PageObject {
+    pub fn alloc(npages: usize, wait: Wait) -> KResult<PageObject> {
+        let mut pages = Vec::with_capacity(npages);
+        for _ in 0..npages {
+            let page =
+                KVec::zeroed(crate::cdev::PAGE_SIZE, wait).map_err(|_| crate::errno::ENOMEM)?;
+            pages.push(std::sync::Mutex::new(page));
+        }
+        Ok(PageObject(Arc::new(SimPages { pages })))
+    }
+    pub fn npages(&self) -> usize {
+        self.0.pages.len()
+    }
+    pub fn phys(&self, i: usize) -> u64 {
+        let page = self.0.pages[i]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        page.as_ptr() as u64
+    }
+    fn each(&self, offset: usize, len: usize, mut f: impl FnMut(&mut [u8], usize)) {
+        let size = crate::cdev::PAGE_SIZE;
+        let mut done = 0;
+        while done < len {
+            let at = offset + done;
+            let n = (size - at % size).min(len - done);
+            let mut page = self.0.pages[at / size]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            f(&mut page[at % size..at % size + n], done);
+            done += n;
+        }
+    }
+    pub fn read(&self, offset: usize, buf: &mut [u8]) {
+        let len = buf.len();
+        self.each(offset, len, |page, at| {
+            buf[at..at + page.len()].copy_from_slice(page)
+        });
+    }
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        self.each(offset, data.len(), |page, at| {
+            let n = page.len();
+            page.copy_from_slice(&data[at..at + n])
+        });
+    }
+}
+
+#[inline(never)]
+pub fn proc_flag2(pid: u32) -> u32 {
+    kern::proc_flag2(pid)
+}
+#[inline(never)]
+pub fn proc_flag2_set(pid: u32, set: u32, clear: u32) {
+    kern::proc_flag2_set(pid, set, clear);
+}
+#[inline(never)]
+pub fn cred_same_user(owner: u32, target: u32) -> bool {
+    kern::cred_same_user(owner, target)
+}
+
+#[inline(never)]
+pub fn set_hwt_hook(hook: Option<crate::hooks::HwtHookFn>) {
+    use crate::hooks::{HwtHook, HwtRecordIn, HwtThread};
+    kern::set_hwt_hook(hook.map(|h| {
+        Arc::new(move |tid: u32, call: &ksim::HwtHookCall| {
+            let pid = kern::thread_pid(tid).unwrap_or(0);
+            let rec = |e: &ksim::HwtRecordEntry| -> (u32, Option<Vec<u8>>, u64, u64) {
+                (
+                    e.record_type,
+                    e.fullpath.as_ref().map(|p| p.as_bytes().to_vec()),
+                    e.addr,
+                    e.baseaddr,
+                )
+            };
+            let entry = match call {
+                ksim::HwtHookCall::Record(e)
+                | ksim::HwtHookCall::Mmap(e)
+                | ksim::HwtHookCall::Exec(e) => Some(rec(e)),
+                _ => None,
+            };
+            let record = entry.as_ref().map(|(t, p, a, b)| HwtRecordIn {
+                record_type: *t,
+                fullpath: p.as_deref(),
+                addr: *a,
+                baseaddr: *b,
+            });
+            let hook = match (call, record) {
+                (ksim::HwtHookCall::SwitchIn, _) => HwtHook::SwitchIn,
+                (ksim::HwtHookCall::SwitchOut, _) => HwtHook::SwitchOut,
+                (ksim::HwtHookCall::ThreadExit, _) => HwtHook::ThreadExit,
+                (ksim::HwtHookCall::ThreadCreate, _) => HwtHook::ThreadCreate,
+                (ksim::HwtHookCall::ThreadSetName, _) => HwtHook::ThreadSetName,
+                (ksim::HwtHookCall::Record(_), Some(r)) => HwtHook::Record(r),
+                (ksim::HwtHookCall::Mmap(_), Some(r)) => HwtHook::Mmap(r),
+                (ksim::HwtHookCall::Exec(_), Some(r)) => HwtHook::Exec(r),
+                _ => return,
+            };
+            h(HwtThread { tid, pid }, &hook);
+        }) as ksim::HwtHookFn
+    }));
+}
+
+#[inline(never)]
+pub fn cpu_spinwait() {
+    sched_point();
+}

@@ -184,3 +184,27 @@ pub fn mappings(pid: Pid, wait: Wait) -> KResult<KVec<Mapping>> {
 pub fn all_pids(wait: Wait) -> KResult<KVec<Pid>> {
     crate::backend::all_pids(wait)
 }
+
+/// `P2_HWT` of `p_flag2`: the process is traced by hwt(4).
+pub const P2_HWT: u32 = 0x0200_0000;
+
+/// `p_flag2` of `pid` (0 when it is gone).
+#[cfg(feature = "sim")]
+pub fn flag2(pid: Pid) -> u32 {
+    crate::backend::proc_flag2(pid)
+}
+
+/// `p_flag2 = (p_flag2 | set) & ~clear` under the process lock.
+#[cfg(feature = "sim")]
+pub fn set_flag2(pid: Pid, set: u32, clear: u32) {
+    crate::backend::proc_flag2_set(pid, set, clear);
+}
+
+/// hwt(4)'s credential test of an owner over a target (no privilege
+/// overrides it): the owner's effective uid is one of the target's
+/// effective, saved or real uids, and every group of the target (its
+/// group list, effective, real and saved gid) is one of the owner's.
+#[cfg(feature = "sim")]
+pub fn cred_same_user(owner: Pid, target: Pid) -> bool {
+    crate::backend::cred_same_user(owner, target)
+}

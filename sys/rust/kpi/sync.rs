@@ -254,3 +254,50 @@ impl Drop for CriticalSection {
         crate::backend::critical_exit();
     }
 }
+
+/// A wait channel of sleep(9): the address of the object sleepers wait
+/// for, as the kernel names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Chan(usize);
+
+impl Chan {
+    /// The channel of `object`.
+    pub fn of<T: ?Sized>(object: &T) -> Chan {
+        Chan(object as *const T as *const u8 as usize)
+    }
+    /// The address.
+    pub fn addr(self) -> usize {
+        self.0
+    }
+}
+
+impl<'a, T> MutexGuard<'a, T> {
+    /// `msleep(chan, &mtx, catch ? PCATCH : 0, wmesg, 0)`: releases the
+    /// mutex once the thread is on the sleep queue (no wakeup is lost in
+    /// between), sleeps until [`wakeup`] of `chan` or, with `catch`, a
+    /// signal (EINTR), and takes the mutex again.
+    pub fn sleep(self, chan: Chan, wmesg: &'static CStr, catch: bool) -> (Self, KResult<()>) {
+        let lock = self.lock;
+        // The backend releases and retakes the word; the guard must not.
+        core::mem::forget(self);
+        let r = crate::backend::msleep(&lock.word, chan.0, wmesg, catch);
+        (
+            MutexGuard {
+                lock,
+                _not_send: PhantomData,
+            },
+            r,
+        )
+    }
+}
+
+/// `tsleep(chan, catch ? PCATCH : 0, wmesg, 0)`: sleeps with no
+/// interlock until [`wakeup`] of `chan` or, with `catch`, a signal.
+pub fn tsleep(chan: Chan, wmesg: &'static CStr, catch: bool) -> KResult<()> {
+    crate::backend::tsleep(chan.0, wmesg, catch)
+}
+
+/// `wakeup(9)`: every thread asleep on `chan` runs again.
+pub fn wakeup(chan: Chan) {
+    crate::backend::wakeup(chan.0);
+}

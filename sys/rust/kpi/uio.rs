@@ -48,3 +48,21 @@ pub fn copyout_bytes(data: &[u8], to: UserPtr) -> KResult<()> {
 pub fn copyout<T: AsBytes>(value: &T, to: UserPtr) -> KResult<()> {
     copyout_bytes(value.as_bytes(), to)
 }
+
+/// copyinstr(9): a NUL-terminated string of at most `maxlen` bytes (NUL
+/// included) from user space, without its NUL. EFAULT for a bad address,
+/// ENAMETOOLONG when no NUL comes within `maxlen` bytes.
+pub fn copyinstr(from: UserPtr, maxlen: usize, wait: Wait) -> KResult<KVec<u8>> {
+    let mut out = KVec::with_capacity(maxlen, wait)?;
+    // Byte by byte, as the string may end just before an unmapped page.
+    for i in 0..maxlen {
+        let mut b = [0u8; 1];
+        crate::backend::copyin(from.offset(i).0, &mut b)?;
+        if b[0] == 0 {
+            return Ok(out);
+        }
+        // Capacity for maxlen bytes was reserved above.
+        let _ = out.push_within_capacity(b[0]);
+    }
+    Err(crate::errno::ENAMETOOLONG)
+}

@@ -258,6 +258,7 @@ pub fn p_candebug(target: u32) -> Result<(), i32> {
 /// `kern_psignal(p, sig)`.
 pub fn psignal(pid: u32, sig: i32) {
     current().st().signals.push((pid, sig));
+    crate::sched::signal(pid);
 }
 
 /// `tdsendsignal(p, td, sig, ksi)` with SI_QUEUE and `value`: thread
@@ -284,6 +285,9 @@ pub fn tdsignal(pid: u32, tid: u32, sig: i32, value: i32) -> bool {
         }
         live
     };
+    if sent {
+        crate::sched::signal(pid);
+    }
     lock_release("proc");
     sent
 }
@@ -979,4 +983,45 @@ pub fn user_rdpmc(cpu: u32) -> bool {
         .get(cpu as usize)
         .copied()
         .unwrap_or(false)
+}
+
+/// `msleep(9)` / `tsleep(9)` of the current thread on `chan`: `unlock`
+/// releases the interlock once the thread is on the sleep queue. Ok when
+/// woken, EINTR when a signal ended a `catch` (PCATCH) sleep. Sleeping
+/// needs a race (`Machine::race`) for anything else to run.
+pub fn msleep(chan: usize, catch: bool, wmesg: &str, unlock: impl FnOnce()) -> Result<(), i32> {
+    const EINTR: i32 = 4;
+    let pid = curproc();
+    let why = crate::sched::sleep(chan, catch, pid, wmesg, || {
+        unlock();
+        may_sleep();
+    });
+    match why {
+        crate::sched::Wake::Signal => Err(EINTR),
+        _ => Ok(()),
+    }
+}
+
+/// `wakeup(9)`.
+pub fn wakeup(chan: usize) {
+    crate::sched::wakeup(chan);
+}
+
+pub use crate::machine::devices::{
+    destroy_dev, make_dev, proc_flag2, proc_flag2_set, set_hwt_hook,
+};
+
+/// hwt(4)'s credential test (hwt_priv_check): the owner's effective uid
+/// is one of the target's uids, and each of the target's group ids is a
+/// group of the owner (groupmember(): its effective gid; the simulated
+/// credentials have no supplementary groups). No privilege bypasses it.
+pub fn cred_same_user(owner: u32, target: u32) -> bool {
+    let m = current();
+    let st = m.st();
+    let (Some(o), Some(t)) = (st.proc_info(owner), st.proc_info(target)) else {
+        return false;
+    };
+    let (o, t) = (o.cred, t.cred);
+    let uid_ok = o.uid == t.uid || o.uid == t.svuid || o.uid == t.ruid;
+    uid_ok && [t.gid, t.rgid, t.svgid].iter().all(|&g| g == o.gid)
 }

@@ -38,6 +38,9 @@ pub mod machine_guard {
     pub use crate::machine::Entered;
 }
 
+pub use machine::devices::{
+    DevFd, DeviceSw, HwtHookCall, HwtHookFn, HwtRecordEntry, MappedObject, P2_HWT, PagedObject,
+};
 pub use machine::{
     Activity, CpuState, Cred, Event, EventFn, FileKind, HookCall, HookFn, KernelRequest, KprocFn,
     Location, MAXCOMLEN, Machine, MachineConfig, Mapping, NotifyRead, P_HWPMC, P_KPROC, P_SYSTEM,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 pub use crate::witness::Violation;
 use crate::witness::Witness;
 
+pub mod devices;
 pub(crate) mod exterr;
 mod files;
 mod knobs;
@@ -700,6 +701,8 @@ struct Proc {
     maps: Vec<Mapping>,
     /// What a program wrote to descriptors 1 and 2.
     output: [Vec<u8>; 2],
+    /// `p_flag2` bits kernel code set (P2_HWT).
+    flag2: u32,
 }
 
 #[derive(Debug)]
@@ -812,6 +815,11 @@ pub(crate) struct Handlers {
     /// Told of each post on a notification file (benchmarks that time
     /// them against what a program has retired).
     pub(crate) notify_observer: Option<NotifyObserver>,
+    /// The devices in /dev, by name.
+    pub(crate) devices: BTreeMap<String, devices::Device>,
+    pub(crate) next_device_id: u64,
+    /// `hwt_hook`.
+    pub(crate) hwt_hook: Option<devices::HwtHookFn>,
 }
 
 /// What [`Machine::observe_notify_posts`] calls: the file posted on.
@@ -1016,6 +1024,7 @@ impl Machine {
         if self.thread_uses_pmcs(tid) {
             self.with_ctx_on(cpu, tid, || self.critical_hook(&HookCall::CswIn));
         }
+        self.hwt_switch_hook(cpu, tid, &devices::HwtHookCall::SwitchIn);
     }
 
     /// `PMC_PROC_IS_USING_PMCS(td->td_proc)`: the scheduler's condition for
@@ -1058,12 +1067,21 @@ impl Machine {
     /// Takes the running thread off `cpu` (PMC_FN_CSW_OUT when its process
     /// uses PMCs).
     pub fn switch_out(&self, cpu: u32) {
+        self.switch_out_hooks(cpu, true);
+    }
+
+    /// Takes the running thread off `cpu`; `hwt` says whether the hwt
+    /// hook hears of it (sched_throw() of an exiting thread calls none).
+    pub(crate) fn switch_out_hooks(&self, cpu: u32, hwt: bool) {
         let Some(tid) = self.st().cpus[cpu as usize].running else {
             return;
         };
         self.advance_ns(1000);
         if self.thread_uses_pmcs(tid) {
             self.with_ctx_on(cpu, tid, || self.critical_hook(&HookCall::CswOut));
+        }
+        if hwt {
+            self.hwt_switch_hook(cpu, tid, &devices::HwtHookCall::SwitchOut);
         }
         let mut st = self.st();
         st.cpus[cpu as usize].running = None;
@@ -1281,8 +1299,8 @@ impl Machine {
                     self.thread_exit(tid);
                 }
             }
-            KernelRequest::Mmap { path, addr, len } => self.mmap(pid, &path, addr, len),
-            KernelRequest::Munmap { addr, len } => self.munmap(pid, addr, len),
+            KernelRequest::Mmap { path, addr, len } => self.mmap_by(tid, pid, &path, addr, len),
+            KernelRequest::Munmap { addr, len } => self.munmap_by(tid, pid, addr, len),
             KernelRequest::Output { fd, bytes } => {
                 if let Some(p) = self.st().procs.get_mut(&pid) {
                     p.output[usize::from(fd == 2)].extend_from_slice(&bytes);

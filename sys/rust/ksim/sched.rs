@@ -46,6 +46,30 @@ struct BatonState {
     waits: u64,
     /// Hand-overs of the race so far.
     switches: u64,
+    /// The pieces asleep in the kernel (`msleep`), each with what it
+    /// sleeps on and, once woken, why.
+    asleep: Vec<Option<Sleeper>>,
+}
+
+/// A piece asleep on a wait channel.
+#[derive(Debug, Clone, Copy)]
+struct Sleeper {
+    chan: usize,
+    /// PCATCH: a signal to `pid` ends the sleep.
+    catch: bool,
+    pid: u32,
+    woken: Option<Wake>,
+}
+
+/// Why a sleep ([`sleep`]) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// `wakeup(9)` on its channel.
+    Wakeup,
+    /// A signal to its process (PCATCH sleeps only).
+    Signal,
+    /// Nothing is left that could wake it (internal: [`sleep`] panics).
+    Stuck,
 }
 
 /// The baton the pieces of a race pass around.
@@ -72,6 +96,13 @@ fn splitmix(x: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+impl BatonState {
+    /// Piece `k` can run: not finished, and awake or woken.
+    fn runnable(&self, k: usize) -> bool {
+        !self.done[k] && self.asleep[k].is_none_or(|s| s.woken.is_some())
+    }
+}
+
 impl Baton {
     fn lock(&self) -> MutexGuard<'_, BatonState> {
         self.st.lock().unwrap_or_else(PoisonError::into_inner)
@@ -96,7 +127,7 @@ impl Baton {
 
     fn pick_other(b: &mut BatonState, me: usize) -> Option<usize> {
         let others: Vec<usize> = (0..b.done.len())
-            .filter(|&k| k != me && !b.done[k])
+            .filter(|&k| k != me && b.runnable(k))
             .collect();
         if others.is_empty() {
             None
@@ -122,7 +153,7 @@ pub fn point() {
     if splitmix(&mut b.rng) % 3 != 0 {
         return;
     }
-    let runnable: Vec<usize> = (0..b.done.len()).filter(|&k| !b.done[k]).collect();
+    let runnable: Vec<usize> = (0..b.done.len()).filter(|&k| b.runnable(k)).collect();
     let next = runnable[(splitmix(&mut b.rng) % runnable.len() as u64) as usize];
     baton.hand_over(&m, me, next, b);
 }
@@ -144,6 +175,90 @@ pub fn wait_for(lock: &str) {
         Some(next) => baton.hand_over(&m, me, next, b),
         None => panic!("lock {lock} held by a piece that has finished, or taken twice"),
     }
+}
+
+/// `msleep(9)` of the running piece on `chan` for a thread of `pid`:
+/// the piece is put on the sleep queue, `unlock` runs (msleep's
+/// interlock: a wakeup after it is not lost), and other pieces run until
+/// a [`wakeup`] of `chan` or, with `catch`, a signal to `pid` ([`signal`]).
+/// Panics outside a race, where nothing could ever wake the thread, and
+/// when every other piece has finished or sleeps too (a deadlock).
+pub fn sleep(chan: usize, catch: bool, pid: u32, wmesg: &str, unlock: impl FnOnce()) -> Wake {
+    let me = TASK.with(Cell::get);
+    let m = current();
+    let baton = &m.0.baton;
+    {
+        let mut b = baton.lock();
+        let Some(me) = me.filter(|_| b.active) else {
+            drop(b);
+            panic!("a thread sleeps on \"{wmesg}\" outside a race: nothing could wake it");
+        };
+        b.asleep[me] = Some(Sleeper {
+            chan,
+            catch,
+            pid,
+            woken: None,
+        });
+    }
+    unlock();
+    let me = me.expect("in a race");
+    let mut b = baton.lock();
+    loop {
+        if let Some(why) = b.asleep[me].and_then(|s| s.woken) {
+            b.asleep[me] = None;
+            if why == Wake::Stuck {
+                drop(b);
+                panic!("deadlock: a thread sleeps on \"{wmesg}\" and no other work could wake it");
+            }
+            return why;
+        }
+        match Baton::pick_other(&mut b, me) {
+            Some(next) => {
+                baton.hand_over(&m, me, next, b);
+                b = baton.lock();
+            }
+            None => {
+                drop(b);
+                panic!("deadlock: a thread sleeps on \"{wmesg}\" and no other work could wake it");
+            }
+        }
+    }
+}
+
+/// `wakeup(9)`: every piece asleep on `chan` may run again.
+pub fn wakeup(chan: usize) {
+    let Some(m) = try_current() else { return };
+    let mut b = m.0.baton.lock();
+    for s in b.asleep.iter_mut().flatten() {
+        if s.chan == chan && s.woken.is_none() {
+            s.woken = Some(Wake::Wakeup);
+        }
+    }
+}
+
+/// A signal to `pid` ends its threads' PCATCH sleeps.
+pub fn signal(pid: u32) {
+    let Some(m) = try_current() else { return };
+    let mut b = m.0.baton.lock();
+    for s in b.asleep.iter_mut().flatten() {
+        if s.pid == pid && s.catch && s.woken.is_none() {
+            s.woken = Some(Wake::Signal);
+        }
+    }
+}
+
+/// The pieces asleep now, as (wait channel, pid), for tests.
+pub fn sleepers() -> Vec<(usize, u32)> {
+    let Some(m) = try_current() else {
+        return Vec::new();
+    };
+    let b = m.0.baton.lock();
+    b.asleep
+        .iter()
+        .flatten()
+        .filter(|s| s.woken.is_none())
+        .map(|s| (s.chan, s.pid))
+        .collect()
 }
 
 /// The piece the current host thread runs, if a race is on.
@@ -178,6 +293,7 @@ impl Machine {
                 rng,
                 waits: 0,
                 switches: 0,
+                asleep: vec![None; n],
             };
             let ctx = std::mem::take(&mut b.saved[first]);
             self.0.st().put_task_ctx(ctx);
@@ -204,6 +320,13 @@ impl Machine {
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(piece));
                         let mut b = baton.lock();
                         b.done[k] = true;
+                        // Pieces still asleep with nothing left to wake
+                        // them are deadlocked: one is woken to say so.
+                        if Baton::pick_other(&mut b, k).is_none() {
+                            if let Some(s) = b.asleep.iter_mut().flatten().next() {
+                                s.woken = Some(Wake::Stuck);
+                            }
+                        }
                         if let Some(next) = Baton::pick_other(&mut b, k) {
                             b.saved[k] = TaskCtx::default();
                             let ctx = std::mem::take(&mut b.saved[next]);

@@ -2,6 +2,7 @@
 //! threads, exit in two halves and reaping, their mappings and activities,
 //! and the kernel's modules and files.
 
+use super::devices;
 use super::*;
 use crate::user_process::{ExecError, UserProcess, UserThread};
 
@@ -38,6 +39,7 @@ impl Machine {
                 next_uaddr: 0x1000_0000,
                 fds: BTreeMap::new(),
                 maps: Vec::new(),
+                flag2: 0,
                 output: Default::default(),
             },
         );
@@ -146,19 +148,29 @@ impl Machine {
                 st.exterr_inherit(t, t, false);
             }
         }
-        if !self.system_sampling_active() && !self.thread_uses_pmcs(tid) {
-            return;
+        if self.system_sampling_active() || self.thread_uses_pmcs(tid) {
+            let changed = setid.is_some();
+            self.with_ctx(tid, || {
+                self.hook(&HookCall::ProcessExec {
+                    credentials_changed: changed,
+                    // FreeBSD's et_dyn_addr: 0 for an ET_EXEC image, which
+                    // loads where it was linked (ksim's programs all are).
+                    base: 0,
+                    dyn_base: 0,
+                })
+            });
         }
-        let changed = setid.is_some();
-        self.with_ctx(tid, || {
-            self.hook(&HookCall::ProcessExec {
-                credentials_changed: changed,
-                // FreeBSD's et_dyn_addr: 0 for an ET_EXEC image, which
-                // loads where it was linked (ksim's programs all are).
-                base: 0,
-                dyn_base: 0,
-            })
-        });
+        // kern_exec.c: a traced process tells hwt(4) its new image (PIE
+        // base, run-time linker base), which may pause it there.
+        if self.proc_flag2(pid) & devices::P2_HWT != 0 {
+            let entry = devices::HwtRecordEntry {
+                record_type: uapi::hwt_record::HwtRecordType::Executable.raw(),
+                fullpath: Some(path.into()),
+                addr: 0,
+                baseaddr: 0,
+            };
+            self.hwt_hook(tid, tid, &devices::HwtHookCall::Exec(entry));
+        }
     }
 
     /// execve(2) of a real program: the ELF file `image` (installed at
@@ -240,6 +252,7 @@ impl Machine {
             let call = self.thr_create_log(tid);
             self.with_ctx(creator, || self.hook(&call));
         }
+        self.hwt_hook(creator, tid, &devices::HwtHookCall::ThreadCreate);
     }
 
     /// The PMC_FN_THR_CREATE_LOG call about `tid`, with what the hook
@@ -269,6 +282,7 @@ impl Machine {
             let call = self.thr_create_log(tid);
             self.with_ctx(tid, || self.hook(&call));
         }
+        self.hwt_hook(tid, tid, &devices::HwtHookCall::ThreadSetName);
     }
 
     /// A thread's name (`td_name`).
@@ -293,15 +307,30 @@ impl Machine {
     /// otherwise PMC_FN_THR_EXIT_LOG while system-wide sampling is active.
     pub(super) fn thread_exit_hooks(&self, tid: u32) {
         let on_cpu = self.st().threads.get(&tid).and_then(|t| t.cpu);
+        // HWT_THREAD_EXIT, with the process lock held, on the thread's
+        // CPU; the switch that follows (sched_throw) calls no hwt hook.
+        if self.hwt_hook_installed() {
+            let hook = || {
+                crate::kern::lock_acquire("proc", crate::witness::LockKind::Sleep);
+                if let Some(h) = self.0.handlers().hwt_hook.clone() {
+                    h(tid, &devices::HwtHookCall::ThreadExit);
+                }
+                crate::kern::lock_release("proc");
+            };
+            match on_cpu {
+                Some(cpu) => self.with_ctx_on(cpu, tid, hook),
+                None => self.with_ctx(tid, hook),
+            }
+        }
         if self.thread_uses_pmcs(tid) {
             // The borrow of the state ends before the switch-out borrows it.
             if let Some(cpu) = on_cpu {
-                self.switch_out(cpu);
+                self.switch_out_hooks(cpu, false);
             }
             self.with_ctx(tid, || self.critical_hook(&HookCall::ThrExit { tid }));
         } else {
             if let Some(cpu) = on_cpu {
-                self.switch_out(cpu);
+                self.switch_out_hooks(cpu, false);
             }
             if self.system_sampling_active() {
                 self.with_ctx(tid, || self.critical_hook(&HookCall::ThrExitLog { tid }));
@@ -411,7 +440,20 @@ impl Machine {
     /// mmap(2) of an executable object at `[addr, addr + len)` by `pid`
     /// (PMC_FN_MMAP in the process's context).
     pub fn mmap(&self, pid: u32, path: &str, addr: u64, len: u64) {
-        let tid = {
+        let tid = self
+            .st()
+            .procs
+            .get(&pid)
+            .expect("mmap in unknown pid")
+            .info
+            .threads[0];
+        self.mmap_by(tid, pid, path, addr, len);
+    }
+
+    /// [`Machine::mmap`] by thread `tid` of `pid`: PMC_FN_MMAP, then (as
+    /// vn_mmap() does) HWT_MMAP, which may pause the thread.
+    pub(crate) fn mmap_by(&self, tid: u32, pid: u32, path: &str, addr: u64, len: u64) {
+        {
             let mut st = self.st();
             let p = st.procs.get_mut(&pid).expect("mmap in unknown pid");
             p.maps.push(Mapping {
@@ -419,21 +461,46 @@ impl Machine {
                 end: addr + len,
                 path: path.into(),
             });
-            p.info.threads[0]
-        };
+        }
         self.with_ctx(tid, || self.hook(&HookCall::Mmap { addr }));
+        let entry = devices::HwtRecordEntry {
+            record_type: uapi::hwt_record::HwtRecordType::Mmap.raw(),
+            fullpath: Some(path.into()),
+            addr,
+            baseaddr: 0,
+        };
+        self.hwt_hook(tid, tid, &devices::HwtHookCall::Mmap(entry));
         self.settle();
     }
 
     /// munmap(2) of `[addr, addr + len)` (PMC_FN_MUNMAP).
     pub fn munmap(&self, pid: u32, addr: u64, len: u64) {
-        let tid = {
+        let tid = self
+            .st()
+            .procs
+            .get(&pid)
+            .expect("munmap in unknown pid")
+            .info
+            .threads[0];
+        self.munmap_by(tid, pid, addr, len);
+    }
+
+    /// [`Machine::munmap`] by thread `tid` of `pid`: PMC_FN_MUNMAP, then
+    /// HWT_RECORD with the MUNMAP record.
+    pub(crate) fn munmap_by(&self, tid: u32, pid: u32, addr: u64, len: u64) {
+        {
             let mut st = self.st();
             let p = st.procs.get_mut(&pid).expect("munmap in unknown pid");
             p.maps.retain(|m| m.end <= addr || m.start >= addr + len);
-            p.info.threads[0]
-        };
+        }
         self.with_ctx(tid, || self.hook(&HookCall::Munmap { addr, size: len }));
+        let entry = devices::HwtRecordEntry {
+            record_type: uapi::hwt_record::HwtRecordType::Munmap.raw(),
+            fullpath: None,
+            addr,
+            baseaddr: 0,
+        };
+        self.hwt_hook(tid, tid, &devices::HwtHookCall::Record(entry));
         self.settle();
     }
 
