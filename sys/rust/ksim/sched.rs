@@ -49,6 +49,8 @@ struct BatonState {
     /// The pieces asleep in the kernel (`msleep`), each with what it
     /// sleeps on and, once woken, why.
     asleep: Vec<Option<Sleeper>>,
+    /// Processes sent a signal that no PCATCH sleep has taken yet.
+    pending_signals: Vec<u32>,
 }
 
 /// A piece asleep on a wait channel.
@@ -193,6 +195,18 @@ pub fn sleep(chan: usize, catch: bool, pid: u32, wmesg: &str, unlock: impl FnOnc
             drop(b);
             panic!("a thread sleeps on \"{wmesg}\" outside a race: nothing could wake it");
         };
+        // A signal already pending ends a PCATCH sleep before it starts.
+        if let Some(i) = b
+            .pending_signals
+            .iter()
+            .position(|&p| p == pid)
+            .filter(|_| catch)
+        {
+            b.pending_signals.swap_remove(i);
+            drop(b);
+            unlock();
+            return Wake::Signal;
+        }
         b.asleep[me] = Some(Sleeper {
             chan,
             catch,
@@ -240,10 +254,16 @@ pub fn wakeup(chan: usize) {
 pub fn signal(pid: u32) {
     let Some(m) = try_current() else { return };
     let mut b = m.0.baton.lock();
+    let mut caught = false;
     for s in b.asleep.iter_mut().flatten() {
         if s.pid == pid && s.catch && s.woken.is_none() {
             s.woken = Some(Wake::Signal);
+            caught = true;
         }
+    }
+    // Not asleep yet: the signal waits for its next PCATCH sleep.
+    if !caught && b.active {
+        b.pending_signals.push(pid);
     }
 }
 
@@ -294,6 +314,7 @@ impl Machine {
                 waits: 0,
                 switches: 0,
                 asleep: vec![None; n],
+                pending_signals: Vec::new(),
             };
             let ctx = std::mem::take(&mut b.saved[first]);
             self.0.st().put_task_ctx(ctx);

@@ -470,3 +470,56 @@ impl UserRecord {
         }
     }
 }
+
+/// The ioctls of a userland tool, for pieces of a race (which share the
+/// machine, not the test's `Sim`).
+#[derive(Clone)]
+pub struct Io {
+    pub m: Machine,
+}
+
+impl Io {
+    pub fn ioctl_bytes(&self, p: P, fd: &DevFd, cmd: u32, arg: &mut [u8]) -> Result<(), Errno> {
+        let uaddr = self.m.user_alloc(p.pid, arg.len().max(1));
+        self.m.user_write(p.pid, uaddr, arg);
+        let r = self.m.dev_ioctl(p.tid, fd, cmd, uaddr);
+        arg.copy_from_slice(&self.m.user_read(p.pid, uaddr, arg.len()));
+        r.map_err(|e| Errno::new(e).unwrap())
+    }
+
+    pub fn simple(&self, p: P, fd: &DevFd, cmd: u32) -> Result<(), Errno> {
+        let mut arg = vec![0u8; 16];
+        self.ioctl_bytes(p, fd, cmd, &mut arg)
+    }
+
+    /// RECORD_GET of up to `n` records.
+    pub fn records(&self, p: P, fd: &DevFd, n: i32, wait: bool) -> Result<Vec<UserRecord>, Errno> {
+        let buf = self.m.user_alloc(p.pid, 1056 * n.max(1) as usize);
+        let count = self.m.user_alloc(p.pid, 4);
+        self.m.user_write(p.pid, count, &n.to_ne_bytes());
+        let mut arg = vec![0u8; 32];
+        arg[0..8].copy_from_slice(&buf.to_ne_bytes());
+        arg[8..16].copy_from_slice(&count.to_ne_bytes());
+        arg[16..20].copy_from_slice(&i32::from(wait).to_ne_bytes());
+        self.ioctl_bytes(p, fd, HWT_IOC_RECORD_GET, &mut arg)?;
+        let got = i32::from_ne_bytes(self.m.user_read(p.pid, count, 4).try_into().unwrap());
+        let bytes = self.m.user_read(p.pid, buf, 1056 * got as usize);
+        Ok(bytes.chunks(1056).map(UserRecord::parse).collect())
+    }
+
+    /// Reads records, waiting, until one of `record_type` comes.
+    pub fn wait_for(&self, p: P, fd: &DevFd, record_type: u32) -> UserRecord {
+        loop {
+            let recs = self.records(p, fd, 8, true).expect("RECORD_GET");
+            if let Some(r) = recs.into_iter().find(|r| r.record_type == record_type) {
+                return r;
+            }
+        }
+    }
+}
+
+impl Sim {
+    pub fn io(&self) -> Io {
+        Io { m: self.m.clone() }
+    }
+}
