@@ -1013,3 +1013,65 @@ pub fn cred_same_user(owner: u32, target: u32) -> bool {
     let uid_ok = o.uid == t.uid || o.uid == t.svuid || o.uid == t.ruid;
     uid_ok && [t.gid, t.rgid, t.svgid].iter().all(|&g| g == o.gid)
 }
+
+/// `nmi_register_handler`: `handler` runs on every NMI after `pmc_intr`
+/// and says whether it claimed it. Returns a tag for
+/// [`nmi_remove_handler`].
+pub fn nmi_register_handler(handler: crate::machine::PmcIntrFn) -> u64 {
+    let m = current();
+    let mut h = m.0.handlers();
+    h.next_nmi_handler += 1;
+    let id = h.next_nmi_handler;
+    h.nmi_handlers.push((id, handler));
+    id
+}
+
+/// `nmi_remove_handler`.
+pub fn nmi_remove_handler(id: u64) {
+    if let Some(m) = crate::machine::try_current() {
+        let removed: Vec<_> = {
+            let mut h = m.0.handlers();
+            let (gone, kept) = std::mem::take(&mut h.nmi_handlers)
+                .into_iter()
+                .partition(|(i, _)| *i == id);
+            h.nmi_handlers = kept;
+            gone
+        };
+        drop(removed);
+    }
+}
+
+/// XSAVES of the Intel PT state component on the current CPU (with
+/// IA32_XSS.PT set): the nine MSRs in the XSAVE area's order; a unit
+/// that was tracing stops. A machine without PT faults (#GP: a panic in
+/// kernel mode).
+pub fn xsaves_pt() -> [u64; 9] {
+    let m = current();
+    let cpu = m.st().cur().0;
+    let Some(pts) = m.pts() else {
+        panic!(
+            "fatal trap 9: general protection fault in kernel mode on CPU {cpu}: XSAVES of the PT component without Intel PT"
+        );
+    };
+    pts.save_state(cpu)
+}
+
+/// XRSTORS of the Intel PT state component on the current CPU; a state
+/// the unit refuses faults (#GP: a panic in kernel mode).
+pub fn xrstors_pt(state: &[u64; 9]) {
+    let m = current();
+    let cpu = m.st().cur().0;
+    let Some(pts) = m.pts() else {
+        panic!(
+            "fatal trap 9: general protection fault in kernel mode on CPU {cpu}: XRSTORS of the PT component without Intel PT"
+        );
+    };
+    pts.restore_state(cpu, state).unwrap_or_else(|gp| {
+        panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: XRSTORS: {gp}")
+    });
+}
+
+/// The machine's physical memory (trace buffers and ToPA tables).
+pub fn physmem() -> Arc<crate::physmem::PhysMem> {
+    current().physmem()
+}
