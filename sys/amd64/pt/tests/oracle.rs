@@ -101,6 +101,20 @@ impl Sim {
     }
 }
 
+impl Drop for Sim {
+    fn drop(&mut self) {
+        // A test that failed still unloads in a thread of the machine.
+        if self.pt.is_some() || self.hwt.is_some() {
+            let (_, kld) = self.m.spawn(Cred::root(), "kldunload");
+            let (pt, hwt) = (self.pt.take(), self.hwt.take());
+            self.m.in_thread(kld, || {
+                drop(pt);
+                drop(hwt);
+            });
+        }
+    }
+}
+
 /// A tracing tool's session: the owner process and its context.
 struct Session {
     owner: (u32, u32),
@@ -122,6 +136,27 @@ fn pt_config(rtit_ctl: u64, ranges: &[(u64, u64)]) -> Vec<u8> {
 impl Sim {
     /// ALLOC (`mode`, `pid` or `cpus`), SET_CONFIG, START.
     fn session(&self, mode: i32, pid: u32, cpus: &[u32], pages: usize, config: &[u8]) -> Session {
+        let s = self.configured(mode, pid, cpus, pages, config);
+        self.start(&s).expect("START");
+        s
+    }
+
+    /// START.
+    fn start(&self, s: &Session) -> Result<(), i32> {
+        let (opid, otid) = s.owner;
+        let mut a = vec![0u8; 16];
+        self.ioctl(otid, opid, &s.dev, HWT_IOC_START, &mut a)
+    }
+
+    /// ALLOC and SET_CONFIG.
+    fn configured(
+        &self,
+        mode: i32,
+        pid: u32,
+        cpus: &[u32],
+        pages: usize,
+        config: &[u8],
+    ) -> Session {
         let (opid, otid) = self.m.spawn(Cred::root(), "hwt");
         let fd = self.m.dev_open(otid, "/dev/hwt", true, true).unwrap();
         let name = self.m.user_alloc(opid, 3);
@@ -158,9 +193,6 @@ impl Sim {
         c[24..28].copy_from_slice(&1i32.to_ne_bytes());
         self.ioctl(otid, opid, &dev, HWT_IOC_SET_CONFIG, &mut c)
             .expect("SET_CONFIG");
-        let mut s = vec![0u8; 16];
-        self.ioctl(otid, opid, &dev, HWT_IOC_START, &mut s)
-            .expect("START");
         Session {
             owner: (opid, otid),
             dev,
@@ -213,6 +245,39 @@ impl Sim {
         }
     }
 
+    /// The records with their paths: (type, path, addr).
+    fn records_full(&self, s: &Session) -> Vec<(u32, String, u64)> {
+        let (opid, otid) = s.owner;
+        let buf = self.m.user_alloc(opid, 1056 * 64);
+        let n = self.m.user_alloc(opid, 4);
+        let mut out = Vec::new();
+        loop {
+            self.m.user_write(opid, n, &64i32.to_ne_bytes());
+            let mut a = vec![0u8; 32];
+            a[0..8].copy_from_slice(&buf.to_ne_bytes());
+            a[8..16].copy_from_slice(&n.to_ne_bytes());
+            self.ioctl(otid, opid, &s.dev, HWT_IOC_RECORD_GET, &mut a)
+                .expect("RECORD_GET");
+            let got = i32::from_ne_bytes(self.m.user_read(opid, n, 4).try_into().unwrap());
+            if got == 0 {
+                return out;
+            }
+            for r in self
+                .m
+                .user_read(opid, buf, 1056 * got as usize)
+                .chunks(1056)
+            {
+                let path = &r[8..1032];
+                let end = path.iter().position(|&b| b == 0).unwrap_or(1024);
+                out.push((
+                    u32::from_ne_bytes(r[0..4].try_into().unwrap()),
+                    String::from_utf8_lossy(&path[..end]).into_owned(),
+                    u64::from_ne_bytes(r[1032..1040].try_into().unwrap()),
+                ));
+            }
+        }
+    }
+
     /// Puts `name` into process `pid` with its main thread's instructions
     /// recorded.
     fn exec(&self, pid: u32, name: &str, argv: &[&str]) -> Arc<Mutex<Recorder>> {
@@ -236,22 +301,41 @@ impl Sim {
     /// Runs `pid`'s threads on `cpu`, `slice` ticks at a time, until it
     /// exits; the scheduler's hooks switch tracing with the threads.
     fn run(&self, pid: u32, cpu: u32, slice: u32) {
+        self.run_all(&[pid], cpu, slice, |_| {});
+    }
+
+    /// Runs the threads of `pids` in turn on `cpu`, `slice` ticks at a
+    /// time, until all exit; `between` runs after each slice, with the
+    /// number of slices so far.
+    fn run_all(&self, pids: &[u32], cpu: u32, slice: u32, mut between: impl FnMut(usize)) {
         for turn in 0..100_000 {
-            if !self.alive(pid) {
+            let live: Vec<u32> = pids
+                .iter()
+                .flat_map(|&p| {
+                    if self.alive(p) {
+                        self.m.proc_info(p).unwrap().threads
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect();
+            if live.is_empty() {
                 return;
             }
-            let threads = self.m.proc_info(pid).unwrap().threads;
-            let next = threads[turn % threads.len()];
+            let next = live[turn % live.len()];
             self.m.switch_in(cpu, next);
             for _ in 0..slice {
                 self.m.tick(cpu);
-                if !self.alive(pid) {
+                if self.m.proc_info(next).is_none() && !live.iter().any(|&t| t == next) {
                     break;
                 }
             }
-            self.m.switch_out(cpu);
+            if self.m.running_on(cpu) == Some(next) {
+                self.m.switch_out(cpu);
+            }
+            between(turn);
         }
-        panic!("{pid} did not exit");
+        panic!("{pids:?} did not exit");
     }
 
     /// The buffer of `dev`, mapped read-only as hwt(8) maps it.
@@ -276,8 +360,15 @@ fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
 
 /// libipt's instruction flow over `trace` with the program's code.
 fn decode(trace: &[u8], name: &str, filter: Option<(u64, &[(u64, u64)])>) -> Vec<ipt::Item> {
-    let elf = programs::image(Arch::X86_64, name).unwrap();
-    let path = temp_file(name, &elf);
+    decode_with(trace, &[(name, 0)], filter)
+}
+
+/// libipt's instruction flow with several objects, each at a load bias.
+fn decode_with(
+    trace: &[u8],
+    objects: &[(&str, u64)],
+    filter: Option<(u64, &[(u64, u64)])>,
+) -> Vec<ipt::Item> {
     let mut cfg = ipt::Config::new(trace)
         .cpu(6, 0x5E, 3)
         .expect("libipt knows Skylake");
@@ -285,13 +376,24 @@ fn decode(trace: &[u8], name: &str, filter: Option<(u64, &[(u64, u64)])>) -> Vec
         cfg = cfg.addr_filter(bits, ranges);
     }
     let mut image = ipt::Image::new("hwt");
-    for (off, size, vaddr) in ksim::elf::exec_segments(&elf) {
-        image
-            .add_file(&path, off, size, vaddr)
-            .expect("pt_image_add_file");
+    for &(name, bias) in objects {
+        let elf = programs::image(Arch::X86_64, name).unwrap();
+        let path = temp_file(name, &elf);
+        for (off, size, vaddr) in ksim::elf::exec_segments(&elf) {
+            image
+                .add_file(&path, off, size, bias + vaddr)
+                .expect("pt_image_add_file");
+        }
     }
     let mut dec = ipt::InsnDecoder::new(&cfg, &mut image).expect("decoder");
     dec.decode_all()
+}
+
+fn lost(items: &[ipt::Item]) -> usize {
+    items
+        .iter()
+        .filter(|i| matches!(i, ipt::Item::Lost { .. }))
+        .count()
 }
 
 fn insns(items: &[ipt::Item]) -> Vec<u64> {
@@ -368,4 +470,217 @@ fn thread_mode_traces_each_program_exactly() {
         }
         sim.unload();
     }
+}
+
+#[test]
+fn another_process_on_the_cpu_is_not_in_the_trace() {
+    let sim = Sim::new(2_000);
+    let (traced, _) = sim.m.spawn(Cred::root(), "calls");
+    let (other, _) = sim.m.spawn(Cred::root(), "recurse");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        traced,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[]),
+    );
+    let rec = sim.exec(traced, "calls", &["calls", "400"]);
+    let other_rec = sim.exec(other, "recurse", &["recurse", "100", "2"]);
+    sim.run_all(&[traced, other], 0, 2, |_| {});
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "calls", None);
+    let executed = rec.lock().unwrap().pcs.clone();
+    assert!(other_rec.lock().unwrap().pcs.len() > 1000, "the other ran");
+    assert_eq!(lost(&items), 0);
+    assert_same("calls beside recurse", &insns(&items), &executed);
+    sim.unload();
+}
+
+#[test]
+fn an_object_mapped_at_run_time_decodes_from_its_mmap_record() {
+    let sim = Sim::new(2_000);
+    let object = programs::image(Arch::X86_64, programs::SECOND_OBJECT).unwrap();
+    sim.m.install(programs::SECOND_OBJECT_PATH, object.clone());
+    let (pid, _) = sim.m.spawn(Cred::root(), "mapobj");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        pid,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[]),
+    );
+    let rec = sim.exec(pid, "mapobj", &["mapobj", "300"]);
+    sim.run(pid, 0, 3);
+    assert_eq!(sim.m.program_output(pid, 1), b"mapobj: ok\n");
+    // The MMAP record of the object's text names where it went; its
+    // MUNMAP names the same address.
+    let recs = sim.records_full(&s);
+    let mmap = recs
+        .iter()
+        .find(|r| r.0 == 0 && r.1 == programs::SECOND_OBJECT_PATH)
+        .unwrap_or_else(|| panic!("no MMAP record: {recs:?}"));
+    let (_, _, text_vaddr) = ksim::elf::exec_segments(&object)[0];
+    let bias = mmap.2 - (text_vaddr & !0xfff);
+    assert!(
+        recs.iter().any(|r| r.0 == 1 && r.2 <= mmap.2 && r.2 != 0),
+        "{recs:?}"
+    );
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let trace = sim.buffer(&s, &s.dev, len);
+    let items = decode_with(
+        &trace,
+        &[("mapobj", 0), (programs::SECOND_OBJECT, bias)],
+        None,
+    );
+    let executed = rec.lock().unwrap().pcs.clone();
+    assert!(
+        executed
+            .iter()
+            .any(|&pc| pc >= mmap.2 && pc < mmap.2 + 0x10000),
+        "the object's code ran"
+    );
+    assert_eq!(lost(&items), 0);
+    assert_same("mapobj", &insns(&items), &executed);
+    sim.unload();
+}
+
+#[test]
+fn an_ip_filter_traces_one_function_only() {
+    let elf = programs::image(Arch::X86_64, "calls").unwrap();
+    let symbols = ksim::elf::parse_symbols(&elf).unwrap();
+    let &(_, start, size) = symbols
+        .iter()
+        .find(|(n, _, _)| n == "run")
+        .expect("calls has run()");
+    let range = (start, start + size - 1);
+    let sim = Sim::new(2_000);
+    let (pid, _) = sim.m.spawn(Cred::root(), "calls");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        pid,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[range]),
+    );
+    let rec = sim.exec(pid, "calls", &["calls", "300"]);
+    sim.run(pid, 0, 3);
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "calls", Some((1, &[range])));
+    let executed: Vec<u64> = rec
+        .lock()
+        .unwrap()
+        .pcs
+        .iter()
+        .copied()
+        .filter(|&pc| pc >= range.0 && pc <= range.1)
+        .collect();
+    let all = rec.lock().unwrap().pcs.len();
+    assert!(
+        executed.len() > 100 && executed.len() < all,
+        "{} of {all}",
+        executed.len()
+    );
+    assert_eq!(lost(&items), 0);
+    assert_same("run() only", &insns(&items), &executed);
+    sim.unload();
+}
+
+#[test]
+fn a_wrapped_buffer_keeps_the_latest_trace_from_its_first_psb() {
+    let sim = Sim::new(2_000);
+    let (pid, _) = sim.m.spawn(Cred::root(), "calls");
+    let s = sim.session(HWT_MODE_THREAD, pid, &[], 2, &pt_config(USER_BRANCHES, &[]));
+    let rec = sim.exec(pid, "calls", &["calls", "20000"]);
+    sim.run(pid, 0, 3);
+    // The BUFFER records count the pages the unit filled; they go round
+    // the two pages.
+    let pages: Vec<i32> = sim
+        .records(&s)
+        .iter()
+        .filter(|r| r.0 == 6)
+        .map(|r| r.2)
+        .collect();
+    assert!(pages.len() > 4, "{pages:?}");
+    assert!(pages.iter().all(|&p| p == 0 || p == 1), "{pages:?}");
+    // The ring, oldest byte first, as hwt(8) reads a wrapped buffer.
+    let at = sim.bufptr(&s, &s.dev) as usize;
+    let ring = sim.buffer(&s, &s.dev, 2 * PAGE);
+    let trace: Vec<u8> = ring[at..].iter().chain(&ring[..at]).copied().collect();
+    let items = decode(&trace, "calls", None);
+    let decoded = insns(&items);
+    let executed = rec.lock().unwrap().pcs.clone();
+    // What is left is the end of the run: decoding from the first PSB
+    // gives exactly the last instructions executed.
+    assert!(decoded.len() > 100, "{} decoded", decoded.len());
+    assert!(decoded.len() < executed.len() / 2);
+    assert_same(
+        "the tail of calls",
+        &decoded,
+        &executed[executed.len() - decoded.len()..],
+    );
+    sim.unload();
+}
+
+#[test]
+fn cpu_mode_traces_what_runs_on_the_cpu() {
+    let sim = Sim::new(2_000);
+    let s = sim.session(HWT_MODE_CPU, 0, &[1], 64, &pt_config(USER_BRANCHES, &[]));
+    let kernel = sim.records_full(&s);
+    assert!(
+        !kernel.is_empty() && kernel.iter().all(|r| r.0 == 3),
+        "{kernel:?}"
+    );
+    let (pid, _) = sim.m.spawn(Cred::root(), "recurse");
+    let rec = sim.exec(pid, "recurse", &["recurse", "150", "2"]);
+    sim.run(pid, 1, 3);
+    // One CPU-mode context traces at a time (FreeBSD: -1, here EBUSY).
+    let second = sim.configured(HWT_MODE_CPU, 0, &[0], 4, &pt_config(USER_BRANCHES, &[]));
+    assert_eq!(sim.start(&second), Err(16));
+    let (opid, otid) = s.owner;
+    let mut stop = vec![0u8; 16];
+    sim.ioctl(otid, opid, &s.dev, HWT_IOC_STOP, &mut stop)
+        .expect("STOP");
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "recurse", None);
+    assert_eq!(lost(&items), 0);
+    assert_same("recurse on CPU 1", &insns(&items), &rec.lock().unwrap().pcs);
+    // Once it stopped, the other may start.
+    assert_eq!(sim.start(&second), Ok(()));
+    sim.unload();
+}
+
+#[test]
+fn stop_ends_the_trace_of_a_running_thread() {
+    let sim = Sim::new(1_000);
+    let (pid, tid) = sim.m.spawn(Cred::root(), "sort");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        pid,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[]),
+    );
+    let rec = sim.exec(pid, "sort", &["sort", "1"]);
+    sim.m.switch_in(0, tid);
+    for _ in 0..5 {
+        sim.m.tick(0);
+    }
+    let (opid, otid) = s.owner;
+    let mut stop = vec![0u8; 16];
+    sim.ioctl(otid, opid, &s.dev, HWT_IOC_STOP, &mut stop)
+        .expect("STOP");
+    let at_stop = rec.lock().unwrap().pcs.len();
+    for _ in 0..5 {
+        sim.m.tick(0);
+    }
+    sim.m.switch_out(0);
+    assert!(rec.lock().unwrap().pcs.len() > at_stop, "it ran on");
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "sort", None);
+    assert_same(
+        "up to STOP",
+        &insns(&items),
+        &rec.lock().unwrap().pcs[..at_stop],
+    );
+    sim.unload();
 }
