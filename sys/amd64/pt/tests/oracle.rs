@@ -326,7 +326,8 @@ impl Sim {
             self.m.switch_in(cpu, next);
             for _ in 0..slice {
                 self.m.tick(cpu);
-                if self.m.proc_info(next).is_none() && !live.iter().any(|&t| t == next) {
+                // The thread is gone from the CPU once it exits.
+                if self.m.running_on(cpu) != Some(next) {
                     break;
                 }
             }
