@@ -54,7 +54,7 @@ impl Drop for Cdev {
 /// writes to them. Cloning takes a reference; the pages are freed with
 /// the last.
 #[derive(Debug, Clone)]
-pub struct PageObject(crate::backend::PageObject);
+pub struct PageObject(pub(crate) crate::backend::PageObject);
 
 /// The page size.
 pub const PAGE_SIZE: usize = 4096;

@@ -882,6 +882,10 @@ impl ksim::PagedObject for SimMapping {
     fn read(&self, offset: u64, buf: &mut [u8]) {
         self.0.read(offset as usize, buf);
     }
+    fn fd(&self) -> Option<std::os::fd::OwnedFd> {
+        let pages = &(self.0).0;
+        pages.0.mem.object_fd(pages.0.obj)
+    }
 }
 
 #[inline(never)]
