@@ -35,7 +35,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use vmspace::{Region, VmSpace};
 
-use events::{AccessKind, Branch, BranchKind, MemAccess, Mode, Retired, Subscriber, SubscriberId};
+use events::{
+    AccessKind, Branch, BranchKind, KernelEntry, MemAccess, Mode, Retired, Subscriber, SubscriberId,
+};
 use unicorn as uc;
 
 /// The page size of the address spaces.
@@ -546,7 +548,10 @@ impl Hooks {
     /// PC is past it already). The registers are read in one call of the
     /// engine and written in another.
     fn try_fast(&mut self, engine: uc::UcEngine, insn_len: u64) -> bool {
-        let Some(fast) = self.fast.as_mut().filter(|_| !self.fast_held) else {
+        if self.fast_held {
+            return false;
+        }
+        let Some(fast) = self.fast.as_mut() else {
             return false;
         };
         let regs = Regs {
@@ -561,6 +566,14 @@ impl Hooks {
         if self.executed + self.kernel_work + cost > self.limit {
             return false;
         }
+        // The call retires and enters the kernel before it is served
+        // (trace units see the entry, then the return at the next
+        // instruction).
+        self.retire_pending(pc + insn_len);
+        self.enter_kernel(KernelEntry::Syscall);
+        let Some(fast) = self.fast.as_mut() else {
+            return false;
+        };
         let mem = UserMemory { space: &self.space };
         let result = fast.serve(&req, &mem);
         regs.set_syscall_result_with(result, pc + insn_len, flags);
@@ -591,6 +604,13 @@ impl Hooks {
             }
         }
         self.accesses.clear();
+    }
+
+    /// Tells the subscribers that user mode was left for the kernel.
+    fn enter_kernel(&mut self, entry: KernelEntry) {
+        for (_, s) in &mut self.subscribers {
+            s.kernel_entry(self.cpu, entry);
+        }
     }
 
     /// Forgets the pending instruction: it faulted.
@@ -1429,6 +1449,7 @@ impl Cpu {
                 } else {
                     h.retire_pending(pc);
                 }
+                h.enter_kernel(KernelEntry::Exception { ip: pc });
                 if counted {
                     h.executed = h.executed.saturating_sub(1).max(start_count);
                 }
@@ -1443,6 +1464,12 @@ impl Cpu {
             None => {
                 h.retire_pending(pc);
                 let stop = h.syscall.then_some(Stop::Syscall);
+                // Every stop leaves user mode: a system call, or the
+                // interrupt (clock, PMI) that ends the budget.
+                h.enter_kernel(match stop {
+                    Some(_) => KernelEntry::Syscall,
+                    None => KernelEntry::Interrupt { ip: pc },
+                });
                 if !counted && stop.is_none() && !h.interrupted {
                     return Err(CpuError::Emulator {
                         call: "uc_emu_start",

@@ -880,36 +880,24 @@ pub fn ktr(line: &str) {
     current().st().ktr.push(line.into());
 }
 
-/// `rdmsr` on the current CPU. A #GP in the kernel is a panic, as on
-/// FreeBSD (a fault in kernel mode with no recovery handler).
+/// `rdmsr` on the current CPU (the PMU's and the PT unit's MSRs,
+/// [`Machine::rdmsr`]). A #GP in the kernel is a panic, as on FreeBSD (a
+/// fault in kernel mode with no recovery handler).
 pub fn rdmsr(msr: u32) -> u64 {
-    let (pmus, cpu) = x86_target(|| format!("rdmsr({msr:#x})"));
-    pmus.rdmsr(cpu, msr).unwrap_or_else(|gp| {
+    let m = current();
+    let cpu = m.st().cur().0;
+    m.rdmsr(cpu, msr).unwrap_or_else(|gp| {
         panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
     })
 }
 
 /// `wrmsr` on the current CPU; a #GP panics, as [`rdmsr`].
 pub fn wrmsr(msr: u32, value: u64) {
-    let (pmus, cpu) = x86_target(|| format!("wrmsr({msr:#x}, {value:#x})"));
-    pmus.wrmsr(cpu, msr, value).unwrap_or_else(|gp| {
+    let m = current();
+    let cpu = m.st().cur().0;
+    m.wrmsr(cpu, msr, value).unwrap_or_else(|gp| {
         panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
     })
-}
-
-/// The PMUs and the current CPU, for an MSR access; a machine without
-/// PMU MSRs faults on every one.
-fn x86_target(what: impl Fn() -> String) -> (std::sync::Arc<crate::x86::PmuSet>, u32) {
-    let m = current();
-    let st = m.st();
-    let cpu = st.cur().0;
-    match st.pmus.clone() {
-        Some(p) => (p, cpu),
-        None => panic!(
-            "fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {}: this CPU model has no such MSR",
-            what()
-        ),
-    }
 }
 
 /// `cpuid` (`do_cpuid`/`cpuid_count`): zeros when the machine's CPU key

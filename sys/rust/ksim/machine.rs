@@ -11,6 +11,7 @@ use crate::witness::Witness;
 pub(crate) mod exterr;
 mod files;
 mod knobs;
+pub mod physmem;
 mod procs;
 mod umem;
 
@@ -430,6 +431,7 @@ pub struct TickContext<'a> {
     next_tid: Option<&'a mut u32>,
     requests: Vec<KernelRequest>,
     pmus: Option<Arc<crate::x86::PmuSet>>,
+    pts: Option<Arc<crate::x86::PtSet>>,
     user_rdpmc: bool,
     resume: bool,
 }
@@ -449,6 +451,7 @@ impl<'a> TickContext<'a> {
             next_tid: Some(next_tid),
             requests: Vec::new(),
             pmus: None,
+            pts: None,
             user_rdpmc: false,
             resume: false,
         }
@@ -463,6 +466,7 @@ impl<'a> TickContext<'a> {
             next_tid: None,
             requests: Vec::new(),
             pmus: None,
+            pts: None,
             user_rdpmc: false,
             resume: false,
         }
@@ -500,6 +504,11 @@ impl<'a> TickContext<'a> {
     /// The machine's PMUs, which count what the thread executes.
     pub fn pmus(&self) -> Option<&Arc<crate::x86::PmuSet>> {
         self.pmus.as_ref()
+    }
+
+    /// The machine's Intel PT units, which trace what the thread executes.
+    pub fn pts(&self) -> Option<&Arc<crate::x86::PtSet>> {
+        self.pts.as_ref()
     }
 
     /// Whether user mode may execute `rdpmc` on this CPU (CR4.PCE).
@@ -793,6 +802,14 @@ pub(crate) struct State {
     pub(crate) pmus: Option<Arc<crate::x86::PmuSet>>,
     /// Per CPU: CR4.PCE.
     pub(crate) user_rdpmc: Vec<bool>,
+    /// Physical memory, for the hardware models' output.
+    pub(crate) physmem: Arc<physmem::PhysMem>,
+    /// The Intel PT units, if the model has them.
+    pub(crate) pts: Option<Arc<crate::x86::PtSet>>,
+    /// CR3 of each process's address space (made at its first switch-in
+    /// after an exec).
+    pub(crate) cr3s: BTreeMap<u32, u64>,
+    next_cr3: u64,
 }
 
 /// The handler of a writable string sysctl (`SYSCTL_PROC`): validates
@@ -884,6 +901,9 @@ pub(crate) fn current() -> Machine {
 
 const FIRST_PID: u32 = 100;
 const FIRST_TID: u32 = 100_000;
+/// The first address-space CR3 (page-aligned, under MAXPHYADDR, away
+/// from the physical memory the models' objects use).
+const FIRST_CR3: u64 = 0x10_0000;
 /// The soft events FreeBSD's kernel defines with PMC_SOFT_DEFINE.
 const KERNEL_SOFT_EVENTS: &[&str] = &[
     "CLOCK.HARD",
@@ -923,9 +943,17 @@ impl Machine {
         let pmus = x86.and_then(|m| {
             crate::x86::PmuSet::new(m, cpu_count as u32, crate::cpu::cost::CostConfig::default())
         });
+        let physmem = Arc::new(physmem::PhysMem::new());
+        let pts = x86.and_then(|m| {
+            crate::x86::PtSet::new(m, cpu_count as u32, physmem.clone(), pmus.clone())
+        });
         let st = State {
             x86,
             pmus,
+            physmem,
+            pts,
+            cr3s: BTreeMap::new(),
+            next_cr3: FIRST_CR3,
             user_rdpmc: vec![false; cpu_count],
             cfg,
             cpus,
@@ -993,10 +1021,17 @@ impl Machine {
     }
 
     /// Puts `tid` on `cpu` (PMC_FN_CSW_IN when its process uses PMCs).
+    /// The CPU loads the CR3 of the thread's address space.
     pub fn switch_in(&self, cpu: u32, tid: u32) {
         self.advance_ns(1000);
         {
             let mut st = self.st();
+            if let Some(pid) = st.thread_pid(tid) {
+                let cr3 = st.cr3_of(pid);
+                if let Some(pts) = &st.pts {
+                    pts.set_cr3(cpu, cr3);
+                }
+            }
             assert_eq!(
                 st.cpus[cpu as usize].state,
                 CpuState::Online,
@@ -1159,6 +1194,7 @@ impl Machine {
             next_tid,
             cfg,
             pmus,
+            pts,
             user_rdpmc,
             ..
         } = st;
@@ -1172,6 +1208,7 @@ impl Machine {
                     next_tid: Some(next_tid),
                     requests: Vec::new(),
                     pmus: pmus.clone(),
+                    pts: pts.clone(),
                     user_rdpmc: user_rdpmc.get(cpu as usize).copied().unwrap_or(false),
                     resume,
                 };
@@ -1220,6 +1257,56 @@ impl Machine {
     /// The machine's x86 PMUs, if its CPU model has them.
     pub fn pmus(&self) -> Option<Arc<crate::x86::PmuSet>> {
         self.st().pmus.clone()
+    }
+
+    /// The machine's Intel PT units, if its CPU model has them.
+    pub fn pts(&self) -> Option<Arc<crate::x86::PtSet>> {
+        self.st().pts.clone()
+    }
+
+    /// The machine's physical memory.
+    pub fn physmem(&self) -> Arc<physmem::PhysMem> {
+        self.st().physmem.clone()
+    }
+
+    /// The CR3 of `pid`'s address space (distinct per address space: an
+    /// exec makes a new one).
+    pub fn cr3_of(&self, pid: u32) -> u64 {
+        self.st().cr3_of(pid)
+    }
+
+    /// `rdmsr` on `cpu`: the PT units' MSRs, else the PMU's.
+    pub fn rdmsr(&self, cpu: u32, msr: u32) -> Result<u64, crate::x86::GpFault> {
+        let (pmus, pts) = {
+            let st = self.st();
+            (st.pmus.clone(), st.pts.clone())
+        };
+        match (pts, pmus) {
+            (Some(pts), _) if crate::x86::PtSet::is_pt_msr(msr) => pts.rdmsr(cpu, msr),
+            (_, Some(pmus)) => pmus.rdmsr(cpu, msr),
+            _ => Err(crate::x86::GpFault {
+                msr,
+                value: None,
+                why: "this CPU model has no such MSR",
+            }),
+        }
+    }
+
+    /// `wrmsr` on `cpu`, routed as [`Machine::rdmsr`].
+    pub fn wrmsr(&self, cpu: u32, msr: u32, value: u64) -> Result<(), crate::x86::GpFault> {
+        let (pmus, pts) = {
+            let st = self.st();
+            (st.pmus.clone(), st.pts.clone())
+        };
+        match (pts, pmus) {
+            (Some(pts), _) if crate::x86::PtSet::is_pt_msr(msr) => pts.wrmsr(cpu, msr, value),
+            (_, Some(pmus)) => pmus.wrmsr(cpu, msr, value),
+            _ => Err(crate::x86::GpFault {
+                msr,
+                value: Some(value),
+                why: "this CPU model has no such MSR",
+            }),
+        }
     }
 
     /// Delivers a performance-counter NMI to `cpu` now, for the thread
@@ -1857,6 +1944,17 @@ impl State {
         if let Some(t) = self.threads.get_mut(&tid) {
             t.ast = true;
         }
+    }
+
+    /// The CR3 of `pid`'s address space, made on first use.
+    pub(crate) fn cr3_of(&mut self, pid: u32) -> u64 {
+        if let Some(&c) = self.cr3s.get(&pid) {
+            return c;
+        }
+        let c = self.next_cr3;
+        self.next_cr3 += 0x1000;
+        self.cr3s.insert(pid, c);
+        c
     }
 
     pub(crate) fn thread_pid(&self, tid: u32) -> Option<u32> {

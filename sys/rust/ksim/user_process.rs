@@ -851,6 +851,8 @@ pub struct UserThread {
     left_in_tick: u64,
     /// The subscription that feeds the machine's PMUs, while one counts.
     pmu_feed: Option<crate::cpu::events::SubscriberId>,
+    /// The subscription that feeds the machine's PT unit, while it traces.
+    pt_feed: Option<crate::cpu::events::SubscriberId>,
     in_kernel: Option<KernelWork>,
     user_instructions: u64,
     kernel_instructions: u64,
@@ -866,6 +868,7 @@ impl UserThread {
             insns_per_tick: insns_per_tick.max(1),
             left_in_tick: 0,
             pmu_feed: None,
+            pt_feed: None,
             in_kernel: None,
             user_instructions: 0,
             kernel_instructions: 0,
@@ -935,6 +938,27 @@ impl UserThread {
         }
     }
 
+    /// Feeds the CPU's instructions to the machine's Intel PT unit while
+    /// it traces (TraceEn, which only the kernel sets, between ticks).
+    fn sync_pt_feed(&mut self, ctx: &TickContext<'_>) {
+        let Some(pts) = ctx.pts() else {
+            return;
+        };
+        let want = pts.tracing(ctx.cpu());
+        match (want, self.pt_feed) {
+            (true, None) => {
+                if let Ok(id) = self.process.cpu.subscribe(Box::new(pts.feed())) {
+                    self.pt_feed = Some(id);
+                }
+            }
+            (false, Some(id)) => {
+                self.process.cpu.unsubscribe(id);
+                self.pt_feed = None;
+            }
+            _ => {}
+        }
+    }
+
     /// Serves an `rdpmc` the emulator faulted on, as the CPU executes it
     /// when CR4.PCE is set: the counter's value from the machine's PMU.
     /// False (the fault stands: a #GP, SIGBUS) when the instruction is not
@@ -974,6 +998,7 @@ impl UserThread {
             self.insns_per_tick
         };
         self.sync_pmu_feed(ctx);
+        self.sync_pt_feed(ctx);
         while left > 0 && !self.process.thread_ended() {
             // In the kernel for a module's system call: the rest of the
             // tick is spent waiting (the machine serves it after the tick).

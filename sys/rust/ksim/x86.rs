@@ -12,8 +12,10 @@
 //! its software classes, as on such hardware.
 
 pub mod pmu;
+pub mod pt;
 
 pub use pmu::{GpFault, Pmu, PmuSet};
+pub use pt::{PtSet, PtUnit};
 
 /// The CPU vendor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,26 +177,46 @@ impl CpuModel {
             | ext_family << 20
     }
 
+    /// Whether the model has Intel Processor Trace ([`pt`]): the Skylake
+    /// and later parts of [`PmuSpec::for_model`] (version 4 and 5 PMUs),
+    /// which all have ToPA with multiple entries and XSAVES of the PT
+    /// state.
+    pub fn has_pt(&self) -> bool {
+        matches!(self.pmu, Some(PmuSpec::Intel { version: 4.., .. }))
+    }
+
     /// CPUID of `leaf` and `subleaf`: [EAX, EBX, ECX, EDX]. Leaves the
     /// model does not have read as zeros, as leaves past the maximum do
     /// on Intel parts.
-    pub fn cpuid(&self, leaf: u32, _subleaf: u32) -> [u32; 4] {
+    pub fn cpuid(&self, leaf: u32, subleaf: u32) -> [u32; 4] {
         let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let id = self.vendor.id_string();
+        let pt = self.has_pt();
         match leaf {
             // Max leaf; vendor in EBX, EDX, ECX.
-            0 => [0xA, word(&id[0..4]), word(&id[8..12]), word(&id[4..8])],
+            0 => [
+                if pt { 0x14 } else { 0xA },
+                word(&id[0..4]),
+                word(&id[8..12]),
+                word(&id[4..8]),
+            ],
             // Signature; ECX bit 15 PDCM (IA32_PERF_CAPABILITIES) on Intel
-            // models with a PMU; EDX bit 4 TSC, bit 5 MSR, bit 9 APIC.
+            // models with a PMU, bits 26 XSAVE and 27 OSXSAVE (the kernel
+            // set CR4.OSXSAVE at boot) on PT models; EDX bit 4 TSC, bit 5
+            // MSR, bit 9 APIC.
             1 => {
                 let pdcm = matches!(self.pmu, Some(PmuSpec::Intel { .. }));
                 [
                     self.signature(),
                     0,
-                    u32::from(pdcm) << 15,
+                    (u32::from(pdcm) << 15) | (u32::from(pt) * (1 << 26 | 1 << 27)),
                     1 << 4 | 1 << 5 | 1 << 9,
                 ]
             }
+            // Structured extended features: EBX bit 25 Intel PT.
+            7 if pt && subleaf == 0 => [0, 1 << 25, 0, 0],
+            0xD if pt => pt::cpuid_xsave(subleaf),
+            0x14 if pt => pt::cpuid_leaf_14(subleaf),
             0xA => match (self.vendor, self.pmu) {
                 (
                     Vendor::Intel,
@@ -208,7 +230,11 @@ impl CpuModel {
                 ) => pmu::intel_leaf_0a(version, gp, fixed, width),
                 _ => [0; 4],
             },
+            0x8000_0000 if pt => [0x8000_0008, 0, 0, 0],
             0x8000_0000 => [0x8000_0001, 0, 0, 0],
+            // Physical and linear address widths (MAXPHYADDR bounds the
+            // PT output addresses).
+            0x8000_0008 if pt => [pt::MAXPHYADDR | 48 << 8, 0, 0, 0],
             // ECX bit 23: PerfCtrExtCore (six core counters at C001_020x).
             0x8000_0001 => {
                 let ext = matches!(self.pmu, Some(PmuSpec::Amd { counters: 6, .. }));

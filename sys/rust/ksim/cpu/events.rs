@@ -116,10 +116,34 @@ impl Retired<'_> {
     }
 }
 
+/// How user mode was left for the kernel (which the emulator does not
+/// run), for trace units that mark where the traced code stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelEntry {
+    /// The system call instruction just reported entered the kernel; the
+    /// kernel returns past it.
+    Syscall,
+    /// An interrupt (the clock, a PMI) before the instruction at `ip` ran.
+    Interrupt {
+        /// The next instruction to run.
+        ip: u64,
+    },
+    /// The instruction at `ip` faulted; it did not retire.
+    Exception {
+        /// The faulting instruction.
+        ip: u64,
+    },
+}
+
 /// A consumer of a CPU's retired instructions.
 pub trait Subscriber: Send {
     /// Called once per retired instruction, in program order.
     fn retired(&mut self, insn: &Retired<'_>);
+
+    /// Called when the CPU leaves user mode for the kernel, after the
+    /// last instruction it retired there. The next user instruction
+    /// reported is where the kernel returned to.
+    fn kernel_entry(&mut self, _cpu: u32, _entry: KernelEntry) {}
 
     /// Whether the run must stop before the next instruction starts (a
     /// hardware model raised an interrupt at the one just retired).
@@ -200,6 +224,12 @@ impl<S: Subscriber> Subscriber for std::sync::Arc<std::sync::Mutex<S>> {
         self.lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retired(insn);
+    }
+
+    fn kernel_entry(&mut self, cpu: u32, entry: KernelEntry) {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .kernel_entry(cpu, entry);
     }
 
     fn wants_stop(&self) -> bool {

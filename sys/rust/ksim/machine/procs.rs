@@ -108,6 +108,8 @@ impl Machine {
         self.advance_ns(1000);
         let tid = {
             let mut st = self.st();
+            // A new address space: a new CR3 at the next switch-in.
+            st.cr3s.remove(&pid);
             let p = st.procs.get_mut(&pid).expect("exec of unknown pid");
             p.info.path = path.into();
             p.info.comm = path

@@ -122,6 +122,9 @@ pub const DEBUGCTL_FREEZE_PERFMON_ON_PMI: u64 = 1 << 12;
 /// BTS_OFF_OS, BTS_OFF_USR, FREEZE_LBRS_ON_PMI, FREEZE_PERFMON_ON_PMI,
 /// FREEZE_WHILE_SMM, RTM_DEBUG.
 const DEBUGCTL_VALID: u64 = 0b1101_1011_1100_0011;
+/// IA32_PERF_GLOBAL_STATUS.Trace_ToPA_PMI (version 4, bit 55): a ToPA
+/// region with INT filled (Intel PT, [`super::pt`]).
+pub const STATUS_TRACE_TOPA_PMI: u64 = 1 << 55;
 /// IA32_PERF_GLOBAL_STATUS.CTR_FRZ (version 4, bit 59).
 pub const STATUS_CTR_FRZ: u64 = 1 << 59;
 /// PERFEVTSEL: user mode.
@@ -664,6 +667,19 @@ impl Pmu {
         self.lvt = value;
     }
 
+    /// Intel PT's ToPA PMI: sets Trace_ToPA_PMI in the global status and
+    /// raises the PMI through the same LVT entry as the counters.
+    pub fn raise_topa_pmi(&mut self) {
+        let Some(intel) = self.intel.as_mut() else {
+            return;
+        };
+        intel.global_status |= STATUS_TRACE_TOPA_PMI;
+        if self.lvt & LVT_MASKED == 0 {
+            self.lvt |= LVT_MASKED;
+            self.pmi = true;
+        }
+    }
+
     /// Whether a PMI waits; taking it clears it.
     pub fn take_pmi(&mut self) -> bool {
         std::mem::replace(&mut self.pmi, false)
@@ -881,6 +897,13 @@ impl PmuSet {
         self.pmi
             .get(cpu as usize)
             .is_some_and(|p| p.load(Ordering::Relaxed))
+    }
+
+    /// Raises Intel PT's ToPA PMI on `cpu` ([`Pmu::raise_topa_pmi`]).
+    pub fn raise_topa_pmi(&self, cpu: u32) {
+        let mut pmu = self.pmu(cpu);
+        pmu.raise_topa_pmi();
+        self.update_counting(cpu, &pmu);
     }
 
     /// Takes the PMI waiting on `cpu`, if one does.
