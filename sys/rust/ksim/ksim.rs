@@ -26,6 +26,7 @@ pub mod host_file;
 pub mod imgact_elf;
 pub mod kern;
 mod machine;
+pub use machine::physmem;
 pub mod programs;
 pub mod sched;
 pub mod user_process;

@@ -212,7 +212,8 @@ impl Image {
         }
     }
 
-    /// Adds `size` bytes of `file` from `offset`, loaded at `vaddr`.
+    /// Adds `size` bytes of `file` from `offset`, loaded at `vaddr` in
+    /// every address space.
     pub fn add_file(
         &mut self,
         file: &std::path::Path,
@@ -220,18 +221,30 @@ impl Image {
         size: u64,
         vaddr: u64,
     ) -> Result<(), Error> {
+        self.add_file_in(file, offset, size, vaddr, None)
+    }
+
+    /// [`Image::add_file`] in the address space of CR3 `cr3` only (None:
+    /// any), for traces of several processes told apart by PIP packets.
+    pub fn add_file_in(
+        &mut self,
+        file: &std::path::Path,
+        offset: u64,
+        size: u64,
+        vaddr: u64,
+        cr3: Option<u64>,
+    ) -> Result<(), Error> {
         let path = CString::new(file.as_os_str().as_encoded_bytes())
             .map_err(|_| Error(sys::pt_error_code_pte_invalid as i32))?;
-        // SAFETY: our image, a valid path; a NULL asid is "any".
+        // pt_asid_init's values: no CR3, no VMCS (inline in the header).
+        let asid = sys::pt_asid {
+            size: std::mem::size_of::<sys::pt_asid>(),
+            cr3: cr3.unwrap_or(u64::MAX),
+            vmcs: u64::MAX,
+        };
+        // SAFETY: our image, a valid path and asid, both copied.
         let r = unsafe {
-            sys::pt_image_add_file(
-                self.raw.as_ptr(),
-                path.as_ptr(),
-                offset,
-                size,
-                std::ptr::null(),
-                vaddr,
-            )
+            sys::pt_image_add_file(self.raw.as_ptr(), path.as_ptr(), offset, size, &asid, vaddr)
         };
         Error::check(r).map(drop)
     }
