@@ -909,6 +909,64 @@ pub fn cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
         .map_or([0; 4], |m| m.cpuid(leaf, subleaf))
 }
 
+/// XSAVES of the current CPU's Intel PT state component (state 8): the
+/// nine registers in XSAVE order; clears TraceEn as XSAVES does. The
+/// component is saved only with IA32_XSS.PT set (pt.c sets it around the
+/// instruction); the simulator panics when it is clear, as the caller
+/// would otherwise get no state. A CPU without PT faults.
+pub fn pt_xsaves() -> [u64; 9] {
+    let m = current();
+    let (pts, cpu) = {
+        let st = m.st();
+        (st.pts.clone(), st.cur().0)
+    };
+    match pts {
+        Some(p) => {
+            assert!(
+                p.xss_of(cpu) & crate::x86::pt::XSS_PT != 0,
+                "XSAVES of the PT component on CPU {cpu} with IA32_XSS.PT clear: nothing is saved"
+            );
+            p.save_state(cpu)
+        }
+        None => panic!(
+            "fatal trap 9: general protection fault in kernel mode on CPU {cpu}: XSAVES of PT state on a CPU without Intel PT"
+        ),
+    }
+}
+
+/// XRSTORS of the current CPU's Intel PT state component; a #GP (a
+/// reserved bit, TraceEn already set) panics, as in the kernel.
+pub fn pt_xrstors(state: &[u64; 9]) {
+    let m = current();
+    let (pts, cpu) = {
+        let st = m.st();
+        (st.pts.clone(), st.cur().0)
+    };
+    let r = match pts {
+        Some(p) => {
+            assert!(
+                p.xss_of(cpu) & crate::x86::pt::XSS_PT != 0,
+                "XRSTORS of the PT component on CPU {cpu} with IA32_XSS.PT clear: nothing is restored"
+            );
+            p.restore_state(cpu, state)
+        }
+        None => Err(crate::x86::GpFault {
+            msr: crate::x86::pt::msr::CTL,
+            value: Some(state[0]),
+            why: "XRSTORS of PT state on a CPU without Intel PT",
+        }),
+    };
+    r.unwrap_or_else(|gp| {
+        panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
+    })
+}
+
+/// The machine's physical memory (the kernel's `vm_page_alloc` and
+/// `vtophys` for buffers the hardware models reach).
+pub fn physmem() -> std::sync::Arc<crate::physmem::PhysMem> {
+    current().physmem()
+}
+
 /// `lapic_enable_pcint`: the performance-counter LVT entry of every CPU
 /// delivers an NMI, unmasked; false when the machine has no such entry.
 pub fn lapic_enable_pcint() -> bool {

@@ -23,7 +23,7 @@ use ksim::cpu::events::{Mode, Retired, Subscriber};
 use ksim::physmem::{ObjId, PAGE_SIZE, PhysMem};
 use ksim::programs;
 use ksim::user_process::{UserProcess, UserThread};
-use ksim::x86::pt::{ctl, msr, topa};
+use ksim::x86::pt::{IA32_XSS, XSS_PT, ctl, msr, topa};
 use ksim::{CpuState, Cred, Machine, MachineConfig};
 
 /// Skylake client: family 6, model 0x5E, stepping 3.
@@ -714,6 +714,28 @@ fn an_internal_overflow_loses_a_span_and_decoding_resumes_after_ovf() {
     d.check_clean(&[&t]);
 }
 
+/// Runs `pid` on CPU 0 with its thread `tid` traced with `state`
+/// (XRSTORS in, XSAVES out), and no consumer until the end.
+fn run_plain(m: &Machine, pid: u32, tid: u32, state: &mut [u64; 9]) {
+    let pts = m.pts().unwrap();
+    let alive = |pid| {
+        m.proc_info(pid)
+            .is_some_and(|p: ksim::ProcInfo| !p.zombie && p.threads.contains(&tid))
+    };
+    while alive(pid) {
+        m.switch_in(0, tid);
+        pts.restore_state(0, state).unwrap();
+        for _ in 0..3 {
+            m.tick(0);
+            if !alive(pid) {
+                break;
+            }
+        }
+        *state = pts.save_state(0);
+        m.switch_out(0);
+    }
+}
+
 #[test]
 fn a_lapped_ring_decodes_from_its_first_psb_to_the_end() {
     let m = machine(5_000);
@@ -724,24 +746,7 @@ fn a_lapped_ring_decodes_from_its_first_psb_to_the_end() {
     let mut t = Traced::new(Buffer::new(&d.mem, 4, 0), USER_TRACE, &[], 0);
     // The consumer only looks at the end, from the producer's position
     // (the oldest byte): a ring's worth, starting mid-packet.
-    d.on_cpu.lock().unwrap()[0] = None;
-    let d2 = &d;
-    let pts = m.pts().unwrap();
-    let mut done = false;
-    while d2.alive(pid) {
-        m.switch_in(0, tid);
-        pts.restore_state(0, &t.state).unwrap();
-        for _ in 0..3 {
-            m.tick(0);
-            if !d2.alive(pid) {
-                break;
-            }
-        }
-        t.state = pts.save_state(0);
-        m.switch_out(0);
-        done = true;
-    }
-    assert!(done);
+    run_plain(&m, pid, tid, &mut t.state);
     let ring = {
         let b = t.buf.lock().unwrap();
         let ptrs = t.state[2];
@@ -752,7 +757,10 @@ fn a_lapped_ring_decodes_from_its_first_psb_to_the_end() {
         ring.extend_from_slice(&all[..pos]);
         ring
     };
-    assert!(pts.stats(0).bytes_out > 8 * 4096, "the ring lapped");
+    assert!(
+        m.pts().unwrap().stats(0).bytes_out > 8 * 4096,
+        "the ring lapped"
+    );
     let elf = programs::image(Arch::X86_64, "calls").unwrap();
     let items = decode(&ring, &[ElfImage::new("calls", &elf, 0, None)], None);
     let executed = rec.lock().unwrap().pcs.clone();
@@ -824,4 +832,183 @@ fn a_hole_in_the_trace_is_reported_and_decoding_resyncs_at_the_next_psb() {
     let from = executed.len() - tail.len();
     assert_same("after the resync", &tail, &executed[from..]);
     assert!(from > head.len(), "a span is lost");
+}
+
+#[test]
+fn single_range_output_holds_the_trace_of_a_small_program() {
+    let m = machine(5_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 5_000);
+    let (pid, tid, rec) = d.spawn("syscalls", &["syscalls", "20"]);
+    let page = d.mem.alloc_object(1, false).unwrap();
+    let mut state = [0u64; 9];
+    state[0] = USER_TRACE | ctl::TRACEEN;
+    state[1] = d.mem.page_paddr(page, 0).unwrap();
+    state[2] = 0xFFF;
+    run_plain(&m, pid, tid, &mut state);
+    let len = (state[2] >> 32) as usize;
+    assert!(len > 100 && len < 4096, "{len} bytes, no wrap");
+    let mut trace = vec![0u8; len];
+    d.mem.read_object(page, 0, &mut trace).unwrap();
+    let elf = programs::image(Arch::X86_64, "syscalls").unwrap();
+    let items = decode(&trace, &[ElfImage::new("syscalls", &elf, 0, None)], None);
+    assert!(lost(&items).is_empty(), "{:?}", lost(&items));
+    assert_same("syscalls", &insns(&items), &rec.lock().unwrap().pcs);
+    d.mem.free_object(page).unwrap();
+    assert_eq!(d.mem.stray_writes(), 0);
+}
+
+#[test]
+fn a_stop_entry_stops_the_trace_with_a_pmi() {
+    let m = machine(5_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 5_000);
+    let (pid, tid, rec) = d.spawn("calls", &["calls", "200"]);
+    // Two pages, the second with STOP and INT, and no ring.
+    let buf = Buffer::new(&d.mem, 2, 0);
+    let second = d.mem.page_paddr(buf.pages, 1).unwrap() | topa::STOP | topa::INT;
+    d.mem
+        .write_object(buf.table, 8, &second.to_le_bytes())
+        .unwrap();
+    let mut t = Traced::new(buf, USER_TRACE, &[], 0);
+    d.run(pid, tid, &mut t, 3);
+    assert_eq!(d.pmis(), 1, "the STOP region's INT");
+    assert_ne!(t.state[3] & (1 << 5), 0, "IA32_RTIT_STATUS.Stopped");
+    let trace = t.trace();
+    assert_eq!(trace.len(), 2 * 4096, "both regions full, nothing more");
+    let elf = programs::image(Arch::X86_64, "calls").unwrap();
+    let items = decode(&trace, &[ElfImage::new("calls", &elf, 0, None)], None);
+    let got = insns(&items);
+    let executed = rec.lock().unwrap().pcs.clone();
+    assert!(got.len() > 1000 && got.len() < executed.len() / 2);
+    assert_eq!(&executed[..got.len()], &got[..], "a prefix");
+    d.check_clean(&[&t]);
+}
+
+#[test]
+fn cr3_filtering_traces_one_process_of_two_and_disretc_sends_every_return() {
+    let m = machine(3_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 3_000);
+    let (pa, ta, ra) = d.spawn("recurse", &["recurse", "100", "1"]);
+    let (pb, tb, _rb) = d.spawn("calls", &["calls", "100"]);
+    let cr3a = m.cr3_of(pa);
+    let t = Traced::new(
+        Buffer::new(&d.mem, 128, 8),
+        USER_TRACE | ctl::CR3FILTER | ctl::DISRETC,
+        &[],
+        cr3a,
+    );
+    let pts = m.pts().unwrap();
+    d.on_cpu.lock().unwrap()[0] = Some(t.buf.clone());
+    pts.restore_state(0, &t.state).unwrap();
+    let mut turn = 0;
+    while d.alive(pa) || d.alive(pb) {
+        let (pid, tid) = [(pa, ta), (pb, tb)][turn % 2];
+        turn += 1;
+        if d.alive(pid) {
+            m.switch_in(0, tid);
+            m.tick(0);
+            m.switch_out(0);
+        }
+    }
+    let end = pts.save_state(0);
+    t.buf.lock().unwrap().take(end[2]);
+    let elf = programs::image(Arch::X86_64, "recurse").unwrap();
+    // No asid: only recurse's code can be decoded at all.
+    let items = decode(&t.trace(), &[ElfImage::new("recurse", &elf, 0, None)], None);
+    assert!(lost(&items).is_empty(), "{:?}", lost(&items));
+    assert_same("recurse", &insns(&items), &ra.lock().unwrap().pcs);
+    // With DisRETC every return is a TIP: as many TIPs as returns.
+    let trace = t.trace();
+    let cfg = ipt::Config::new(&trace).cpu(6, 0x5E, 3).unwrap();
+    let mut pd = ipt::PacketDecoder::new(&cfg).unwrap();
+    let (packets, err) = pd.dump();
+    assert_eq!(err, None);
+    let tips = packets.iter().filter(|p| p.name == "tip").count();
+    let returns = items
+        .iter()
+        .filter(|i| matches!(i, ipt::Item::Insn(x) if x.iclass == ipt::iclass::RETURN))
+        .count();
+    assert!(returns > 100);
+    assert_eq!(tips, returns, "no compressed return");
+    d.check_clean(&[&t]);
+}
+
+#[test]
+fn the_kernel_saves_and_restores_pt_state_with_xsaves_and_xrstors() {
+    let m = machine(5_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 5_000);
+    let (pid, tid, rec) = d.spawn("calls", &["calls", "50"]);
+    let t = Traced::new(Buffer::new(&d.mem, 64, 8), USER_TRACE, &[], 0);
+    let mut state = t.state;
+    let runnable = |pid| {
+        m.proc_info(pid)
+            .is_some_and(|p| !p.zombie && p.threads.contains(&tid))
+    };
+    while runnable(pid) {
+        m.switch_in(0, tid);
+        // As pt.c does it, in the thread's context on its CPU, with
+        // IA32_XSS.PT set around the instruction.
+        m.in_thread(tid, || {
+            ksim::kern::wrmsr(IA32_XSS, XSS_PT);
+            ksim::kern::pt_xrstors(&state);
+            ksim::kern::wrmsr(IA32_XSS, 0);
+        });
+        assert_ne!(
+            m.in_thread(tid, || ksim::kern::rdmsr(msr::CTL)) & ctl::TRACEEN,
+            0
+        );
+        m.tick(0);
+        if m.running_on(0) != Some(tid) {
+            // It exited: the kernel's exit path stops the trace.
+            state = m.pts().unwrap().save_state(0);
+            break;
+        }
+        state = m.in_thread(tid, || {
+            ksim::kern::wrmsr(IA32_XSS, XSS_PT);
+            let s = ksim::kern::pt_xsaves();
+            ksim::kern::wrmsr(IA32_XSS, 0);
+            s
+        });
+        assert_eq!(
+            m.in_thread(tid, || ksim::kern::rdmsr(msr::CTL)) & ctl::TRACEEN,
+            0
+        );
+        m.switch_out(0);
+    }
+    t.buf.lock().unwrap().take(state[2]);
+    let elf = programs::image(Arch::X86_64, "calls").unwrap();
+    let items = decode(&t.trace(), &[ElfImage::new("calls", &elf, 0, None)], None);
+    assert_same("calls", &insns(&items), &rec.lock().unwrap().pcs);
+    d.check_clean(&[&t]);
+}
+
+#[test]
+fn a_gp_of_xrstors_in_the_kernel_panics() {
+    let m = machine(5_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 5_000);
+    let (_, tid, _) = d.spawn("calls", &["calls", "50"]);
+    let t = Traced::new(Buffer::new(&d.mem, 1, 0), USER_TRACE, &[], 0);
+    m.switch_in(0, tid);
+    m.wrmsr(0, IA32_XSS, XSS_PT).unwrap();
+    assert!(
+        m.wrmsr(0, IA32_XSS, 1).is_err(),
+        "x87 is no supervisor state"
+    );
+    m.in_thread(tid, || ksim::kern::pt_xrstors(&t.state));
+    // Again, with TraceEn set: #GP.
+    let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ksim::kern::pt_xrstors(&t.state)
+    }));
+    assert!(again.is_err(), "#GP");
+    let reserved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.wrmsr(0, msr::CTL, 1 << 6)
+    }));
+    assert!(
+        matches!(reserved, Ok(Err(_))),
+        "FabricEn is reserved: {reserved:?}"
+    );
 }

@@ -13,7 +13,8 @@
 //! Conditions" table gives them for the cases that arise here:
 //! - enable (TraceEn 0->1, always in the kernel): PSB, TSC?, CBR, PSBEND;
 //! - return to traced user code (after a system call, an interrupt, a
-//!   context switch, or on entering a filter range): MODE.Exec, TIP.PGE;
+//!   context switch, or on entering a filter range): TIP.PGE, after a
+//!   MODE.Exec when none went out since the last PSB;
 //! - conditional branches: short TNT; near returns that match the
 //!   return-compression stack (64 deep, DisRETC=0): a taken TNT bit;
 //!   indirect jumps and calls and other returns: TIP; IPs compressed
@@ -344,6 +345,9 @@ pub struct PtUnit {
     /// PacketEn.
     packet_en: bool,
     last_ip: Option<u64>,
+    /// A MODE.Exec went out since the last PSB (the mode never changes:
+    /// 64-bit code only).
+    mode_sent: bool,
     tnt_bits: u8,
     tnt_n: u8,
     retstack: [u64; RETSTACK],
@@ -390,6 +394,7 @@ impl PtUnit {
             in_user: false,
             packet_en: false,
             last_ip: None,
+            mode_sent: false,
             tnt_bits: 0,
             tnt_n: 0,
             retstack: [0; RETSTACK],
@@ -583,6 +588,7 @@ impl PtUnit {
 
     fn reset_compression(&mut self) {
         self.last_ip = None;
+        self.mode_sent = false;
         self.tnt_bits = 0;
         self.tnt_n = 0;
         self.ret_len = 0;
@@ -658,6 +664,7 @@ impl PtUnit {
         packet::cbr(&mut self.buf, CORE_BUS_RATIO);
         if self.packet_en {
             packet::mode_exec_64(&mut self.buf);
+            self.mode_sent = true;
             let b = packet::ip_bytes(self.next_ip, None);
             packet::ip(&mut self.buf, IpKind::Fup, b, self.next_ip);
             self.last_ip = Some(self.next_ip);
@@ -685,7 +692,12 @@ impl PtUnit {
     fn pge(&mut self, ip: u64) {
         self.packet_en = true;
         self.ret_len = 0;
-        self.emit_bytes(packet::mode_exec_64);
+        // MODE.Exec only when none went out since the last PSB (SDM's
+        // packet generation table, TIP.PGE cases).
+        if !self.mode_sent && !self.dropping() {
+            self.emit_bytes(packet::mode_exec_64);
+            self.mode_sent = true;
+        }
         self.emit_ip(IpKind::TipPge, Some(ip));
     }
 
@@ -1005,10 +1017,17 @@ impl PtUnit {
     }
 }
 
+/// IA32_XSS: the supervisor states XSAVES and XRSTORS manage.
+pub const IA32_XSS: u32 = 0xDA0;
+/// IA32_XSS.PT (state 8), the only supervisor state of these models.
+pub const XSS_PT: u64 = 1 << 8;
+
 /// The trace units of a machine's CPUs.
 #[derive(Debug)]
 pub struct PtSet {
     units: Vec<Mutex<PtUnit>>,
+    /// Per CPU: IA32_XSS.
+    xss: Vec<Mutex<u64>>,
     /// Per CPU: TraceEn (so the CPU must report its instructions).
     tracing: Vec<AtomicBool>,
     mem: Arc<PhysMem>,
@@ -1028,6 +1047,7 @@ impl PtSet {
         }
         Some(Arc::new(PtSet {
             units: (0..ncpus).map(|_| Mutex::new(PtUnit::new())).collect(),
+            xss: (0..ncpus).map(|_| Mutex::new(0)).collect(),
             tracing: (0..ncpus).map(|_| AtomicBool::new(false)).collect(),
             mem,
             pmus: pmus?,
@@ -1054,18 +1074,43 @@ impl PtSet {
         }
     }
 
-    /// Whether `msr` is a PT MSR.
+    /// Whether `msr` is one this set serves: a PT MSR or IA32_XSS.
     pub fn is_pt_msr(msr: u32) -> bool {
-        PtUnit::is_pt_msr(msr)
+        PtUnit::is_pt_msr(msr) || msr == IA32_XSS
+    }
+
+    fn xss(&self, cpu: u32) -> MutexGuard<'_, u64> {
+        self.xss[cpu as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// IA32_XSS of `cpu` (which states XSAVES saves).
+    pub fn xss_of(&self, cpu: u32) -> u64 {
+        *self.xss(cpu)
     }
 
     /// `rdmsr` on `cpu`.
     pub fn rdmsr(&self, cpu: u32, msr: u32) -> Result<u64, GpFault> {
+        if msr == IA32_XSS {
+            return Ok(*self.xss(cpu));
+        }
         self.unit(cpu).rdmsr(msr)
     }
 
     /// `wrmsr` on `cpu`.
     pub fn wrmsr(&self, cpu: u32, msr: u32, value: u64) -> Result<(), GpFault> {
+        if msr == IA32_XSS {
+            if value & !XSS_PT != 0 {
+                return Err(GpFault {
+                    msr,
+                    value: Some(value),
+                    why: "reserved IA32_XSS bits set",
+                });
+            }
+            *self.xss(cpu) = value;
+            return Ok(());
+        }
         let mut u = self.unit(cpu);
         let r = u.wrmsr(msr, value, &self.mem);
         self.sync(cpu, &mut u);
@@ -1294,5 +1339,85 @@ mod tests {
         assert!(v.trace_en());
         assert_eq!(v.rdmsr(msr::ADDR0_B), Ok(0x2000));
         assert!(v.restore_state(&s, &mem).is_err(), "TraceEn set");
+    }
+
+    fn user(pc: u64, next_pc: u64, branch: Option<crate::cpu::events::Branch>) -> Retired<'static> {
+        Retired {
+            cpu: 0,
+            mode: Mode::User,
+            pc,
+            len: 2,
+            next_pc,
+            branch,
+            accesses: &[],
+        }
+    }
+
+    fn cond(taken: bool) -> Option<crate::cpu::events::Branch> {
+        Some(crate::cpu::events::Branch {
+            kind: BranchKind::Conditional,
+            taken,
+        })
+    }
+
+    /// A unit writing to one page in single-range mode.
+    fn single_range(mem: &PhysMem) -> (PtUnit, crate::physmem::ObjId) {
+        let page = mem.alloc_object(1, true).unwrap();
+        let mut u = PtUnit::new();
+        u.wrmsr(msr::OUTPUT_BASE, mem.page_paddr(page, 0).unwrap(), mem)
+            .unwrap();
+        u.wrmsr(msr::OUTPUT_MASK_PTRS, 0xFFF, mem).unwrap();
+        (u, page)
+    }
+
+    #[test]
+    fn packets_of_a_syscall_and_an_interrupt() {
+        let mem = PhysMem::new();
+        let (mut u, page) = single_range(&mem);
+        u.wrmsr(msr::CTL, ctl::TRACEEN | ctl::USER | ctl::BRANCHEN, &mem)
+            .unwrap();
+        // Back to user at 0x401000, a taken and a not-taken branch, a
+        // system call, back, and the clock at 0x401010.
+        u.retired(&user(0x40_1000, 0x40_1008, cond(true)), &mem);
+        u.retired(&user(0x40_1008, 0x40_100a, cond(false)), &mem);
+        u.retired(&user(0x40_100a, 0x40_100c, None), &mem);
+        u.kernel_entry(KernelEntry::Syscall, &mem);
+        u.retired(&user(0x40_100c, 0x40_1010, None), &mem);
+        u.kernel_entry(KernelEntry::Interrupt { ip: 0x40_1010 }, &mem);
+        u.wrmsr(msr::CTL, ctl::USER | ctl::BRANCHEN, &mem).unwrap();
+        let len = (u.rdmsr(msr::OUTPUT_MASK_PTRS).unwrap() >> 32) as usize;
+        let mut out = vec![0u8; len];
+        mem.read_object(page, 0, &mut out).unwrap();
+        let mut want = Vec::new();
+        packet::psb(&mut want);
+        want.extend_from_slice(&[0x02, 0x03, CORE_BUS_RATIO, 0, 0x02, 0x23]);
+        // MODE.Exec, TIP.PGE (6 bytes: no last IP after PSB+).
+        want.extend_from_slice(&[0x99, 0x01, 0x71, 0x00, 0x10, 0x40, 0, 0, 0]);
+        // TNT (T, N), TIP.PGD with the IP suppressed.
+        want.extend_from_slice(&[0b0000_1100, 0x01]);
+        // TIP.PGE (2 bytes against the last IP), FUP (2 bytes), TIP.PGD.
+        want.extend_from_slice(&[0x31, 0x0c, 0x10, 0x3D, 0x10, 0x10, 0x01]);
+        assert_eq!(out, want);
+        assert_eq!(mem.stray_writes(), 0);
+    }
+
+    #[test]
+    fn output_to_freed_pages_is_caught() {
+        let mem = PhysMem::new();
+        let (mut u, page) = single_range(&mem);
+        u.wrmsr(msr::CTL, ctl::TRACEEN | ctl::USER | ctl::BRANCHEN, &mem)
+            .unwrap();
+        // A driver bug: the buffer is freed while the unit traces.
+        mem.free_object(page).unwrap();
+        for i in 0..2000u64 {
+            u.retired(
+                &user(0x40_1000 + 2 * i, 0x40_1000 + 2 * i + 2, cond(i % 3 == 0)),
+                &mem,
+            );
+        }
+        u.wrmsr(msr::CTL, ctl::USER | ctl::BRANCHEN, &mem).unwrap();
+        assert!(u.stats().stray_writes > 0);
+        assert!(mem.stray_writes() > 0);
+        assert_eq!(mem.live_objects(), 0);
     }
 }
