@@ -1012,3 +1012,108 @@ fn a_gp_of_xrstors_in_the_kernel_panics() {
         "FabricEn is reserved: {reserved:?}"
     );
 }
+
+#[test]
+fn a_tracestop_range_stops_the_trace_where_it_is_entered() {
+    let elf = programs::image(Arch::X86_64, "calls").unwrap();
+    let (start, size) = symbol(&elf, "f_mix");
+    let range = (start, start + size - 1);
+    let m = machine(5_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 5_000);
+    let (pid, tid, rec) = d.spawn("calls", &["calls", "100"]);
+    let addr0_cfg_2 = 2 << 32;
+    let mut t = Traced::new(
+        Buffer::new(&d.mem, 64, 8),
+        USER_TRACE | addr0_cfg_2,
+        &[range],
+        0,
+    );
+    d.run(pid, tid, &mut t, 3);
+    assert_ne!(t.state[3] & (1 << 5), 0, "IA32_RTIT_STATUS.Stopped");
+    let items = decode(
+        &t.trace(),
+        &[ElfImage::new("calls", &elf, 0, None)],
+        Some((2, &[range])),
+    );
+    assert!(lost(&items).is_empty(), "{:?}", lost(&items));
+    assert!(
+        items
+            .iter()
+            .any(|i| matches!(i, ipt::Item::Event(ipt::Event::Stop))),
+        "a stop event"
+    );
+    let executed = rec.lock().unwrap().pcs.clone();
+    let entry = executed
+        .iter()
+        .position(|pc| (range.0..=range.1).contains(pc))
+        .expect("f_mix ran");
+    assert_same("up to f_mix", &insns(&items), &executed[..entry]);
+    d.check_clean(&[&t]);
+}
+
+#[test]
+fn a_thread_that_migrates_between_cpus_decodes_from_one_buffer() {
+    let m = machine(3_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 3_000);
+    let (pid, tid, rec) = d.spawn("recurse", &["recurse", "150", "2"]);
+    let mut t = Traced::new(Buffer::new(&d.mem, 64, 8), USER_TRACE, &[], 0);
+    let mut cpu = 0;
+    let runnable = |pid| {
+        m.proc_info(pid)
+            .is_some_and(|p| !p.zombie && p.threads.contains(&tid))
+    };
+    let mut moves = 0;
+    while runnable(pid) {
+        d.switch_in(cpu, tid, &t);
+        m.tick(cpu);
+        t.state = m.pts().unwrap().save_state(cpu);
+        t.buf.lock().unwrap().take(t.state[2]);
+        d.on_cpu.lock().unwrap()[cpu as usize] = None;
+        m.switch_out(cpu);
+        cpu ^= 1;
+        moves += 1;
+    }
+    assert!(moves > 10, "{moves} moves");
+    let elf = programs::image(Arch::X86_64, "recurse").unwrap();
+    let items = decode(&t.trace(), &[ElfImage::new("recurse", &elf, 0, None)], None);
+    assert!(lost(&items).is_empty(), "{:?}", lost(&items));
+    assert_same("recurse", &insns(&items), &rec.lock().unwrap().pcs);
+    d.check_clean(&[&t]);
+}
+
+/// The cost of tracing: `cargo test --release -p ksim --test pt_oracle
+/// -- --ignored --nocapture speed` prints instructions per second of a
+/// program run untraced, and traced in thread mode into a ToPA ring.
+#[test]
+#[ignore]
+fn speed() {
+    let mut insns = 0;
+    for traced in [true, false] {
+        let m = machine(10_000);
+        let _g = m.enter();
+        let d = Driver::new(&m, 10_000);
+        let image = programs::image(Arch::X86_64, "sort").unwrap();
+        let (pid, tid) = m.spawn(Cred::root(), "sort");
+        m.exec_program(pid, "/usr/bin/sort", &image, &["sort", "64"])
+            .unwrap();
+        let mut t = Traced::new(Buffer::new(&d.mem, 256, 32), USER_TRACE, &[], 0);
+        let began = std::time::Instant::now();
+        if traced {
+            d.run(pid, tid, &mut t, 10);
+            insns = m.pts().unwrap().stats(0).insns;
+        } else {
+            m.switch_in(0, tid);
+            while d.alive(pid) {
+                m.tick(0);
+            }
+        }
+        let secs = began.elapsed().as_secs_f64();
+        eprintln!(
+            "traced {traced}: {insns} instructions in {secs:.3} s, {:.1} M/s, {} bytes of trace",
+            insns as f64 / secs / 1e6,
+            t.trace().len()
+        );
+    }
+}

@@ -23,7 +23,8 @@
 //!   (a far branch; no FUP: libipt's direct_call-tip_pgd_noip-syscall
 //!   test); an interrupt or exception: FUP, TIP.PGD (IP suppressed);
 //! - leaving a filter range: TIP.PGD(target); a CR3 change with OS=1:
-//!   PIP;
+//!   PIP; reaching a TraceStop range (ADDRn_CFG=2): TIP.PGD(target) if
+//!   packets were on, TraceStop, and IA32_RTIT_STATUS.Stopped;
 //! - PSB+ every 2K << PSBFreq output bytes: PSB, TSC?, PIP?, CBR,
 //!   MODE.Exec and FUP when packets are enabled, PSBEND;
 //! - an internal-buffer overflow (only forced here,
@@ -33,7 +34,6 @@
 //! The simulated kernel runs no instructions, so kernel mode is never
 //! traced, whatever RTIT_CTL.OS says (OS still enables PIP). Not modeled:
 //! CYC, MTC and TMA packets (CYCEn and MTCEn are accepted and produce
-//! nothing), TraceStop regions (ADDRn_CFG=2 is accepted and stops
 //! nothing), PTWRITE, power events, long TNT, TSX.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -220,6 +220,11 @@ pub mod packet {
         out.extend_from_slice(&[0x02, 0xF3]);
     }
 
+    /// TraceStop.
+    pub fn trace_stop(out: &mut Vec<u8>) {
+        out.extend_from_slice(&[0x02, 0x83]);
+    }
+
     /// PAD.
     pub fn pad(out: &mut Vec<u8>) {
         out.push(0);
@@ -315,6 +320,8 @@ const MAX_END_HOPS: u32 = 16;
 /// What the trace unit has counted, for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PtStats {
+    /// User instructions the unit saw while tracing.
+    pub insns: u64,
     /// Bytes written to the output.
     pub bytes_out: u64,
     /// Bytes generated but dropped (Stopped, Error, overflow).
@@ -446,6 +453,14 @@ impl PtUnit {
             }
         }
         !any
+    }
+
+    /// Whether `ip` is in a TraceStop range (ADDRn_CFG = 2).
+    fn stops_at(&self, ip: u64) -> bool {
+        (0..ADDR_RANGES as usize).any(|n| {
+            self.ctl >> (ctl::ADDR0_CFG_SHIFT + 4 * n as u32) & 0xF == 2
+                && (self.addr[2 * n]..=self.addr[2 * n + 1]).contains(&ip)
+        })
     }
 
     /// PacketEn for user code at `ip`.
@@ -714,6 +729,7 @@ impl PtUnit {
         }
         self.tsc += 1;
         self.insns += 1;
+        self.stats.insns += 1;
         if let Some((at, len)) = self.ovf_at {
             if self.insns >= at {
                 self.ovf_at = None;
@@ -728,6 +744,24 @@ impl PtUnit {
             }
         }
         let next = insn.next_pc;
+        if self.ctl >> ctl::ADDR0_CFG_SHIFT & 0x22 != 0
+            && self.context_en(true)
+            && self.stops_at(next)
+        {
+            // TraceStop: TIP.PGD(target) if packets were on, then
+            // TraceStop, and Stopped clears TriggerEn.
+            if self.packet_en {
+                self.emit_ip(IpKind::TipPgd, Some(next));
+                self.packet_en = false;
+            }
+            self.flush_tnt();
+            self.emit_bytes(packet::trace_stop);
+            self.next_ip = next;
+            // Out before Stopped, which ends the output.
+            self.flush(mem);
+            self.status |= status::STOPPED;
+            return;
+        }
         let stays = self.enabled_at(next);
         if self.packet_en {
             if !stays {
@@ -1215,7 +1249,8 @@ mod tests {
         packet::psbend(&mut b);
         packet::ovf(&mut b);
         packet::pad(&mut b);
-        assert_eq!(b, [0x02, 0x23, 0x02, 0xF3, 0x00]);
+        packet::trace_stop(&mut b);
+        assert_eq!(b, [0x02, 0x23, 0x02, 0xF3, 0x00, 0x02, 0x83]);
         b.clear();
         // T, N, T (oldest first): stop bit at 4, bits 3:1 = 101.
         packet::tnt(&mut b, 0b101, 3);
