@@ -166,10 +166,78 @@ impl<'a> Config<'a> {
 /// and returns the bytes read (0: nothing mapped there).
 pub type ReadMemory = Box<dyn FnMut(u64, &mut [u8]) -> usize + Send>;
 
+/// An image section cache: files loaded once and shared by the images of
+/// several processes (`pt_image_add_cached`).
+pub struct SectionCache {
+    raw: NonNull<sys::pt_image_section_cache>,
+}
+
+impl fmt::Debug for SectionCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SectionCache").finish_non_exhaustive()
+    }
+}
+
+// SAFETY: libipt locks its section cache internally (it is meant to be
+// shared between decoder threads).
+unsafe impl Send for SectionCache {}
+// SAFETY: as Send.
+unsafe impl Sync for SectionCache {}
+
+impl SectionCache {
+    /// An empty cache.
+    pub fn new(name: &str) -> std::sync::Arc<SectionCache> {
+        let name = CString::new(name).unwrap_or_default();
+        // SAFETY: a valid C string, copied by libipt.
+        let raw = unsafe { sys::pt_iscache_alloc(name.as_ptr()) };
+        std::sync::Arc::new(SectionCache {
+            raw: NonNull::new(raw).expect("pt_iscache_alloc"),
+        })
+    }
+
+    /// Adds `size` bytes of `file` from `offset`, loaded at `vaddr`;
+    /// returns the section's id (the same file section gives the same id).
+    pub fn add_file(
+        &self,
+        file: &std::path::Path,
+        offset: u64,
+        size: u64,
+        vaddr: u64,
+    ) -> Result<i32, Error> {
+        let path = CString::new(file.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error(sys::pt_error_code_pte_invalid as i32))?;
+        // SAFETY: our cache, a valid path (copied).
+        let r = unsafe {
+            sys::pt_iscache_add_file(self.raw.as_ptr(), path.as_ptr(), offset, size, vaddr)
+        };
+        Error::check(r).map(|isid| isid as i32)
+    }
+}
+
+impl Drop for SectionCache {
+    fn drop(&mut self) {
+        // SAFETY: our cache; the images that use it hold an Arc, so none
+        // is left.
+        unsafe { sys::pt_iscache_free(self.raw.as_ptr()) };
+    }
+}
+
+/// pt_asid_init's values with an optional CR3 (the function is inline in
+/// the header).
+fn asid(cr3: Option<u64>) -> sys::pt_asid {
+    sys::pt_asid {
+        size: std::mem::size_of::<sys::pt_asid>(),
+        cr3: cr3.unwrap_or(u64::MAX),
+        vmcs: u64::MAX,
+    }
+}
+
 /// The memory image the decoder reads instructions from.
 pub struct Image {
     raw: NonNull<sys::pt_image>,
     callback: Option<Box<ReadMemory>>,
+    /// The caches its sections come from, kept alive as long as it.
+    caches: Vec<std::sync::Arc<SectionCache>>,
 }
 
 impl fmt::Debug for Image {
@@ -209,6 +277,7 @@ impl Image {
         Image {
             raw: NonNull::new(raw).expect("pt_image_alloc"),
             callback: None,
+            caches: Vec::new(),
         }
     }
 
@@ -236,17 +305,31 @@ impl Image {
     ) -> Result<(), Error> {
         let path = CString::new(file.as_os_str().as_encoded_bytes())
             .map_err(|_| Error(sys::pt_error_code_pte_invalid as i32))?;
-        // pt_asid_init's values: no CR3, no VMCS (inline in the header).
-        let asid = sys::pt_asid {
-            size: std::mem::size_of::<sys::pt_asid>(),
-            cr3: cr3.unwrap_or(u64::MAX),
-            vmcs: u64::MAX,
-        };
+        let asid = asid(cr3);
         // SAFETY: our image, a valid path and asid, both copied.
         let r = unsafe {
             sys::pt_image_add_file(self.raw.as_ptr(), path.as_ptr(), offset, size, &asid, vaddr)
         };
         Error::check(r).map(drop)
+    }
+
+    /// Adds section `isid` of `cache` in the address space of CR3 `cr3`
+    /// (None: any).
+    pub fn add_cached(
+        &mut self,
+        cache: &std::sync::Arc<SectionCache>,
+        isid: i32,
+        cr3: Option<u64>,
+    ) -> Result<(), Error> {
+        let asid = asid(cr3);
+        // SAFETY: our image and a live cache, which self keeps alive.
+        let r =
+            unsafe { sys::pt_image_add_cached(self.raw.as_ptr(), cache.raw.as_ptr(), isid, &asid) };
+        Error::check(r)?;
+        if !self.caches.iter().any(|c| std::sync::Arc::ptr_eq(c, cache)) {
+            self.caches.push(cache.clone());
+        }
+        Ok(())
     }
 
     /// Reads memory the files do not cover through `f`.

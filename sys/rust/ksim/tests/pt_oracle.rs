@@ -1117,3 +1117,46 @@ fn speed() {
         );
     }
 }
+
+#[test]
+fn images_from_a_section_cache_or_a_read_callback_decode_alike() {
+    let m = machine(5_000);
+    let _g = m.enter();
+    let d = Driver::new(&m, 5_000);
+    let (pid, tid, rec) = d.spawn("calls", &["calls", "50"]);
+    let mut t = Traced::new(Buffer::new(&d.mem, 64, 8), USER_TRACE, &[], 0);
+    d.run(pid, tid, &mut t, 3);
+    let trace = t.trace();
+    let elf = programs::image(Arch::X86_64, "calls").unwrap();
+    let executed = rec.lock().unwrap().pcs.clone();
+    let cfg = ipt::Config::new(&trace).cpu(6, 0x5E, 3).unwrap();
+    // A section cache, as hwt(8) shares files between processes.
+    let cache = ipt::SectionCache::new("objects");
+    let path = temp_file("calls", &elf);
+    let mut image = ipt::Image::new("cached");
+    for (off, size, vaddr) in text_segments(&elf) {
+        let isid = cache.add_file(&path, off, size, vaddr).unwrap();
+        image.add_cached(&cache, isid, None).unwrap();
+    }
+    drop(cache);
+    let mut dec = ipt::InsnDecoder::new(&cfg, &mut image).unwrap();
+    assert_same("cached", &insns(&dec.decode_all()), &executed);
+    // A callback that reads the ELF's segments.
+    let segments = text_segments(&elf);
+    let bytes = elf.clone();
+    let mut image = ipt::Image::new("callback");
+    image.set_callback(Box::new(move |addr, buf| {
+        for &(off, size, vaddr) in &segments {
+            if (vaddr..vaddr + size).contains(&addr) {
+                let from = (off + addr - vaddr) as usize;
+                let n = buf.len().min((vaddr + size - addr) as usize);
+                buf[..n].copy_from_slice(&bytes[from..from + n]);
+                return n;
+            }
+        }
+        0
+    }));
+    let mut dec = ipt::InsnDecoder::new(&cfg, &mut image).unwrap();
+    assert_same("callback", &insns(&dec.decode_all()), &executed);
+    d.check_clean(&[&t]);
+}
