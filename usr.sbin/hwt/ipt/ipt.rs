@@ -667,6 +667,32 @@ pub struct Packet {
     pub tnt_bits: u8,
 }
 
+/// One line of a dump, as ptdump lays it out: the offset, the packet's
+/// name and its payload (IPs with their compression, TNT bits oldest
+/// first, `!` taken and `.` not taken).
+impl fmt::Display for Packet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}  {:<10}", self.offset, self.name)?;
+        match self.name {
+            "fup" | "tip" | "tip.pge" | "tip.pgd" if self.ipc == 0 => {
+                write!(f, " {}: ????????????????", self.ipc)
+            }
+            "fup" | "tip" | "tip.pge" | "tip.pgd" => {
+                write!(f, " {}: {:016x}", self.ipc, self.payload)
+            }
+            "tnt.8" | "tnt.64" => {
+                f.write_str(" ")?;
+                for i in (0..self.tnt_bits).rev() {
+                    f.write_str(if self.payload >> i & 1 != 0 { "!" } else { "." })?;
+                }
+                Ok(())
+            }
+            "pip" | "tsc" | "cbr" => write!(f, " {:x}", self.payload),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The packet decoder, for dumps.
 pub struct PacketDecoder<'a> {
     raw: NonNull<sys::pt_packet_decoder>,
@@ -829,6 +855,8 @@ mod tests {
         let names: Vec<&str> = p.iter().map(|p| p.name).collect();
         assert_eq!(names, ["psb", "psbend", "tnt.8", "pad"]);
         assert_eq!((p[2].tnt_bits, p[2].payload), (3, 0b101));
+        assert_eq!(p[2].to_string(), "0000000000000012  tnt.8      !.!");
+        assert_eq!(p[0].to_string(), "0000000000000000  psb       ");
     }
 
     #[test]

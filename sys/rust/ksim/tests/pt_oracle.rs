@@ -1158,5 +1158,18 @@ fn images_from_a_section_cache_or_a_read_callback_decode_alike() {
     }));
     let mut dec = ipt::InsnDecoder::new(&cfg, &mut image).unwrap();
     assert_same("callback", &insns(&dec.decode_all()), &executed);
+    // The dump: PSB+ with a TSC that only goes up.
+    let (packets, err) = ipt::PacketDecoder::new(&cfg).unwrap().dump();
+    assert_eq!(err, None);
+    let tscs: Vec<u64> = packets
+        .iter()
+        .filter(|p| p.name == "tsc")
+        .map(|p| p.payload)
+        .collect();
+    assert!(
+        tscs.len() > 3 && tscs.windows(2).all(|w| w[0] < w[1]),
+        "{tscs:?}"
+    );
+    assert_eq!(packets[0].name, "psb");
     d.check_clean(&[&t]);
 }

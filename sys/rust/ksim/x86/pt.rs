@@ -843,6 +843,13 @@ impl PtUnit {
         }
     }
 
+    /// The CPU's time-stamp counter is at least `tsc` (the machine's, at
+    /// a context switch); the unit's count goes on from there, a cycle an
+    /// instruction.
+    pub fn sync_tsc(&mut self, tsc: u64) {
+        self.tsc = self.tsc.max(tsc);
+    }
+
     /// The CPU's CR3.
     pub fn cr3(&self) -> u64 {
         self.cr3
@@ -1179,6 +1186,11 @@ impl PtSet {
         let mut u = self.unit(cpu);
         u.set_cr3(cr3);
         self.sync(cpu, &mut u);
+    }
+
+    /// `cpu`'s TSC is at least `tsc` ([`PtUnit::sync_tsc`]).
+    pub fn sync_tsc(&self, cpu: u32, tsc: u64) {
+        self.unit(cpu).sync_tsc(tsc);
     }
 
     /// Forces an internal overflow on `cpu` ([`PtUnit::force_overflow`]).
