@@ -143,6 +143,23 @@ impl<'a> Config<'a> {
         Ok(self)
     }
 
+    /// [`Config::cpu`] of the CPU whose CPUID leaf 1 EAX is `eax` (the
+    /// display family and model, with their extended fields).
+    pub fn cpu_signature(self, eax: u32) -> Result<Config<'a>, Error> {
+        let base_family = eax >> 8 & 0xF;
+        let family = if base_family == 0xF {
+            base_family + (eax >> 20 & 0xFF)
+        } else {
+            base_family
+        };
+        let model = if base_family == 6 || base_family == 0xF {
+            (eax >> 4 & 0xF) | (eax >> 16 & 0xF) << 4
+        } else {
+            eax >> 4 & 0xF
+        };
+        self.cpu(family as u16, model as u8, (eax & 0xF) as u8)
+    }
+
     /// The address filter as IA32_RTIT_CTL's ADDRn_CFG fields (bits 35:32
     /// and up, shifted down) and the ADDRn_A/B pairs.
     pub fn addr_filter(mut self, cfg: u64, ranges: &[(u64, u64)]) -> Config<'a> {
@@ -849,6 +866,15 @@ mod tests {
         let mut buf = [0x02u8, 0x82].repeat(8);
         buf.extend_from_slice(&[0x02, 0x23, 0b0001_1010, 0x00]);
         let cfg = Config::new(&buf).cpu(6, 0x5E, 3).expect("Skylake is known");
+        let by_signature = Config::new(&buf).cpu_signature(0x000506E3).unwrap();
+        assert_eq!(
+            (
+                by_signature.raw.cpu.family,
+                by_signature.raw.cpu.model,
+                by_signature.raw.cpu.stepping
+            ),
+            (6, 0x5E, 3)
+        );
         let mut d = PacketDecoder::new(&cfg).unwrap();
         let (p, err) = d.dump();
         assert_eq!(err, None);

@@ -381,14 +381,21 @@ impl ElfImage {
     }
 }
 
+/// A decoder configuration for `trace`, for the machine's CPU (CPUID
+/// leaf 1's signature, with libipt's errata for it).
+fn config(trace: &[u8]) -> ipt::Config<'_> {
+    let model = ksim::x86::CpuModel::from_key(CPU_KEY).unwrap();
+    ipt::Config::new(trace)
+        .cpu_signature(model.cpuid(1, 0)[0])
+        .expect("libipt knows the CPU")
+}
+
 fn decode(
     trace: &[u8],
     images: &[ElfImage],
     filter: Option<(u64, &[(u64, u64)])>,
 ) -> Vec<ipt::Item> {
-    let mut cfg = ipt::Config::new(trace)
-        .cpu(6, 0x5E, 3)
-        .expect("libipt knows Skylake");
+    let mut cfg = config(trace);
     if let Some((cfg_bits, ranges)) = filter {
         cfg = cfg.addr_filter(cfg_bits, ranges);
     }
@@ -921,7 +928,7 @@ fn cr3_filtering_traces_one_process_of_two_and_disretc_sends_every_return() {
     assert_same("recurse", &insns(&items), &ra.lock().unwrap().pcs);
     // With DisRETC every return is a TIP: as many TIPs as returns.
     let trace = t.trace();
-    let cfg = ipt::Config::new(&trace).cpu(6, 0x5E, 3).unwrap();
+    let cfg = config(&trace);
     let mut pd = ipt::PacketDecoder::new(&cfg).unwrap();
     let (packets, err) = pd.dump();
     assert_eq!(err, None);
@@ -1129,7 +1136,7 @@ fn images_from_a_section_cache_or_a_read_callback_decode_alike() {
     let trace = t.trace();
     let elf = programs::image(Arch::X86_64, "calls").unwrap();
     let executed = rec.lock().unwrap().pcs.clone();
-    let cfg = ipt::Config::new(&trace).cpu(6, 0x5E, 3).unwrap();
+    let cfg = config(&trace);
     // A section cache, as hwt(8) shares files between processes.
     let cache = ipt::SectionCache::new("objects");
     let path = temp_file("calls", &elf);

@@ -437,7 +437,7 @@ impl PtUnit {
     fn context_en(&self, user: bool) -> bool {
         let cpl = if user { ctl::USER } else { ctl::OS };
         self.ctl & cpl != 0
-            && (self.ctl & ctl::CR3FILTER == 0 || self.cr3_match == self.cr3 & !0xFFF)
+            && (self.ctl & ctl::CR3FILTER == 0 || self.cr3_match == self.cr3 & !0x1F)
     }
 
     /// FilterEn at `ip`: inside a range whose ADDRn_CFG is 1, or
@@ -1466,5 +1466,61 @@ mod tests {
         assert!(u.stats().stray_writes > 0);
         assert!(mem.stray_writes() > 0);
         assert_eq!(mem.live_objects(), 0);
+    }
+
+    #[test]
+    fn topa_end_entries_chain_tables_and_stop_ends_the_output() {
+        let mem = PhysMem::new();
+        let pages = mem.alloc_object(2, false).unwrap();
+        let tables = mem.alloc_object(2, true).unwrap();
+        let (t0, t1) = (
+            mem.page_paddr(tables, 0).unwrap(),
+            mem.page_paddr(tables, 1).unwrap(),
+        );
+        let entry = |i| mem.page_paddr(pages, i).unwrap();
+        // Table 0: page 0, END to table 1; table 1: page 1 with STOP and
+        // INT.
+        let put = |off: usize, v: u64| mem.write_object(tables, off, &v.to_le_bytes()).unwrap();
+        put(0, entry(0));
+        put(8, t1 | topa::END);
+        put(4096, entry(1) | topa::STOP | topa::INT);
+        let mut u = PtUnit::new();
+        u.wrmsr(msr::OUTPUT_BASE, t0, &mem).unwrap();
+        u.wrmsr(
+            msr::CTL,
+            ctl::TRACEEN | ctl::TOPA | ctl::USER | ctl::BRANCHEN,
+            &mem,
+        )
+        .unwrap();
+        let mut i = 0u64;
+        while u.rdmsr(msr::STATUS).unwrap() & status::STOPPED == 0 {
+            let pc = 0x40_0000 + 2 * (i % 1000);
+            u.retired(&user(pc, pc + 2, cond(i % 7 < 3)), &mem);
+            i += 1;
+            assert!(i < 1_000_000, "never stopped");
+        }
+        assert!(u.take_pmi(), "the STOP region had INT");
+        assert_eq!(u.rdmsr(msr::OUTPUT_BASE), Ok(t1), "moved to table 1");
+        assert_eq!(u.rdmsr(msr::OUTPUT_MASK_PTRS), Ok(1 << 7 | 0x7F));
+        assert_eq!(u.stats().bytes_out, 2 * 4096);
+        // Nothing more goes out.
+        for _ in 0..10_000 {
+            u.retired(&user(0x40_0000, 0x40_0002, cond(true)), &mem);
+        }
+        u.wrmsr(msr::CTL, ctl::TOPA | ctl::USER | ctl::BRANCHEN, &mem)
+            .unwrap();
+        assert_eq!(u.stats().bytes_out, 2 * 4096);
+        let mut first = [0u8; 16];
+        mem.read_object(pages, 0, &mut first).unwrap();
+        assert_eq!(first.to_vec(), [0x02, 0x82].repeat(8), "a PSB first");
+        assert_eq!(mem.stray_writes(), 0);
+        // A table entry with a reserved bit is an output error.
+        put(0, entry(0) | 1 << 1);
+        let mut v = PtUnit::new();
+        v.wrmsr(msr::OUTPUT_BASE, t0, &mem).unwrap();
+        v.wrmsr(msr::CTL, ctl::TRACEEN | ctl::TOPA | ctl::USER, &mem)
+            .unwrap();
+        v.wrmsr(msr::CTL, ctl::TOPA | ctl::USER, &mem).unwrap();
+        assert_ne!(v.rdmsr(msr::STATUS).unwrap() & status::ERROR, 0);
     }
 }
