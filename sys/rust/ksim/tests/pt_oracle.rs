@@ -1180,3 +1180,55 @@ fn images_from_a_section_cache_or_a_read_callback_decode_alike() {
     assert_eq!(packets[0].name, "psb");
     d.check_clean(&[&t]);
 }
+
+#[test]
+fn psbs_come_every_psbfreq_bytes() {
+    for freq in [0u64, 2] {
+        let m = machine(5_000);
+        let _g = m.enter();
+        let d = Driver::new(&m, 5_000);
+        let (pid, tid, rec) = d.spawn("calls", &["calls", "300"]);
+        let mut t = Traced::new(
+            Buffer::new(&d.mem, 64, 8),
+            USER_TRACE | freq << ctl::PSBFREQ_SHIFT,
+            &[],
+            0,
+        );
+        // Long slices: each switch-in starts a PSB+ of its own.
+        d.run(pid, tid, &mut t, 50);
+        let trace = t.trace();
+        let cfg = config(&trace);
+        let (packets, err) = ipt::PacketDecoder::new(&cfg).unwrap().dump();
+        assert_eq!(err, None);
+        let psbs: Vec<u64> = packets
+            .iter()
+            .filter(|p| p.name == "psb")
+            .map(|p| p.offset)
+            .collect();
+        let period = 2048 << freq;
+        // At the first instruction boundary past the period; the first
+        // comes at each enable (switch-in), so only full periods count.
+        let full: Vec<u64> = psbs
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .filter(|&d| d >= period)
+            .collect();
+        assert!(full.len() > 2, "PSBFreq {freq}: {psbs:?}");
+        assert!(
+            full.iter().all(|&d| d < period + 64),
+            "PSBFreq {freq}: {full:?}"
+        );
+        let items = decode(
+            &trace,
+            &[ElfImage::new(
+                "calls",
+                &programs::image(Arch::X86_64, "calls").unwrap(),
+                0,
+                None,
+            )],
+            None,
+        );
+        assert_same("calls", &insns(&items), &rec.lock().unwrap().pcs);
+        d.check_clean(&[&t]);
+    }
+}
