@@ -390,6 +390,14 @@ fn config(trace: &[u8]) -> ipt::Config<'_> {
         .expect("libipt knows the CPU")
 }
 
+impl Drop for ElfImage {
+    fn drop(&mut self) {
+        // libipt has read (or mapped) it by now; the directory stays for
+        // the test's other files.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 fn decode(
     trace: &[u8],
     images: &[ElfImage],
@@ -1148,6 +1156,9 @@ fn images_from_a_section_cache_or_a_read_callback_decode_alike() {
     drop(cache);
     let mut dec = ipt::InsnDecoder::new(&cfg, &mut image).unwrap();
     assert_same("cached", &insns(&dec.decode_all()), &executed);
+    drop(dec);
+    drop(image);
+    let _ = std::fs::remove_file(&path);
     // A callback that reads the ELF's segments.
     let segments = text_segments(&elf);
     let bytes = elf.clone();
