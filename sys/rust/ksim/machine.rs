@@ -1040,7 +1040,9 @@ impl Machine {
             let mut st = self.st();
             if let Some(pid) = st.thread_pid(tid) {
                 let cr3 = st.cr3_of(pid);
+                let tsc = st.tsc(cpu);
                 if let Some(pts) = &st.pts {
+                    pts.sync_tsc(cpu, tsc);
                     pts.set_cr3(cpu, cr3);
                 }
             }
