@@ -569,6 +569,11 @@ impl<'a> InsnDecoder<'a> {
     pub fn decode_all(&mut self) -> Vec<Item> {
         decode(self)
     }
+
+    /// Decodes the whole trace, each item handed to `f` ([`decode_each`]).
+    pub fn decode_each<E>(&mut self, f: impl FnMut(Item) -> Result<(), E>) -> Result<(), E> {
+        decode_each(self, f)
+    }
 }
 
 impl Drop for InsnDecoder<'_> {
@@ -603,36 +608,56 @@ pub enum Item {
 /// the next PSB, as ptxed does.
 pub fn decode(dec: &mut InsnDecoder<'_>) -> Vec<Item> {
     let mut out = Vec::new();
-    let mut pending_lost: Option<usize> = None;
+    let Ok(()) = decode_each(dec, |item| {
+        out.push(item);
+        Ok::<(), std::convert::Infallible>(())
+    });
+    out
+}
+
+/// [`decode`], handing each item to `f` as it is decoded instead of
+/// collecting them (a [`Item::Lost`] is handed over once the decoder has
+/// found where it resumes); stops at `f`'s first error and returns it.
+pub fn decode_each<E>(
+    dec: &mut InsnDecoder<'_>,
+    mut f: impl FnMut(Item) -> Result<(), E>,
+) -> Result<(), E> {
+    // The last loss, until the next synchronisation says where decoding
+    // resumed.
+    let mut pending_lost: Option<Item> = None;
     loop {
         let mut status = match dec.sync_forward() {
             Ok(s) => s,
             Err(e) if e.is_eos() => break,
             Err(e) => {
-                out.push(Item::Lost {
+                let lost = Item::Lost {
                     error: e,
                     at: dec.offset(),
                     resync: None,
-                });
+                };
                 // sync_forward moves on by itself; an error that does not
                 // is the end.
-                if pending_lost.is_some() {
-                    break;
+                if let Some(earlier) = pending_lost.take() {
+                    f(earlier)?;
+                    f(lost)?;
+                    return Ok(());
                 }
-                pending_lost = Some(out.len() - 1);
+                pending_lost = Some(lost);
                 continue;
             }
         };
-        if let Some(i) = pending_lost.take() {
-            if let Item::Lost { resync, .. } = &mut out[i] {
-                *resync = dec.sync_offset();
-            }
+        if let Some(Item::Lost { error, at, .. }) = pending_lost.take() {
+            f(Item::Lost {
+                error,
+                at,
+                resync: dec.sync_offset(),
+            })?;
         }
         let error = 'insns: loop {
             while status.event_pending() {
                 match dec.event() {
                     Ok((ev, s)) => {
-                        out.push(Item::Event(ev));
+                        f(Item::Event(ev))?;
                         status = s;
                     }
                     Err(e) => break 'insns if e.is_eos() { None } else { Some(e) },
@@ -643,12 +668,12 @@ pub fn decode(dec: &mut InsnDecoder<'_>) -> Vec<Item> {
             }
             match dec.next_insn() {
                 Ok((insn, s)) => {
-                    out.push(Item::Insn(insn));
+                    f(Item::Insn(insn))?;
                     status = s;
                 }
                 Err((e, insn)) => {
                     if let Some(i) = insn {
-                        out.push(Item::Insn(i));
+                        f(Item::Insn(i))?;
                     }
                     break if e.is_eos() { None } else { Some(e) };
                 }
@@ -657,14 +682,16 @@ pub fn decode(dec: &mut InsnDecoder<'_>) -> Vec<Item> {
         let Some(e) = error else {
             break;
         };
-        out.push(Item::Lost {
+        pending_lost = Some(Item::Lost {
             error: e,
             at: dec.offset(),
             resync: None,
         });
-        pending_lost = Some(out.len() - 1);
     }
-    out
+    if let Some(lost) = pending_lost {
+        f(lost)?;
+    }
+    Ok(())
 }
 
 /// A packet of a dump.
