@@ -21,7 +21,17 @@ pub struct Object {
     pub start: u64,
     pub end: u64,
     image: Image,
+    /// The file name as each instruction's line shows it (right-aligned
+    /// to 12 columns).
+    column: String,
+    /// Its symbols' ranges in address order (link-time addresses, less
+    /// the image's vaddr, as libpmcstat keeps them).
+    ranges: Vec<(u64, u64)>,
 }
+
+/// What an instruction's address is in: its object, and its symbol's name
+/// and run-time start.
+type Found<'a> = (&'a Object, Option<(&'a str, u64)>);
 
 /// The images of a traced process.
 pub struct Images {
@@ -54,28 +64,61 @@ impl Images {
         } else {
             mapped.wrapping_sub(image.vaddr & !0xfff)
         };
+        let name = path.rsplit('/').next().unwrap_or(path);
         self.objects.push(Object {
             path: path.to_string(),
             file: file.to_string(),
             bias,
             start: image.start.wrapping_add(bias),
             end: image.end.wrapping_add(bias),
+            column: format!("{name:>12}"),
+            ranges: image.symbols.iter().map(|s| (s.start, s.end)).collect(),
             image,
         });
         Ok(self.objects.last().expect("pushed"))
     }
 
-    /// The object holding run-time address `pc`, its symbol and offset.
-    fn lookup(&self, pc: u64) -> Option<(&Object, Option<(&str, u64)>)> {
-        let o = self.objects.iter().find(|o| pc >= o.start && pc < o.end)?;
+    /// The object holding run-time address `pc`, its symbol (with its
+    /// run-time start), and the run-time addresses `lo..hi` around `pc`
+    /// for which the lookup gives the same object and symbol.
+    fn lookup_range(&self, pc: u64) -> Option<(Found<'_>, (u64, u64))> {
+        let k = self
+            .objects
+            .iter()
+            .position(|o| pc >= o.start && pc < o.end)?;
+        let o = &self.objects[k];
         // libpmcstat keeps symbols as offsets from the image's vaddr.
-        let rel = pc.wrapping_sub(o.bias).wrapping_sub(o.image.vaddr);
-        let sym = o
-            .image
-            .symbols
-            .search(rel)
-            .map(|s| (self.pool.get(s.name), rel - s.start));
-        Some((o, sym))
+        let base = o.bias.wrapping_add(o.image.vaddr);
+        let rel = pc.wrapping_sub(base);
+        let found = o.image.symbols.search(rel);
+        // The search's answer changes only where a symbol starts or
+        // ends: it stays the same from `rel` up to the next start and the
+        // symbol's end; and down to the symbol's start when it is the
+        // last symbol starting at or below `rel`.
+        let next = o.ranges.partition_point(|r| r.0 <= rel);
+        let mut hi = o.ranges.get(next).map_or(u64::MAX, |r| r.0);
+        let mut lo = rel;
+        if let Some(s) = found {
+            hi = hi.min(s.end);
+            if next > 0 && o.ranges[next - 1] == (s.start, s.end) {
+                lo = s.start;
+            }
+        }
+        // Back to run-time addresses, within the object and off the
+        // objects before it in the list (the first that holds an address
+        // is its object).
+        let mut lo = pc.saturating_sub(rel - lo).max(o.start);
+        let mut hi = pc.saturating_add(hi - rel).min(o.end);
+        for e in &self.objects[..k] {
+            if e.end <= pc {
+                lo = lo.max(e.end);
+            }
+            if e.start > pc {
+                hi = hi.min(e.start);
+            }
+        }
+        let sym = found.map(|s| (self.pool.get(s.name), s.start.wrapping_add(base)));
+        Some(((o, sym), (lo, hi)))
     }
 
     /// The link-time address range of function `name` in the object
@@ -166,6 +209,48 @@ pub struct Summary {
     pub lost: u64,
 }
 
+/// Output gathered before a write.
+const OUT_CHUNK: usize = 64 << 10;
+
+/// `v` in hexadecimal, lower case, in at least `min` digits (as `{:x}`
+/// and `{:0min$x}`; `min` at most 16).
+fn hex(buf: &mut Vec<u8>, v: u64, min: u32) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let n = (64 - v.leading_zeros()).div_ceil(4).max(min).max(1) as usize;
+    let mut digits = [0u8; 16];
+    for (i, d) in digits.iter_mut().rev().enumerate() {
+        *d = DIGITS[(v >> (4 * i) & 0xf) as usize];
+    }
+    buf.extend_from_slice(&digits[16 - n.min(16)..]);
+}
+
+/// One instruction's line: `prefix` (`thr N<TAB>pc `), then the
+/// address and what `lookup` found for it.
+fn line(buf: &mut Vec<u8>, prefix: &[u8], pc: u64, found: Option<Found<'_>>) {
+    buf.extend_from_slice(prefix);
+    buf.extend_from_slice(b"0x");
+    hex(buf, pc, 8);
+    match found {
+        Some((o, sym)) => {
+            buf.extend_from_slice(b" (");
+            hex(buf, pc.wrapping_sub(o.start), 1);
+            buf.extend_from_slice(b")\t");
+            buf.extend_from_slice(o.column.as_bytes());
+            buf.push(b'\t');
+            match sym {
+                Some((name, start)) => {
+                    buf.extend_from_slice(name.as_bytes());
+                    buf.extend_from_slice(b"+0x");
+                    hex(buf, pc.wrapping_sub(start), 1);
+                }
+                None => buf.push(b'?'),
+            }
+        }
+        None => buf.extend_from_slice(b"\t           ?\t?"),
+    }
+    buf.push(b'\n');
+}
+
 /// Decodes one contiguous piece of a thread's trace and prints each
 /// instruction as `thr N<TAB>pc 0x...<TAB>(rel)<TAB>image<TAB>sym+0x..`.
 pub fn decode(
@@ -191,29 +276,33 @@ pub fn decode(
     let Ok(mut dec) = ipt::InsnDecoder::new(&cfg, &mut image) else {
         return Ok(());
     };
-    for item in dec.decode_all() {
+    let prefix = format!("thr {thread}\tpc ").into_bytes();
+    let mut buf: Vec<u8> = Vec::with_capacity(OUT_CHUNK + 512);
+    // The last lookup and the addresses it holds for: consecutive
+    // instructions are mostly in one function.
+    let mut last: Option<(Found<'_>, (u64, u64))> = None;
+    dec.decode_each(|item| {
         match item {
             ipt::Item::Insn(insn) => {
                 summary.insns += 1;
                 let pc = insn.ip;
-                match images.lookup(pc) {
-                    Some((o, sym)) => {
-                        let name = o.path.rsplit('/').next().unwrap_or(&o.path);
-                        let sym = match sym {
-                            Some((s, off)) => format!("{s}+{off:#x}"),
-                            None => "?".into(),
-                        };
-                        writeln!(
-                            out,
-                            "thr {thread}\tpc {pc:#010x} ({:x})\t{name:>12}\t{sym}",
-                            pc.wrapping_sub(o.start)
-                        )?;
+                let found = match last {
+                    Some((found, (lo, hi))) if pc >= lo && pc < hi => Some(found),
+                    _ => {
+                        last = images.lookup_range(pc);
+                        last.map(|(found, _)| found)
                     }
-                    None => writeln!(out, "thr {thread}\tpc {pc:#010x}\t{:>12}\t?", "?")?,
+                };
+                line(&mut buf, &prefix, pc, found);
+                if buf.len() >= OUT_CHUNK {
+                    out.write_all(&buf)?;
+                    buf.clear();
                 }
             }
             ipt::Item::Lost { error, at, resync } => {
                 summary.lost += 1;
+                out.write_all(&buf)?;
+                buf.clear();
                 eprintln!(
                     "hwt: thread {thread}: decoding failed at offset {} ({}); resumed at {}",
                     at.map_or("?".into(), |a| format!("{a:#x}")),
@@ -223,6 +312,136 @@ pub fn decode(
             }
             ipt::Item::Event(_) => {}
         }
+        Ok::<(), std::io::Error>(())
+    })?;
+    out.write_all(&buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use ksim::cpu::Arch;
+    use ksim::programs;
+
+    /// The lookup and line hwt printed before lines were written by hand
+    /// (`format!` and `writeln!`), the reference.
+    fn reference(images: &Images, thread: i32, pc: u64) -> String {
+        let found = images
+            .objects
+            .iter()
+            .find(|o| pc >= o.start && pc < o.end)
+            .map(|o| {
+                let rel = pc.wrapping_sub(o.bias).wrapping_sub(o.image.vaddr);
+                let sym = o
+                    .image
+                    .symbols
+                    .search(rel)
+                    .map(|s| (images.pool.get(s.name), rel - s.start));
+                (o, sym)
+            });
+        match found {
+            Some((o, sym)) => {
+                let name = o.path.rsplit('/').next().unwrap_or(&o.path);
+                let sym = match sym {
+                    Some((s, off)) => format!("{s}+{off:#x}"),
+                    None => "?".into(),
+                };
+                format!(
+                    "thr {thread}\tpc {pc:#010x} ({:x})\t{name:>12}\t{sym}\n",
+                    pc.wrapping_sub(o.start)
+                )
+            }
+            None => format!("thr {thread}\tpc {pc:#010x}\t{:>12}\t?\n", "?"),
+        }
     }
-    Ok(())
+
+    fn ours(images: &Images, thread: i32, pc: u64) -> String {
+        let mut buf = Vec::new();
+        let found = images.lookup_range(pc).map(|(found, (lo, hi))| {
+            assert!(lo <= pc && pc < hi, "{pc:#x} outside {lo:#x}..{hi:#x}");
+            found
+        });
+        line(&mut buf, format!("thr {thread}\tpc ").as_bytes(), pc, found);
+        String::from_utf8(buf).unwrap()
+    }
+
+    /// Two programs, one of them loaded high above where it was linked,
+    /// under names shorter and longer than the column.
+    fn images(test: &str) -> (Images, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("hwt-pt-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut images = Images::new();
+        for (name, path, mapped) in [
+            ("calls", "/usr/bin/calls", 0),
+            (
+                "recurse",
+                "/usr/local/bin/a-program-name-wider-than-12",
+                0x7fff_1234_5000u64,
+            ),
+        ] {
+            let file = dir.join(name);
+            std::fs::write(&file, programs::image(Arch::X86_64, name).unwrap()).unwrap();
+            images.add(path, file.to_str().unwrap(), mapped).unwrap();
+        }
+        (images, dir)
+    }
+
+    #[test]
+    fn lines_are_those_of_format() {
+        let (images, dir) = images("lines");
+        for o in &images.objects {
+            for pc in o.start.saturating_sub(64)..o.end + 64 {
+                for thread in [0, 7, -1, 123456] {
+                    assert_eq!(ours(&images, thread, pc), reference(&images, thread, pc));
+                }
+            }
+        }
+        for pc in [
+            0,
+            1,
+            0xffff_ffff,
+            0x1_0000_0000,
+            u64::MAX,
+            0x8000_0000_0000_0000,
+        ] {
+            assert_eq!(ours(&images, 3, pc), reference(&images, 3, pc));
+        }
+        // An instruction outside every symbol of its object.
+        let o = &images.objects[0];
+        let mut buf = Vec::new();
+        line(&mut buf, b"thr 0\tpc ", o.start + 5, Some((o, None)));
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            format!("thr 0\tpc {:#010x} (5)\t{:>12}\t?\n", o.start + 5, "calls")
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_lookup_holds_over_its_range() {
+        let (images, dir) = images("ranges");
+        for o in &images.objects {
+            let mut pc = o.start.saturating_sub(64);
+            while pc < o.end + 64 {
+                match images.lookup_range(pc) {
+                    Some(((o, sym), (lo, hi))) => {
+                        // Every address of the range looks up the same
+                        // (and lines_are_those_of_format checks each
+                        // lookup against the reference).
+                        for a in lo..hi {
+                            let ((o2, sym2), _) = images.lookup_range(a).unwrap();
+                            assert!(
+                                std::ptr::eq(o, o2) && sym == sym2,
+                                "{a:#x} in {lo:#x}..{hi:#x}"
+                            );
+                        }
+                        pc = hi;
+                    }
+                    None => pc += 1,
+                }
+            }
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
