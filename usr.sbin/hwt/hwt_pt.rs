@@ -212,41 +212,103 @@ pub struct Summary {
 /// Output gathered before a write.
 const OUT_CHUNK: usize = 64 << 10;
 
+/// The 16 hexadecimal digits of `v`, lower case, most significant first
+/// (as bytes of a `u128`, in registers: the digits are not stored byte by
+/// byte and read back, which would stall the copy of them).
+fn hex_digits(v: u64) -> u128 {
+    // Each nibble of a 32-bit half into a byte of its own, nibble k in
+    // byte k.
+    let spread = |x: u64| {
+        let x = (x | x << 16) & 0x0000_FFFF_0000_FFFF;
+        let x = (x | x << 8) & 0x00FF_00FF_00FF_00FF;
+        (x | x << 4) & 0x0F0F_0F0F_0F0F_0F0F
+    };
+    // '0' + b, and 'a' - '0' - 10 more for the bytes above 9.
+    let ascii = |x: u64| {
+        let above9 = (x + 0x0606_0606_0606_0606) >> 4 & 0x0101_0101_0101_0101;
+        x + 0x3030_3030_3030_3030 + above9 * (b'a' - b'0' - 10) as u64
+    };
+    u128::from(ascii(spread(v >> 32))) << 64 | u128::from(ascii(spread(v & 0xFFFF_FFFF)))
+}
+
 /// `v` in hexadecimal, lower case, in at least `min` digits (as `{:x}`
 /// and `{:0min$x}`; `min` at most 16).
 fn hex(buf: &mut Vec<u8>, v: u64, min: u32) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let n = (64 - v.leading_zeros()).div_ceil(4).max(min).max(1) as usize;
-    let mut digits = [0u8; 16];
-    for (i, d) in digits.iter_mut().rev().enumerate() {
-        *d = DIGITS[(v >> (4 * i) & 0xf) as usize];
-    }
-    buf.extend_from_slice(&digits[16 - n.min(16)..]);
+    let n = (64 - v.leading_zeros()).div_ceil(4).max(min).clamp(1, 16);
+    // The n digits first; sixteen bytes copied (a size the compiler
+    // knows: no memcpy call), the unused ones cut off again.
+    let end = buf.len() + n as usize;
+    let shifted = if n == 16 { v } else { v << (4 * (16 - n)) };
+    buf.extend_from_slice(&hex_digits(shifted).to_be_bytes());
+    buf.truncate(end);
 }
 
-/// One instruction's line: `prefix` (`thr N<TAB>pc `), then the
-/// address and what `lookup` found for it.
-fn line(buf: &mut Vec<u8>, prefix: &[u8], pc: u64, found: Option<Found<'_>>) {
-    buf.extend_from_slice(prefix);
-    buf.extend_from_slice(b"0x");
-    hex(buf, pc, 8);
-    match found {
-        Some((o, sym)) => {
-            buf.extend_from_slice(b" (");
-            hex(buf, pc.wrapping_sub(o.start), 1);
-            buf.extend_from_slice(b")\t");
-            buf.extend_from_slice(o.column.as_bytes());
-            buf.push(b'\t');
-            match sym {
-                Some((name, start)) => {
-                    buf.extend_from_slice(name.as_bytes());
-                    buf.extend_from_slice(b"+0x");
-                    hex(buf, pc.wrapping_sub(start), 1);
-                }
-                None => buf.push(b'?'),
+/// Bytes kept in blocks of 16, which are appended block by block (sizes
+/// the compiler knows: no memcpy call for a few bytes) and cut to their
+/// length.
+#[derive(Default)]
+struct Blocks {
+    blocks: Vec<[u8; 16]>,
+    len: usize,
+}
+
+impl Blocks {
+    fn of(parts: &[&[u8]]) -> Blocks {
+        let mut b = Blocks::default();
+        b.set(parts);
+        b
+    }
+
+    /// Makes them the concatenation of `parts`.
+    fn set(&mut self, parts: &[&[u8]]) {
+        self.blocks.clear();
+        self.len = 0;
+        for &byte in parts.iter().copied().flatten() {
+            if self.len % 16 == 0 {
+                self.blocks.push([0; 16]);
             }
+            self.blocks[self.len / 16][self.len % 16] = byte;
+            self.len += 1;
         }
-        None => buf.extend_from_slice(b"\t           ?\t?"),
+    }
+
+    fn put(&self, buf: &mut Vec<u8>) {
+        let end = buf.len() + self.len;
+        for b in &self.blocks {
+            buf.extend_from_slice(b);
+        }
+        buf.truncate(end);
+    }
+}
+
+/// What follows an instruction's address (and its offset in its object)
+/// on its line, up to its offset in its function: `)<TAB>image<TAB>sym+0x`,
+/// `)<TAB>image<TAB>?` outside every symbol, `<TAB>?<TAB>?` outside every
+/// object.
+fn tail(found: Option<Found<'_>>, into: &mut Blocks) {
+    match found {
+        Some((o, Some((name, _)))) => {
+            into.set(&[b")\t", o.column.as_bytes(), b"\t", name.as_bytes(), b"+0x"])
+        }
+        Some((o, None)) => into.set(&[b")\t", o.column.as_bytes(), b"\t?"]),
+        None => into.set(&[b"\t           ?\t?"]),
+    }
+}
+
+/// One instruction's line: `prefix` (`thr N<TAB>pc 0x`), the address,
+/// and what `lookup` found for it, whose [`tail`] is `tail`.
+fn line(buf: &mut Vec<u8>, prefix: &Blocks, pc: u64, found: Option<Found<'_>>, tail: &Blocks) {
+    prefix.put(buf);
+    hex(buf, pc, 8);
+    if let Some((o, sym)) = found {
+        buf.extend_from_slice(b" (");
+        hex(buf, pc.wrapping_sub(o.start), 1);
+        tail.put(buf);
+        if let Some((_, start)) = sym {
+            hex(buf, pc.wrapping_sub(start), 1);
+        }
+    } else {
+        tail.put(buf);
     }
     buf.push(b'\n');
 }
@@ -276,7 +338,9 @@ pub fn decode(
     let Ok(mut dec) = ipt::InsnDecoder::new(&cfg, &mut image) else {
         return Ok(());
     };
-    let prefix = format!("thr {thread}\tpc ").into_bytes();
+    let prefix = Blocks::of(&[format!("thr {thread}\tpc 0x").as_bytes()]);
+    // The tail of the lines of the last lookup's symbol.
+    let mut tail_of_last = Blocks::default();
     let mut buf: Vec<u8> = Vec::with_capacity(OUT_CHUNK + 512);
     // The last lookup and the addresses it holds for: consecutive
     // instructions are mostly in one function.
@@ -290,10 +354,12 @@ pub fn decode(
                     Some((found, (lo, hi))) if pc >= lo && pc < hi => Some(found),
                     _ => {
                         last = images.lookup_range(pc);
-                        last.map(|(found, _)| found)
+                        let found = last.map(|(found, _)| found);
+                        tail(found, &mut tail_of_last);
+                        found
                     }
                 };
-                line(&mut buf, &prefix, pc, found);
+                line(&mut buf, &prefix, pc, found, &tail_of_last);
                 if buf.len() >= OUT_CHUNK {
                     out.write_all(&buf)?;
                     buf.clear();
@@ -362,7 +428,10 @@ mod tests {
             assert!(lo <= pc && pc < hi, "{pc:#x} outside {lo:#x}..{hi:#x}");
             found
         });
-        line(&mut buf, format!("thr {thread}\tpc ").as_bytes(), pc, found);
+        let mut t = Blocks::default();
+        tail(found, &mut t);
+        let prefix = Blocks::of(&[format!("thr {thread}\tpc 0x").as_bytes()]);
+        line(&mut buf, &prefix, pc, found, &t);
         String::from_utf8(buf).unwrap()
     }
 
@@ -388,6 +457,30 @@ mod tests {
     }
 
     #[test]
+    fn hex_is_that_of_format() {
+        let mut values = vec![
+            0,
+            1,
+            9,
+            10,
+            15,
+            16,
+            0xabcdef,
+            u64::MAX,
+            1 << 63,
+            0x1234_5678_9abc_def0,
+        ];
+        values.extend((0..64).map(|i| 1u64 << i));
+        values.extend((0..64).map(|i| (1u64 << i) - 1));
+        for v in values {
+            let mut buf = b"x".to_vec();
+            hex(&mut buf, v, 1);
+            hex(&mut buf, v, 8);
+            assert_eq!(String::from_utf8(buf).unwrap(), format!("x{v:x}{v:08x}"));
+        }
+    }
+
+    #[test]
     fn lines_are_those_of_format() {
         let (images, dir) = images("lines");
         for o in &images.objects {
@@ -410,7 +503,15 @@ mod tests {
         // An instruction outside every symbol of its object.
         let o = &images.objects[0];
         let mut buf = Vec::new();
-        line(&mut buf, b"thr 0\tpc ", o.start + 5, Some((o, None)));
+        let mut t = Blocks::default();
+        tail(Some((o, None)), &mut t);
+        line(
+            &mut buf,
+            &Blocks::of(&[b"thr 0\tpc 0x"]),
+            o.start + 5,
+            Some((o, None)),
+            &t,
+        );
         assert_eq!(
             String::from_utf8(buf).unwrap(),
             format!("thr 0\tpc {:#010x} (5)\t{:>12}\t?\n", o.start + 5, "calls")
