@@ -138,7 +138,9 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    /// From a `kern.hwpmc.cpuid` string (`GenuineIntel-6-55-4`).
+    /// From a `kern.hwpmc.cpuid` string (`GenuineIntel-6-55-4`), as the
+    /// simulated machine tells its CPU.
+    #[cfg(feature = "sim")]
     pub fn from_key(key: &str) -> Option<Cpu> {
         let mut p = key.split('-');
         if p.next()? != "GenuineIntel" {

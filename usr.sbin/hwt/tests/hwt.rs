@@ -16,7 +16,6 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use ksim::cpu::Arch;
-use ksim::cpu::events::{Mode, Retired, Subscriber};
 use ksim::programs;
 use ksim::user_process::{UserProcess, UserThread};
 use ksim::{CpuState, Cred, Machine, MachineConfig};
@@ -40,16 +39,7 @@ fn hwt(files: &PathBuf, args: &[&str]) -> Output {
         .expect("hwt runs")
 }
 
-#[derive(Default)]
-struct Recorder(Vec<u64>);
-
-impl Subscriber for Recorder {
-    fn retired(&mut self, insn: &Retired<'_>) {
-        if insn.mode == Mode::User {
-            self.0.push(insn.pc);
-        }
-    }
-}
+type Recorder = ksim::cpu::events::UserPcs;
 
 /// The user instructions `name` executes with `argv`, on a machine of
 /// the test's own.
@@ -70,7 +60,7 @@ fn executed(name: &str, argv: &[&str]) -> Vec<u64> {
     while m.proc_info(pid).is_some_and(|p| !p.zombie) {
         m.tick(0);
     }
-    rec.lock().unwrap().0.clone()
+    rec.lock().unwrap().pcs.clone()
 }
 
 /// A decoded line: (thread, pc, image, symbol, offset).
