@@ -30,8 +30,13 @@ pub const UID_ROOT: u32 = 0;
 /// `GID_WHEEL`.
 pub const GID_WHEEL: u32 = 0;
 
-/// A device in /dev; destroyed when dropped (destroy_dev(9): the device
-/// leaves /dev, and calls already in its methods finish first).
+/// A device in /dev; destroyed when dropped. On FreeBSD that is
+/// destroy_dev_sched(9), since the last reference may go inside one of
+/// the device's own methods, where destroy_dev(9) would wait for itself:
+/// the device leaves /dev shortly after, calls already in its methods
+/// finish first, and the driver's [`CdevSw`] is dropped after them (the
+/// module's unload drains these, destroy_dev_drain(9)). The simulator
+/// destroys at once.
 #[derive(Debug)]
 pub struct Cdev(u64);
 
@@ -54,7 +59,7 @@ impl Drop for Cdev {
 /// writes to them. Cloning takes a reference; the pages are freed with
 /// the last.
 #[derive(Debug, Clone)]
-pub struct PageObject(crate::backend::PageObject);
+pub struct PageObject(pub(crate) crate::backend::PageObject);
 
 /// The page size.
 pub const PAGE_SIZE: usize = 4096;
