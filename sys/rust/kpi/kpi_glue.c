@@ -844,46 +844,6 @@ kpi_knob_counter_fetch(const struct kpi_knob *k)
 	return (counter_u64_fetch(*(counter_u64_t *)k->var));
 }
 
-/*
- * The strings under kern.hwpmc that the driver's handlers serve: their
- * values and handlers in a fixed table under one sx lock, which a write
- * holds across its handler so that removal waits for it.
- */
-#define	KPI_SYSCTL_PREFIX	"kern.hwpmc."
-#define	KPI_NSYSCTL_STR		8
-#define	KPI_SYSCTL_STRLEN	256
-
-struct kpi_sysctl_str {
-	char			name[KPI_NAME_MAX];	/* leaf; "" if free */
-	char			value[KPI_SYSCTL_STRLEN];
-	kpi_sysctl_str_handler_t *handler;
-	void			*arg;
-};
-
-static struct sx kpi_sysctl_sx;
-SX_SYSINIT(kpi_sysctl, &kpi_sysctl_sx, "kpi sysctl");
-static struct kpi_sysctl_str kpi_sysctl_strs[KPI_NSYSCTL_STR];
-
-/* The leaf name under kern.hwpmc, or an error for any other name. */
-static int
-kpi_sysctl_leaf(char *leaf, const char *name, size_t len)
-{
-	const size_t plen = sizeof(KPI_SYSCTL_PREFIX) - 1;
-	size_t i;
-	int error;
-
-	if (len <= plen || memcmp(name, KPI_SYSCTL_PREFIX, plen) != 0)
-		return (ENOENT);
-	if ((error = kpi_cstr(leaf, KPI_NAME_MAX, name + plen,
-	    len - plen)) != 0)
-		return (error);
-	/* Only direct children: kern.hwpmc's subnodes are not ours. */
-	for (i = 0; leaf[i] != '\0'; i++)
-		if (leaf[i] == '.')
-			return (ENOENT);
-	return (0);
-}
-
 int
 kpi_sysctl_int(const char *name, size_t len, int64_t *value)
 {
@@ -910,92 +870,6 @@ kpi_sysctl_int(const char *name, size_t len, int64_t *value)
 	else
 		return (EINVAL);
 	return (0);
-}
-
-static struct kpi_sysctl_str *
-kpi_sysctl_str_find(const char *leaf)
-{
-	int i;
-
-	sx_assert(&kpi_sysctl_sx, SA_LOCKED);
-	for (i = 0; i < KPI_NSYSCTL_STR; i++)
-		if (strcmp(kpi_sysctl_strs[i].name, leaf) == 0)
-			return (&kpi_sysctl_strs[i]);
-	return (NULL);
-}
-
-int
-kpi_sysctl_str_proc(SYSCTL_HANDLER_ARGS)
-{
-	struct kpi_sysctl_str *s;
-	char *buf;
-	int error;
-
-	buf = malloc(KPI_SYSCTL_STRLEN, M_TEMP, M_WAITOK | M_ZERO);
-	sx_xlock(&kpi_sysctl_sx);
-	s = kpi_sysctl_str_find(oidp->oid_name);
-	if (s == NULL || s->handler == NULL) {
-		/* No driver attached (loading or unloading). */
-		sx_xunlock(&kpi_sysctl_sx);
-		free(buf, M_TEMP);
-		return (ENOENT);
-	}
-	strlcpy(buf, s->value, KPI_SYSCTL_STRLEN);
-	error = sysctl_handle_string(oidp, buf, KPI_SYSCTL_STRLEN, req);
-	if (error == 0 && req->newptr != NULL) {
-		error = s->handler(s->arg, buf, strnlen(buf, KPI_SYSCTL_STRLEN));
-		if (error == 0)
-			strlcpy(s->value, buf, sizeof(s->value));
-	}
-	sx_xunlock(&kpi_sysctl_sx);
-	free(buf, M_TEMP);
-	return (error);
-}
-
-int
-kpi_sysctl_str_register(const char *name, size_t namelen, const char *value,
-    size_t valuelen, kpi_sysctl_str_handler_t *handler, void *arg)
-{
-	char leaf[KPI_NAME_MAX];
-	struct kpi_sysctl_str *s;
-	int error;
-
-	if (kpi_knob_find(name, namelen, KPI_KNOB_STRING) == NULL)
-		return (ENOENT);
-	if ((error = kpi_sysctl_leaf(leaf, name, namelen)) != 0)
-		return (error);
-	sx_xlock(&kpi_sysctl_sx);
-	if ((s = kpi_sysctl_str_find(leaf)) == NULL &&
-	    (s = kpi_sysctl_str_find("")) == NULL) {
-		sx_xunlock(&kpi_sysctl_sx);
-		return (ENOSPC);
-	}
-	strlcpy(s->name, leaf, sizeof(s->name));
-	/* An over-long initial value is cut, never overrun. */
-	memcpy(s->value, value, MIN(valuelen, sizeof(s->value) - 1));
-	s->value[MIN(valuelen, sizeof(s->value) - 1)] = '\0';
-	s->handler = handler;
-	s->arg = arg;
-	sx_xunlock(&kpi_sysctl_sx);
-	return (0);
-}
-
-void
-kpi_sysctl_str_remove(const char *name, size_t len)
-{
-	char leaf[KPI_NAME_MAX];
-	struct kpi_sysctl_str *s;
-
-	if (kpi_sysctl_leaf(leaf, name, len) != 0)
-		return;
-	/* Waits for a write in progress, which holds the lock. */
-	sx_xlock(&kpi_sysctl_sx);
-	if ((s = kpi_sysctl_str_find(leaf)) != NULL) {
-		s->handler = NULL;
-		s->arg = NULL;
-		s->name[0] = '\0';
-	}
-	sx_xunlock(&kpi_sysctl_sx);
 }
 
 /*
