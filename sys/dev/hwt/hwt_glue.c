@@ -26,9 +26,11 @@ hwt_modevent(struct module *module, int cmd, void *arg)
 	error = hwt_rs_modevent(module, cmd, arg);
 	/*
 	 * The devices the framework destroyed are destroyed from a task
-	 * (destroy_dev_sched): wait for them before the code goes.
+	 * (destroy_dev_sched): wait for them before the code goes, at
+	 * unload and after a failed load, which the kernel unloads too.
 	 */
-	if (cmd == MOD_UNLOAD && error == 0)
+	if ((cmd == MOD_UNLOAD && error == 0) ||
+	    (cmd == MOD_LOAD && error != 0))
 		kpi_cdev_drain();
 	return (error);
 }

@@ -66,7 +66,10 @@ pub const PAGE_SIZE: usize = 4096;
 
 impl PageObject {
     /// `npages` pages, allocated one at a time (not physically
-    /// contiguous); ENOMEM when memory runs out.
+    /// contiguous); ENOMEM when memory runs out. On FreeBSD
+    /// [`Wait::NoWait`] concerns the pages only: the pager object and the
+    /// kernel mapping are made with `M_WAITOK`, so the caller may sleep
+    /// either way.
     pub fn alloc(npages: usize, wait: Wait) -> KResult<PageObject> {
         crate::backend::PageObject::alloc(npages, wait).map(PageObject)
     }

@@ -2231,8 +2231,10 @@ kpi_cred_same_user(uint32_t owner, uint32_t target)
 
 /*
  * Device pages: an OBJT_MGTDEVICE cdev pager object whose pages are
- * inserted at allocation, so the pager's fault method only runs for a
- * mapping that outlives them (it fails: SIGBUS or SIGSEGV).
+ * inserted at allocation, so the pager's fault method never finds one
+ * missing (if it did, SIGBUS).  At the last reference the pages leave
+ * every mapping and the pager goes, as hwt_vm.c's teardown does; a
+ * mapping that outlives them holds a dead object.
  */
 struct kpi_pages {
 	volatile u_int	refs;
@@ -2246,7 +2248,7 @@ static int
 kpi_pages_fault(vm_object_t obj __unused, vm_ooffset_t offset __unused,
     int prot __unused, vm_page_t *mres __unused)
 {
-	return (VM_PAGER_FAIL);
+	return (VM_PAGER_BAD);
 }
 
 static int
@@ -2306,6 +2308,7 @@ int
 kpi_pages_alloc(size_t npages, int wait, void **pages)
 {
 	struct kpi_pages *kp;
+	vm_paddr_t high;
 	vm_page_t m;
 	size_t i;
 	int pflags, tries;
@@ -2331,16 +2334,17 @@ kpi_pages_alloc(size_t npages, int wait, void **pages)
 	}
 	/* Zeroed (VM_ALLOC_ZERO zeroes what is not zero already). */
 	pflags = VM_ALLOC_NORMAL | VM_ALLOC_WIRED | VM_ALLOC_ZERO;
+	high = ~(vm_paddr_t)0;
 	for (i = 0; i < npages; i++) {
 		tries = 0;
-		while ((m = vm_page_alloc_noobj_contig(pflags, 1, 0, ~(vm_paddr_t)0,
+		while ((m = vm_page_alloc_noobj_contig(pflags, 1, 0, high,
 		    PAGE_SIZE, 0, VM_MEMATTR_DEFAULT)) == NULL) {
 			/* As hwt_vm.c: reclaim or wait, three times at most. */
 			if (!(wait & KPI_M_WAITOK) || tries++ == 3) {
 				kpi_pages_free(kp);
 				return (ENOMEM);
 			}
-			if (!vm_page_reclaim_contig(pflags, 1, 0, ~(vm_paddr_t)0,
+			if (!vm_page_reclaim_contig(pflags, 1, 0, high,
 			    PAGE_SIZE, 0))
 				vm_wait(NULL);
 		}
@@ -2348,9 +2352,18 @@ kpi_pages_alloc(size_t npages, int wait, void **pages)
 		m->valid = VM_PAGE_BITS_ALL;
 		m->oflags &= ~VPO_UNMANAGED;
 		m->flags |= PG_FICTITIOUS;
-		kp->pages[i] = m;
 		VM_OBJECT_WLOCK(kp->obj);
-		vm_page_insert(m, kp->obj, i);
+		if (vm_page_insert(m, kp->obj, i) != 0) {
+			/* No radix node: undo this page, free the others. */
+			VM_OBJECT_WUNLOCK(kp->obj);
+			m->flags &= ~PG_FICTITIOUS;
+			m->oflags |= VPO_UNMANAGED;
+			vm_page_unwire_noq(m);
+			vm_page_free(m);
+			kpi_pages_free(kp);
+			return (ENOMEM);
+		}
+		kp->pages[i] = m;
 		VM_OBJECT_WUNLOCK(kp->obj);
 		pmap_qenter(kp->kva + i * PAGE_SIZE, &m, 1);
 	}
@@ -2420,8 +2433,8 @@ static struct cdevsw kpi_cdevsw = {
 };
 
 static int
-kpi_cdev_ioctl(struct cdev *dev, u_long cmd, caddr_t data, int fflag __unused,
-    struct thread *td __unused)
+kpi_cdev_ioctl(struct cdev *dev, u_long cmd, caddr_t data,
+    int fflag __unused, struct thread *td __unused)
 {
 	struct kpi_cdev *kc = dev->si_drv1;
 
