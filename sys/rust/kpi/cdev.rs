@@ -35,8 +35,10 @@ pub const GID_WHEEL: u32 = 0;
 /// the device's own methods, where destroy_dev(9) would wait for itself:
 /// the device leaves /dev shortly after, calls already in its methods
 /// finish first, and the driver's [`CdevSw`] is dropped after them (the
-/// module's unload drains these, destroy_dev_drain(9)). The simulator
-/// destroys at once.
+/// module's unload drains these, destroy_dev_drain(9)). [`make_dev`] of
+/// a name whose device is still on its way out waits for it (a second at
+/// most), so that a name is free again once its `Cdev` is dropped, as in
+/// the simulator, which destroys at once.
 #[derive(Debug)]
 pub struct Cdev(u64);
 

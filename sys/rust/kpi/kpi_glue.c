@@ -2422,6 +2422,9 @@ struct kpi_cdev {
 	void			*arg;
 };
 
+/* Devices whose destruction is scheduled and not done. */
+static volatile u_int kpi_cdev_dying;
+
 static d_ioctl_t kpi_cdev_ioctl;
 static d_mmap_single_t kpi_cdev_mmap_single;
 
@@ -2470,7 +2473,7 @@ kpi_make_dev(const char *name, size_t len, uint32_t uid, uint32_t gid,
 	struct make_dev_args args;
 	struct kpi_cdev *kc;
 	char path[SPECNAMELEN + 1];
-	int error;
+	int error, tries;
 
 	if ((error = kpi_cstr(path, sizeof(path), name, len)) != 0)
 		return (error);
@@ -2487,7 +2490,18 @@ kpi_make_dev(const char *name, size_t len, uint32_t uid, uint32_t gid,
 	args.mda_gid = gid;
 	args.mda_mode = mode;
 	args.mda_si_drv1 = kc;
-	error = make_dev_s(&args, &kc->dev, "%s", path);
+	for (tries = 0;; tries++) {
+		error = make_dev_s(&args, &kc->dev, "%s", path);
+		/*
+		 * The name may belong to a device on its way out (its drop
+		 * only scheduled the destruction): wait for it, a second at
+		 * most, as a driver that frees a name expects to reuse it.
+		 */
+		if (error != EEXIST || tries >= hz ||
+		    atomic_load_acq_int(&kpi_cdev_dying) == 0)
+			break;
+		pause("kpidev", 1);
+	}
 	if (error != 0) {
 		free(kc, M_HWPMC);
 		return (error);
@@ -2503,6 +2517,7 @@ kpi_cdev_gone(void *arg)
 
 	kc->gone(kc->arg);
 	free(kc, M_HWPMC);
+	atomic_subtract_rel_int(&kpi_cdev_dying, 1);
 }
 
 /*
@@ -2516,6 +2531,7 @@ kpi_destroy_dev(void *cdev)
 {
 	struct kpi_cdev *kc = cdev;
 
+	atomic_add_int(&kpi_cdev_dying, 1);
 	destroy_dev_sched_cb(kc->dev, kpi_cdev_gone, kc);
 }
 
