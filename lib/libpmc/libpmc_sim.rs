@@ -394,6 +394,77 @@ impl SimTransport {
         }
     }
 
+    /// open(2) of a device of the machine (hwt(4)'s): a handle for the
+    /// calls below.
+    pub fn dev_open(&self, path: &str, write: bool) -> Result<u32, c_int> {
+        match self.request(&Request::DevOpen {
+            path: path.into(),
+            write,
+        })? {
+            Reply::Pid(h) => Ok(h),
+            _ => Err(libc::ENXIO),
+        }
+    }
+
+    /// ioctl(2) on device `handle`: `arg` is the argument block, each
+    /// region the memory a pointer field at an offset of it points to.
+    /// Returns the regions as the driver left them; an error is the
+    /// host's errno.
+    pub fn dev_ioctl(
+        &self,
+        handle: u32,
+        cmd: u32,
+        arg: &[u8],
+        regions: Vec<(u32, Vec<u8>)>,
+    ) -> Result<Vec<Vec<u8>>, c_int> {
+        match self.request(&Request::DevIoctl {
+            handle,
+            cmd,
+            arg: arg.to_vec(),
+            regions,
+        })? {
+            Reply::Ioctled {
+                errno: 0, regions, ..
+            } => Ok(regions),
+            Reply::Ioctled { errno, .. } => Err(host_errno(errno)),
+            _ => Err(libc::ENXIO),
+        }
+    }
+
+    /// mmap(2) of device `handle`: a descriptor of the object's memory,
+    /// for the caller to map (read-only).
+    pub fn dev_mmap(
+        &self,
+        handle: u32,
+        offset: u64,
+        size: u64,
+        prot: i32,
+    ) -> Result<OwnedFd, c_int> {
+        let req = Request::DevMmap {
+            handle,
+            offset,
+            size,
+            prot,
+        };
+        let (reply, mut fds) = self.with_conn(|c| exchange_fds(c.fd.as_raw_fd(), &req, None))?;
+        match reply {
+            Reply::Done => fds.pop().ok_or(libc::ENXIO),
+            Reply::Error(e) => Err(host_errno(e)),
+            _ => Err(libc::ENXIO),
+        }
+    }
+
+    /// Makes held child `pid` exec the machine's program `name` with
+    /// `args` after its name; it runs until it exits.
+    pub fn run_program(&self, pid: u32, name: &str, args: &[String]) -> Result<(), c_int> {
+        self.request(&Request::RunProgram {
+            pid,
+            name: name.into(),
+            args: args.to_vec(),
+        })
+        .map(|_| ())
+    }
+
     /// What the daemon says of its machine.
     pub fn status(&self) -> Result<Status, c_int> {
         match self.request(&Request::Status)? {

@@ -1,10 +1,11 @@
 //! Process control on the simulated machine of libpmc's simulator
 //! transport (feature `sim`).
 //!
-//! The machine has one program that commands can name: `work [SECONDS
-//! [THREADS]]` runs the work program with THREADS threads (default 1, at
-//! most 64) for SECONDS seconds of simulated time (default 1), then
-//! exits. A command is a child of this program's simulated process,
+//! Commands name the machine's programs: `work [SECONDS [THREADS]]` runs
+//! the work program with THREADS threads (default 1, at most 64) for
+//! SECONDS seconds of simulated time (default 1), then exits; any other
+//! name is one of ksim's real workload programs (`calls`, `sort`, ...),
+//! run with its arguments until it exits. A command is a child of this program's simulated process,
 //! forked at once and held before its exec until it is started, as
 //! pmcstat's command is on FreeBSD.
 
@@ -25,6 +26,15 @@ pub struct Command {
     pub ticks: u64,
     /// Threads of its process.
     pub threads: u32,
+}
+
+/// What a held child will run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Held {
+    /// The work program.
+    Work(Command),
+    /// One of the machine's real programs, by name, with its arguments.
+    Program(String, Vec<String>),
 }
 
 impl Command {
@@ -53,7 +63,7 @@ impl Command {
 pub struct SimProcesses<'a> {
     sim: &'a SimTransport,
     /// Commands created and not started yet, by pid.
-    held: Mutex<BTreeMap<Pid, Command>>,
+    held: Mutex<BTreeMap<Pid, Held>>,
 }
 
 impl<'a> SimProcesses<'a> {
@@ -65,29 +75,42 @@ impl<'a> SimProcesses<'a> {
         }
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<Pid, Command>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<Pid, Held>> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 impl ProcessControl for SimProcesses<'_> {
     fn create_process(&self, argv: &[String]) -> Result<Pid, CreateError> {
-        let cmd =
-            Command::parse(argv, SimTransport::hz()).ok_or(CreateError::Exec(libc::ENOENT))?;
+        let what = match Command::parse(argv, SimTransport::hz()) {
+            Some(cmd) => Held::Work(cmd),
+            // Any other name is one of the machine's real programs, which
+            // the daemon looks up when the command starts.
+            None => {
+                let name = argv.first().ok_or(CreateError::Exec(libc::ENOENT))?;
+                let base = name.rsplit('/').next().unwrap_or(name);
+                if base.is_empty() || base == "work" {
+                    return Err(CreateError::Exec(libc::ENOENT));
+                }
+                Held::Program(base.to_string(), argv[1..].to_vec())
+            }
+        };
         // The child of the program, held before its exec: not runnable.
         let pid = self.sim.fork_held().map_err(CreateError::Fork)? as Pid;
-        self.held().insert(pid, cmd);
+        self.held().insert(pid, what);
         Ok(pid)
     }
 
     fn start_process(&self, pid: Pid) -> Result<(), StartError> {
-        let cmd = self
+        let what = self
             .held()
             .remove(&pid)
             .ok_or(StartError::Token(libc::ESRCH))?;
-        self.sim
-            .run_work(pid as u32, cmd.threads, cmd.ticks)
-            .map_err(StartError::Token)
+        match what {
+            Held::Work(cmd) => self.sim.run_work(pid as u32, cmd.threads, cmd.ticks),
+            Held::Program(name, args) => self.sim.run_program(pid as u32, &name, &args),
+        }
+        .map_err(StartError::Token)
     }
 
     fn exited(&self, pid: Pid) -> bool {

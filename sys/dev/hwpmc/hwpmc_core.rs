@@ -57,6 +57,8 @@ const IAF_CTRL: u32 = 0x38D;
 const GLOBAL_STATUS: u32 = 0x38E;
 const GLOBAL_CTRL: u32 = 0x38F;
 const GLOBAL_OVF_CTRL: u32 = 0x390;
+/// GLOBAL_STATUS.Trace_ToPA_PMI (version 4): Intel PT's output interrupt.
+const STATUS_TRACE_TOPA_PMI: u64 = 1 << 55;
 /// GLOBAL_STATUS.CTR_FRZ (version 4): the hardware froze the counters.
 const STATUS_CTR_FRZ: u64 = 1 << 59;
 /// The fixed counters' bits in the global registers start here.
@@ -283,13 +285,17 @@ impl Core {
             c.stalled.fetch_or(disable, Ordering::AcqRel);
             c.globalctrl.fetch_and(!disable, Ordering::AcqRel);
         }
+        // The Intel PT ToPA bit is pt(4)'s, whose NMI handler runs after
+        // this one: left set for it (FreeBSD acknowledges it here too, and
+        // pt(4) then misses its interrupt while hwpmc is loaded).
+        let ack = status & !STATUS_TRACE_TOPA_PMI;
         if frozen {
             if disable != 0 {
                 self.write_globalctrl(c);
             }
-            wrmsr(GLOBAL_OVF_CTRL, status);
+            wrmsr(GLOBAL_OVF_CTRL, ack);
         } else {
-            wrmsr(GLOBAL_OVF_CTRL, status);
+            wrmsr(GLOBAL_OVF_CTRL, ack);
             self.write_globalctrl(c);
         }
         found

@@ -38,7 +38,8 @@ mod hwt_thread;
 mod hwt_vm;
 
 pub use hwt_backend::{BackendOps, BackendTag, BufId, BufPtr, HwtBackend};
-pub use hwt_context::HwtContext;
+pub use hwt_context::{CpuMap, HwtContext};
+pub use hwt_record::RecordSink;
 
 use kpi::KResult;
 use kpi::cdev::{Cdev, CdevSw, GID_WHEEL, UID_ROOT};

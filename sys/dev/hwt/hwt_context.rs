@@ -7,13 +7,13 @@ use kpi::cdev::PageObject;
 use kpi::errno::ENOMEM;
 use kpi::malloc::{KArc, KVec, Wait};
 use kpi::proc::{Pid, Tid};
-use kpi::sync::{MutexBox, SpinMutex, SpinMutexBox};
+use kpi::sync::{SpinMutex, SpinMutexBox};
 use uapi::hwt::HWT_MODE_CPU;
 
 use crate::Hwt;
 use crate::hwt_backend::{Backend, BufId};
 use crate::hwt_cpu::HwtCpu;
-use crate::hwt_record::RecordQueue;
+use crate::hwt_record::{RecordQueue, RecordSink, Records};
 use crate::hwt_thread::HwtThread;
 
 /// How many idents there are (`1 << 8`).
@@ -114,8 +114,9 @@ pub struct HwtContext {
     pub(crate) cpus: KVec<HwtCpu>,
     pub(crate) backend: KArc<Backend>,
     pub(crate) locked: SpinMutexBox<CtxLocked>,
-    /// The records userland has not read ("ctx_rec").
-    pub(crate) records: MutexBox<RecordQueue>,
+    /// The records userland has not read ("ctx_rec"), shared with the
+    /// backend's record sinks.
+    pub(crate) records: KArc<Records>,
 }
 
 impl HwtContext {
@@ -141,7 +142,12 @@ impl HwtContext {
             },
             Wait::WaitOk,
         )?;
-        let records = kpi::sync::Mutex::new(c"ctx_rec", RecordQueue::default(), Wait::WaitOk)?;
+        let records = KArc::try_new(
+            Records {
+                queue: kpi::sync::Mutex::new(c"ctx_rec", RecordQueue::default(), Wait::WaitOk)?,
+            },
+            Wait::WaitOk,
+        )?;
         let ident = hwt.ident_alloc()?;
         Ok(HwtContext {
             ident,
@@ -218,15 +224,10 @@ impl HwtContext {
             }
         }
     }
-    /// Queues a BUFFER record (`buf_id`, `curpage`, `offset`) for
-    /// userland and wakes RECORD_GET waiters; dropped if memory is short.
-    /// Thread context.
-    pub fn record_buffer(&self, buf_id: i32, curpage: i32, offset: u64) {
-        self.enqueue(crate::hwt_record::Record::Buffer {
-            buf_id,
-            curpage,
-            offset,
-        });
+    /// Where the backend queues its BUFFER records, from thread context,
+    /// for as long as it keeps the sink (it does not keep the context).
+    pub fn record_sink(&self) -> RecordSink {
+        RecordSink(self.records.clone())
     }
 
     /// The state now.

@@ -115,7 +115,7 @@ impl HwtContext {
             thr.release();
         }
         drop(threads);
-        self.records.lock().clear();
+        self.records.queue.lock().clear();
         let config = self.locked.lock().config.take();
         drop(config);
     }

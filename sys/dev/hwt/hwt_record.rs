@@ -4,8 +4,9 @@
 
 use kpi::KResult;
 use kpi::errno::ENXIO;
-use kpi::malloc::{KBox, KVec, Wait};
+use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::sync::Chan;
+use kpi::sync::MutexBox;
 use kpi::uio::{UserPtr, copyin, copyout_bytes};
 use uapi::hwt::HwtRecordGet;
 use uapi::hwt_record::HwtRecordType;
@@ -152,21 +153,22 @@ impl RecordQueue {
     }
 }
 
-impl HwtContext {
-    /// Queues `rec` at the tail and wakes RECORD_GET waiters
-    /// (`hwt_record_ctx`).
-    pub(crate) fn enqueue(&self, rec: Record) {
-        self.enqueue_at(rec, false);
-    }
+/// A context's record queue and its waiters.
+#[derive(Debug)]
+pub(crate) struct Records {
+    pub(crate) queue: MutexBox<RecordQueue>,
+}
 
-    /// Queues `rec` at the head or the tail.
-    pub(crate) fn enqueue_at(&self, rec: Record, front: bool) {
-        let Ok(rec) = KBox::try_new(rec, Wait::WaitOk) else {
-            self.records.lock().dropped += 1;
+impl Records {
+    /// Queues `rec` at the head or the tail and wakes RECORD_GET waiters
+    /// (`hwt_record_ctx`).
+    fn enqueue_at(&self, rec: Record, front: bool, wait: Wait) {
+        let Ok(rec) = KBox::try_new(rec, wait) else {
+            self.queue.lock().dropped += 1;
             return;
         };
         let refused = {
-            let mut q = self.records.lock();
+            let mut q = self.queue.lock();
             let r = q.push(rec, front);
             if r.is_err() {
                 q.dropped += 1;
@@ -175,12 +177,51 @@ impl HwtContext {
         };
         // A refused record is freed outside the lock.
         drop(refused);
-        kpi::sync::wakeup(Chan::of(self));
+        kpi::sync::wakeup(self.chan());
     }
 
     /// The wait channel of RECORD_GET.
-    fn records_chan(&self) -> Chan {
+    fn chan(&self) -> Chan {
         Chan::of(self)
+    }
+}
+
+/// Where a backend queues BUFFER records for a context's userland.
+#[derive(Debug, Clone)]
+pub struct RecordSink(pub(crate) KArc<Records>);
+
+impl RecordSink {
+    /// Queues a BUFFER record (`buf_id`, `curpage`, `offset`) and wakes
+    /// RECORD_GET waiters; dropped if memory is short (M_NOWAIT, as
+    /// FreeBSD's software interrupt allocates). Thread or software
+    /// interrupt context, not an NMI.
+    pub fn record_buffer(&self, buf_id: i32, curpage: i32, offset: u64) {
+        self.0.enqueue_at(
+            Record::Buffer {
+                buf_id,
+                curpage,
+                offset,
+            },
+            false,
+            Wait::NoWait,
+        );
+    }
+
+    /// The records dropped for want of memory so far.
+    pub fn dropped(&self) -> u64 {
+        self.0.queue.lock().dropped
+    }
+}
+
+impl HwtContext {
+    /// Queues `rec` at the tail and wakes RECORD_GET waiters.
+    pub(crate) fn enqueue(&self, rec: Record) {
+        self.records.enqueue_at(rec, false, Wait::WaitOk);
+    }
+
+    /// Queues `rec` at the head or the tail.
+    pub(crate) fn enqueue_at(&self, rec: Record, front: bool) {
+        self.records.enqueue_at(rec, front, Wait::WaitOk);
     }
 
     /// `hwt_record_kernel_objects`: one KERNEL record per kernel object,
@@ -215,15 +256,15 @@ pub(crate) fn record_send(ctx: &HwtContext, arg: &HwtRecordGet) -> KResult<()> {
     let want = want as usize;
     let mut out = KVec::zeroed(USER_ENTRY_SIZE * want, Wait::WaitOk)?;
     if arg.wait != 0 {
-        let q = ctx.records.lock();
+        let q = ctx.records.queue.lock();
         if q.len() == 0 {
             // A signal ends the wait with nothing read, as in FreeBSD.
-            let (_q, _r) = q.sleep(ctx.records_chan(), c"recsnd", true);
+            let (_q, _r) = q.sleep(ctx.records.chan(), c"recsnd", true);
         }
     }
     let mut n = 0;
     while n < want {
-        let rec = ctx.records.lock().pop();
+        let rec = ctx.records.queue.lock().pop();
         let Some(rec) = rec else { break };
         rec.to_user(&mut out[n * USER_ENTRY_SIZE..(n + 1) * USER_ENTRY_SIZE]);
         n += 1;

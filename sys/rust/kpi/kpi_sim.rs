@@ -882,6 +882,10 @@ impl ksim::PagedObject for SimMapping {
     fn read(&self, offset: u64, buf: &mut [u8]) {
         self.0.read(offset as usize, buf);
     }
+    fn fd(&self) -> Option<std::os::fd::OwnedFd> {
+        let pages = &(self.0).0;
+        pages.0.mem.object_fd(pages.0.obj)
+    }
 }
 
 #[inline(never)]
@@ -901,60 +905,62 @@ pub fn destroy_dev(id: u64) {
     kern::destroy_dev(id);
 }
 
-/// Pages of a device object: kernel memory (so allocation failures and
-/// leaks are the simulated kernel's), each page with an address standing
-/// for its physical one.
+/// Pages of a device object: an object of the machine's physical memory
+/// (shared memory a process can map; each page has the physical address
+/// hardware models write to), counted as kernel memory so that failures
+/// can be injected and leaks seen.
 #[derive(Debug, Clone)]
 pub struct PageObject(Arc<SimPages>);
 
 #[derive(Debug)]
 struct SimPages {
-    pages: Vec<std::sync::Mutex<KVec<u8>>>,
+    mem: Arc<ksim::physmem::PhysMem>,
+    obj: ksim::physmem::ObjId,
+    npages: usize,
+}
+
+impl Drop for SimPages {
+    fn drop(&mut self) {
+        if kern::has_machine() {
+            kern::free(self.mem.page_paddr(self.obj, 0).unwrap_or(0));
+        }
+        let _ = self.mem.free_object(self.obj);
+    }
 }
 
 impl PageObject {
     pub fn alloc(npages: usize, wait: Wait) -> KResult<PageObject> {
-        let mut pages = Vec::with_capacity(npages);
-        for _ in 0..npages {
-            let page =
-                KVec::zeroed(crate::cdev::PAGE_SIZE, wait).map_err(|_| crate::errno::ENOMEM)?;
-            pages.push(std::sync::Mutex::new(page));
+        sched_point();
+        // One allocation per page, as vm_page_alloc is called; any may
+        // fail.
+        for _ in 0..npages.max(1) {
+            kern::malloc(wait == Wait::WaitOk).map_err(|_| crate::errno::ENOMEM)?;
         }
-        Ok(PageObject(Arc::new(SimPages { pages })))
+        let mem = kern::physmem();
+        let obj = mem
+            .alloc_object(npages, true)
+            .map_err(|_| crate::errno::ENOMEM)?;
+        let first = mem.page_paddr(obj, 0).unwrap_or(0);
+        kern::malloc_done(first, npages * crate::cdev::PAGE_SIZE);
+        Ok(PageObject(Arc::new(SimPages { mem, obj, npages })))
     }
     pub fn npages(&self) -> usize {
-        self.0.pages.len()
+        self.0.npages
     }
     pub fn phys(&self, i: usize) -> u64 {
-        let page = self.0.pages[i]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        page.as_ptr() as u64
-    }
-    fn each(&self, offset: usize, len: usize, mut f: impl FnMut(&mut [u8], usize)) {
-        let size = crate::cdev::PAGE_SIZE;
-        let mut done = 0;
-        while done < len {
-            let at = offset + done;
-            let n = (size - at % size).min(len - done);
-            let mut page = self.0.pages[at / size]
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            f(&mut page[at % size..at % size + n], done);
-            done += n;
-        }
+        self.0.mem.page_paddr(self.0.obj, i).unwrap_or(0)
     }
     pub fn read(&self, offset: usize, buf: &mut [u8]) {
-        let len = buf.len();
-        self.each(offset, len, |page, at| {
-            buf[at..at + page.len()].copy_from_slice(page)
-        });
+        self.0
+            .mem
+            .read_object(self.0.obj, offset, buf)
+            .expect("a read within the object");
     }
     pub fn write(&self, offset: usize, data: &[u8]) {
-        self.each(offset, data.len(), |page, at| {
-            let n = page.len();
-            page.copy_from_slice(&data[at..at + n])
-        });
+        self.0
+            .mem
+            .write_object(self.0.obj, offset, data)
+            .expect("a write within the object");
     }
 }
 
@@ -1017,4 +1023,25 @@ pub fn set_hwt_hook(hook: Option<crate::hooks::HwtHookFn>) {
 #[inline(never)]
 pub fn cpu_spinwait() {
     sched_point();
+}
+
+#[inline(never)]
+pub fn nmi_register_handler(handler: crate::x86::PmcIntrFn) -> KResult<u64> {
+    // The closure owns the kernel box, which the simulator's Arc cannot.
+    #[allow(clippy::redundant_closure)]
+    Ok(kern::nmi_register_handler(
+        Arc::new(move || handler()) as ksim::PmcIntrFn
+    ))
+}
+#[inline(never)]
+pub fn nmi_remove_handler(id: u64) {
+    kern::nmi_remove_handler(id);
+}
+#[inline(never)]
+pub fn xsaves_pt() -> [u64; 9] {
+    kern::xsaves_pt()
+}
+#[inline(never)]
+pub fn xrstors_pt(state: &[u64; 9]) {
+    kern::xrstors_pt(state)
 }

@@ -885,3 +885,48 @@ mod span_tests {
         assert_eq!(image_span(&img.bytes[..40]), None);
     }
 }
+
+/// The executable PT_LOAD segments of an ELF64 image, as (file offset,
+/// file size, virtual address): what a trace decoder maps as the image's
+/// code. Empty for anything that is not a well-formed little-endian
+/// ELF64 file.
+pub fn exec_segments(bytes: &[u8]) -> Vec<(u64, u64, u64)> {
+    let u16_at = |o: usize| {
+        bytes
+            .get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |o: usize| {
+        bytes
+            .get(o..o + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |o: usize| {
+        bytes
+            .get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    if bytes.get(..6) != Some(b"\x7fELF\x02\x01") {
+        return Vec::new();
+    }
+    let header = || -> Option<(usize, usize, usize)> {
+        Some((
+            u64_at(0x20)? as usize,
+            u16_at(0x36)? as usize,
+            u16_at(0x38)? as usize,
+        ))
+    };
+    let Some((phoff, phentsize, phnum)) = header() else {
+        return Vec::new();
+    };
+    const PF_X: u32 = 1;
+    (0..phnum)
+        .filter_map(|i| {
+            let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+            if u32_at(ph)? != 1 || u32_at(ph + 4)? & PF_X == 0 {
+                return None;
+            }
+            Some((u64_at(ph + 8)?, u64_at(ph + 0x20)?, u64_at(ph + 0x10)?))
+        })
+        .collect()
+}

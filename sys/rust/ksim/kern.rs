@@ -913,6 +913,64 @@ pub fn cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
         .map_or([0; 4], |m| m.cpuid(leaf, subleaf))
 }
 
+/// XSAVES of the current CPU's Intel PT state component (state 8): the
+/// nine registers in XSAVE order; clears TraceEn as XSAVES does. The
+/// component is saved only with IA32_XSS.PT set (pt.c sets it around the
+/// instruction); the simulator panics when it is clear, as the caller
+/// would otherwise get no state. A CPU without PT faults.
+pub fn pt_xsaves() -> [u64; 9] {
+    let m = current();
+    let (pts, cpu) = {
+        let st = m.st();
+        (st.pts.clone(), st.cur().0)
+    };
+    match pts {
+        Some(p) => {
+            assert!(
+                p.xss_of(cpu) & crate::x86::pt::XSS_PT != 0,
+                "XSAVES of the PT component on CPU {cpu} with IA32_XSS.PT clear: nothing is saved"
+            );
+            p.save_state(cpu)
+        }
+        None => panic!(
+            "fatal trap 9: general protection fault in kernel mode on CPU {cpu}: XSAVES of PT state on a CPU without Intel PT"
+        ),
+    }
+}
+
+/// XRSTORS of the current CPU's Intel PT state component; a #GP (a
+/// reserved bit, TraceEn already set) panics, as in the kernel.
+pub fn pt_xrstors(state: &[u64; 9]) {
+    let m = current();
+    let (pts, cpu) = {
+        let st = m.st();
+        (st.pts.clone(), st.cur().0)
+    };
+    let r = match pts {
+        Some(p) => {
+            assert!(
+                p.xss_of(cpu) & crate::x86::pt::XSS_PT != 0,
+                "XRSTORS of the PT component on CPU {cpu} with IA32_XSS.PT clear: nothing is restored"
+            );
+            p.restore_state(cpu, state)
+        }
+        None => Err(crate::x86::GpFault {
+            msr: crate::x86::pt::msr::CTL,
+            value: Some(state[0]),
+            why: "XRSTORS of PT state on a CPU without Intel PT",
+        }),
+    };
+    r.unwrap_or_else(|gp| {
+        panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
+    })
+}
+
+/// The machine's physical memory (the kernel's `vm_page_alloc` and
+/// `vtophys` for buffers the hardware models reach).
+pub fn physmem() -> std::sync::Arc<crate::physmem::PhysMem> {
+    current().physmem()
+}
+
 /// `lapic_enable_pcint`: the performance-counter LVT entry of every CPU
 /// delivers an NMI, unmasked; false when the machine has no such entry.
 pub fn lapic_enable_pcint() -> bool {
@@ -1012,4 +1070,53 @@ pub fn cred_same_user(owner: u32, target: u32) -> bool {
     let (o, t) = (o.cred, t.cred);
     let uid_ok = o.uid == t.uid || o.uid == t.svuid || o.uid == t.ruid;
     uid_ok && [t.gid, t.rgid, t.svgid].iter().all(|&g| g == o.gid)
+}
+
+/// `nmi_register_handler`: `handler` runs on every NMI after `pmc_intr`
+/// and says whether it claimed it. Returns a tag for
+/// [`nmi_remove_handler`].
+pub fn nmi_register_handler(handler: crate::machine::PmcIntrFn) -> u64 {
+    let m = current();
+    let mut h = m.0.handlers();
+    h.next_nmi_handler += 1;
+    let id = h.next_nmi_handler;
+    h.nmi_handlers.push((id, handler));
+    id
+}
+
+/// `nmi_remove_handler`.
+pub fn nmi_remove_handler(id: u64) {
+    if let Some(m) = crate::machine::try_current() {
+        let removed: Vec<_> = {
+            let mut h = m.0.handlers();
+            let (gone, kept) = std::mem::take(&mut h.nmi_handlers)
+                .into_iter()
+                .partition(|(i, _)| *i == id);
+            h.nmi_handlers = kept;
+            gone
+        };
+        drop(removed);
+    }
+}
+
+/// What FreeBSD's pt(4) does around XSAVES or XRSTORS of the PT
+/// component (pt_cpu_toggle_local): IA32_XSS.PT set for the instruction,
+/// then restored.
+fn with_xss_pt<R>(f: impl FnOnce() -> R) -> R {
+    const MSR_IA32_XSS: u32 = 0xDA0;
+    let xss = rdmsr(MSR_IA32_XSS);
+    wrmsr(MSR_IA32_XSS, xss | crate::x86::pt::XSS_PT);
+    let r = f();
+    wrmsr(MSR_IA32_XSS, xss);
+    r
+}
+
+/// XSAVES of the PT component as the kernel's driver makes it.
+pub fn xsaves_pt() -> [u64; 9] {
+    with_xss_pt(pt_xsaves)
+}
+
+/// XRSTORS of the PT component as the kernel's driver makes it.
+pub fn xrstors_pt(state: &[u64; 9]) {
+    with_xss_pt(|| pt_xrstors(state))
 }

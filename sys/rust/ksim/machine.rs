@@ -827,6 +827,10 @@ pub(crate) struct Handlers {
     pub(crate) syscalls: BTreeMap<u32, SyscallHandler>,
     pub(crate) hook: Option<HookFn>,
     pub(crate) pmc_intr: Option<PmcIntrFn>,
+    /// Handlers registered with nmi_register_handler (Intel PT's ToPA
+    /// interrupt), called after `pmc_intr` on each NMI.
+    pub(crate) nmi_handlers: Vec<(u64, PmcIntrFn)>,
+    pub(crate) next_nmi_handler: u64,
     pub(crate) events: Vec<(u64, EventFn)>,
     pub(crate) next_event_id: u64,
     /// Told of each post on a notification file (benchmarks that time
@@ -1036,7 +1040,9 @@ impl Machine {
             let mut st = self.st();
             if let Some(pid) = st.thread_pid(tid) {
                 let cr3 = st.cr3_of(pid);
+                let tsc = st.tsc(cpu);
                 if let Some(pts) = &st.pts {
+                    pts.sync_tsc(cpu, tsc);
                     pts.set_cr3(cpu, cr3);
                 }
             }
@@ -1342,10 +1348,22 @@ impl Machine {
     /// as FreeBSD's default `machdep.panic_on_nmi` does.
     fn pmc_nmi(&self, cpu: u32, tid: u32) {
         let handler = self.0.handlers().pmc_intr.clone();
-        let claimed = match handler {
+        let others: Vec<PmcIntrFn> = self
+            .0
+            .handlers()
+            .nmi_handlers
+            .iter()
+            .map(|(_, h)| h.clone())
+            .collect();
+        // nmi_handle_intr(): hwpmc's pmc_intr first, then every registered
+        // handler; claimed when any claims it.
+        let mut claimed = match handler {
             Some(h) => self.nmi(cpu, tid, || h()),
             None => false,
         };
+        for h in others {
+            claimed |= self.nmi(cpu, tid, || h());
+        }
         if !claimed {
             self.st().console.push("NMI ISA 0, EISA 0".into());
             panic!(

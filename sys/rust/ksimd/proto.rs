@@ -92,6 +92,52 @@ pub enum Request {
     Processes,
     /// The daemon's view of the machine: [`Reply::Status`].
     Status,
+    /// open(2) of a device (`/dev/hwt`, a context's device) by the
+    /// client's process: answered with [`Reply::Pid`] carrying a handle.
+    DevOpen {
+        /// The device's path.
+        path: String,
+        /// Open for writing as well as reading.
+        write: bool,
+    },
+    /// ioctl(2) on an opened device. The argument block's pointer fields
+    /// (one level deep) travel as regions: each names the offset of a
+    /// pointer in `arg` and the bytes it points to, which the daemon puts
+    /// in the process's memory, points the field at, and sends back after
+    /// the call ([`Reply::Ioctled`]).
+    DevIoctl {
+        /// The handle [`Request::DevOpen`] gave.
+        handle: u32,
+        /// The ioctl command.
+        cmd: u32,
+        /// The argument block.
+        arg: Vec<u8>,
+        /// (offset of the pointer in `arg`, the memory it points to).
+        regions: Vec<(u32, Vec<u8>)>,
+    },
+    /// mmap(2) of an opened device: answered with [`Reply::Done`] and the
+    /// object's memory as a descriptor (SCM_RIGHTS) to map read-only.
+    DevMmap {
+        /// The handle.
+        handle: u32,
+        /// Offset.
+        offset: u64,
+        /// Length.
+        size: u64,
+        /// PROT_* bits.
+        prot: i32,
+    },
+    /// Process `pid` (a held child) execs one of the machine's programs
+    /// (`/usr/bin/NAME`) with `args` after its name, and runs until it
+    /// exits.
+    RunProgram {
+        /// The process.
+        pid: u32,
+        /// The program's name.
+        name: String,
+        /// Its arguments after its name.
+        args: Vec<String>,
+    },
     /// The client is done with pmc(3) (its library closes): when this was
     /// its process's last connection, the process ends on the machine, as
     /// it does when the host process is gone. A connection that closes
@@ -113,6 +159,16 @@ pub enum Reply {
         pid: u32,
         /// Clock ticks per simulated second.
         hz: u64,
+    },
+    /// The answer to `DevIoctl`: the result (0 or a FreeBSD errno), the
+    /// argument block and the regions as the driver left them.
+    Ioctled {
+        /// 0, or the FreeBSD errno.
+        errno: i32,
+        /// The argument block.
+        arg: Vec<u8>,
+        /// The regions, in the order asked.
+        regions: Vec<Vec<u8>>,
     },
     /// The answer to `Call`: the argument block as the driver left it,
     /// the result (0 or a FreeBSD errno), and after a failure the
@@ -330,6 +386,45 @@ impl Request {
             Request::Processes => Writer::new(9).done(),
             Request::Status => Writer::new(10).done(),
             Request::Bye => Writer::new(11).done(),
+            Request::DevOpen { path, write } => Writer::new(12)
+                .bytes(path.as_bytes())
+                .u8(u8::from(*write))
+                .done(),
+            Request::DevIoctl {
+                handle,
+                cmd,
+                arg,
+                regions,
+            } => {
+                let mut w = Writer::new(13);
+                w.u32(*handle)
+                    .u32(*cmd)
+                    .bytes(arg)
+                    .u32(regions.len() as u32);
+                for (at, bytes) in regions {
+                    w.u32(*at).bytes(bytes);
+                }
+                w.done()
+            }
+            Request::DevMmap {
+                handle,
+                offset,
+                size,
+                prot,
+            } => Writer::new(14)
+                .u32(*handle)
+                .u64(*offset)
+                .u64(*size)
+                .i32(*prot)
+                .done(),
+            Request::RunProgram { pid, name, args } => {
+                let mut w = Writer::new(15);
+                w.u32(*pid).bytes(name.as_bytes()).u32(args.len() as u32);
+                for a in args {
+                    w.bytes(a.as_bytes());
+                }
+                w.done()
+            }
         }
     }
 
@@ -365,6 +460,46 @@ impl Request {
             9 => Request::Processes,
             10 => Request::Status,
             11 => Request::Bye,
+            12 => Request::DevOpen {
+                path: r.text()?,
+                write: r.flag()?,
+            },
+            13 => {
+                let (handle, cmd, arg) = (r.u32()?, r.u32()?, r.bytes()?);
+                let n = r.u32()? as usize;
+                // Each region takes at least 8 bytes.
+                if n > r.0.len() / 8 {
+                    return Err(DecodeError::TooLong(n as u64));
+                }
+                let mut regions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    regions.push((r.u32()?, r.bytes()?));
+                }
+                Request::DevIoctl {
+                    handle,
+                    cmd,
+                    arg,
+                    regions,
+                }
+            }
+            14 => Request::DevMmap {
+                handle: r.u32()?,
+                offset: r.u64()?,
+                size: r.u64()?,
+                prot: r.i32()?,
+            },
+            15 => {
+                let (pid, name) = (r.u32()?, r.text()?);
+                let n = r.u32()? as usize;
+                if n > r.0.len() / 4 {
+                    return Err(DecodeError::TooLong(n as u64));
+                }
+                let mut args = Vec::with_capacity(n);
+                for _ in 0..n {
+                    args.push(r.text()?);
+                }
+                Request::RunProgram { pid, name, args }
+            }
             k => return Err(DecodeError::Kind(k)),
         };
         r.end(req)
@@ -391,6 +526,18 @@ impl Reply {
                 w.u32(list.len() as u32);
                 for (pid, comm) in list {
                     w.u32(*pid).bytes(comm.as_bytes());
+                }
+                w.done()
+            }
+            Reply::Ioctled {
+                errno,
+                arg,
+                regions,
+            } => {
+                let mut w = Writer::new(0x89);
+                w.i32(*errno).bytes(arg).u32(regions.len() as u32);
+                for r in regions {
+                    w.bytes(r);
                 }
                 w.done()
             }
@@ -442,6 +589,22 @@ impl Reply {
                 violations: r.u32()?,
                 kmem_live: r.u64()?,
             }),
+            0x89 => {
+                let (errno, arg) = (r.i32()?, r.bytes()?);
+                let n = r.u32()? as usize;
+                if n > r.0.len() / 4 {
+                    return Err(DecodeError::TooLong(n as u64));
+                }
+                let mut regions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    regions.push(r.bytes()?);
+                }
+                Reply::Ioctled {
+                    errno,
+                    arg,
+                    regions,
+                }
+            }
             k => return Err(DecodeError::Kind(k)),
         };
         r.end(reply)
@@ -454,6 +617,27 @@ mod tests {
 
     fn requests() -> Vec<Request> {
         vec![
+            Request::DevOpen {
+                path: "/dev/hwt_0_12".into(),
+                write: true,
+            },
+            Request::DevIoctl {
+                handle: 3,
+                cmd: 0x8040_4200,
+                arg: vec![0; 64],
+                regions: vec![(32, b"pt\0".to_vec()), (40, vec![0xff; 4])],
+            },
+            Request::DevMmap {
+                handle: 3,
+                offset: 0,
+                size: 1 << 20,
+                prot: 1,
+            },
+            Request::RunProgram {
+                pid: 12,
+                name: "calls".into(),
+                args: vec!["300".into(), "".into()],
+            },
             Request::Hello {
                 parent: 4242,
                 ticks_per_call: 3,
@@ -491,6 +675,11 @@ mod tests {
 
     fn replies() -> Vec<Reply> {
         vec![
+            Reply::Ioctled {
+                errno: 6,
+                arg: vec![1, 2, 3],
+                regions: vec![vec![], vec![9; 1056]],
+            },
             Reply::Error(78),
             Reply::Done,
             Reply::Welcome {

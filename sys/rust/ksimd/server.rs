@@ -43,6 +43,9 @@ mod errno {
     pub const EMFILE: i32 = 24;
     pub const EINVAL: i32 = 22;
     pub const EPROTO: i32 = 92;
+    pub const ENOENT: i32 = 2;
+    pub const ENODEV: i32 = 19;
+    pub const ENOEXEC: i32 = 8;
 }
 
 /// What the simulated machine looks like.
@@ -429,6 +432,14 @@ impl Outcome {
 struct Host {
     m: Machine,
     module: hwpmc::Module,
+    /// hwt(4) and, on a CPU with Intel PT, its PT backend (unloaded
+    /// first).
+    trace: Option<(Option<intel_pt::Module>, hwt::Module)>,
+    /// Devices the clients opened: handle to (simulated pid, descriptor).
+    devs: BTreeMap<u32, (u32, ksim::DevFd)>,
+    /// Reusable user memory of each client for ioctl regions: (address,
+    /// size) by pid.
+    scratch: BTreeMap<u32, Vec<(u64, usize)>>,
     sysnum: u32,
     sched: Scheduler,
     cfg: SimConfig,
@@ -531,6 +542,14 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
         }
     };
     let sysnum = module.syscall_number();
+    // hwt(4), and pt(4) where the CPU has Intel PT (ENXIO elsewhere).
+    let trace = match m.in_thread(kld, hwt::Module::load) {
+        Ok(hwt) => {
+            let pt = m.in_thread(kld, || intel_pt::Module::load(&hwt)).ok();
+            Some((pt, hwt))
+        }
+        Err(_) => None,
+    };
     let mut sched = Scheduler {
         jobs: Vec::new(),
         cpus: cfg.cpus,
@@ -557,6 +576,18 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
         }
     }
     if let Some(dir) = &cfg.files_dir {
+        // The programs a client may run (RunProgram) are there from the
+        // start, for tools that read a command's image before it runs.
+        for name in programs::NAMES.iter().chain([&programs::SECOND_OBJECT]) {
+            if let Ok(image) = programs::image(ksim::cpu::Arch::X86_64, name) {
+                let path = if *name == programs::SECOND_OBJECT {
+                    programs::SECOND_OBJECT_PATH.to_string()
+                } else {
+                    format!("/usr/bin/{name}")
+                };
+                m.install(&path, image);
+            }
+        }
         if let Err(e) = m.export_files(dir) {
             let _ = ready.send(Err(format!("files into {}: {e}", dir.display())));
             return;
@@ -568,6 +599,9 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
     let mut host = Host {
         m,
         module,
+        trace,
+        devs: BTreeMap::new(),
+        scratch: BTreeMap::new(),
         sysnum,
         sched,
         cfg,
@@ -778,12 +812,159 @@ impl Host {
             }
             Request::Kill { pid: job, held } => self.kill(pid, job, held),
             Request::Processes => Reply::Processes(self.m.processes()),
+            Request::DevOpen { path, write } => self.dev_open(pid, &path, write),
+            Request::DevIoctl {
+                handle,
+                cmd,
+                arg,
+                regions,
+            } => self.dev_ioctl(pid, handle, cmd, arg, regions),
+            Request::DevMmap {
+                handle,
+                offset,
+                size,
+                prot,
+            } => self.dev_mmap(pid, handle, offset, size, prot),
+            Request::RunProgram {
+                pid: job,
+                name,
+                args,
+            } => self.run_program(pid, job, &name, &args),
             Request::Bye => {
                 self.leaving.insert(conn);
                 Reply::Done
             }
             Request::Status => unreachable!("answered above"),
         })
+    }
+
+    /// open(2) of a device by client `pid`.
+    fn dev_open(&mut self, pid: u32, path: &str, write: bool) -> Reply {
+        let tid = self.clients[&pid].tid;
+        match self.m.dev_open(tid, path, true, write) {
+            Ok(fd) => {
+                let handle = self.devs.keys().next_back().map_or(1, |h| h + 1);
+                self.devs.insert(handle, (pid, fd));
+                Reply::Pid(handle)
+            }
+            Err(e) => Reply::Error(e),
+        }
+    }
+
+    /// The descriptor `handle` of client `pid`.
+    fn dev_fd(&self, pid: u32, handle: u32) -> Option<ksim::DevFd> {
+        self.devs
+            .get(&handle)
+            .filter(|(owner, _)| *owner == pid)
+            .map(|(_, fd)| fd.clone())
+    }
+
+    /// ioctl(2) by client `pid`: the argument block and the memory its
+    /// pointer fields name go to the process's memory, the pointers are
+    /// made to point there, and what the call left comes back.
+    fn dev_ioctl(
+        &mut self,
+        pid: u32,
+        handle: u32,
+        cmd: u32,
+        mut arg: Vec<u8>,
+        regions: Vec<(u32, Vec<u8>)>,
+    ) -> Reply {
+        let Some(fd) = self.dev_fd(pid, handle) else {
+            return Reply::Error(errno::EBADF);
+        };
+        let tid = self.clients[&pid].tid;
+        let mut places = Vec::with_capacity(regions.len() + 1);
+        for (i, (at, bytes)) in regions.iter().enumerate() {
+            let at = *at as usize;
+            if at + 8 > arg.len() {
+                return Reply::Error(errno::EINVAL);
+            }
+            let addr = self.scratch_slot(pid, i + 1, bytes.len());
+            self.m.user_write(pid, addr, bytes);
+            arg[at..at + 8].copy_from_slice(&addr.to_ne_bytes());
+            places.push((addr, bytes.len()));
+        }
+        let arg_addr = self.scratch_slot(pid, 0, arg.len());
+        self.m.user_write(pid, arg_addr, &arg);
+        let r = self.m.dev_ioctl(tid, &fd, cmd, arg_addr);
+        let arg = self.m.user_read(pid, arg_addr, arg.len());
+        let regions = places
+            .iter()
+            .map(|&(addr, len)| self.m.user_read(pid, addr, len))
+            .collect();
+        Reply::Ioctled {
+            errno: r.err().unwrap_or(0),
+            arg,
+            regions,
+        }
+    }
+
+    /// User memory of client `pid` for the `slot`th block of an ioctl, of
+    /// at least `len` bytes, reused from call to call.
+    fn scratch_slot(&mut self, pid: u32, slot: usize, len: usize) -> u64 {
+        let slots = self.scratch.entry(pid).or_default();
+        while slots.len() <= slot {
+            slots.push((0, 0));
+        }
+        if slots[slot].1 < len.max(1) {
+            let size = len.max(64).next_power_of_two();
+            slots[slot] = (self.m.user_alloc(pid, size), size);
+        }
+        slots[slot].0
+    }
+
+    /// mmap(2) of a device by client `pid`: the object's memory goes back
+    /// as a descriptor to map.
+    fn dev_mmap(&mut self, pid: u32, handle: u32, offset: u64, size: u64, prot: i32) -> Reply {
+        let Some(fd) = self.dev_fd(pid, handle) else {
+            return Reply::Error(errno::EBADF);
+        };
+        let tid = self.clients[&pid].tid;
+        match self.m.dev_mmap(tid, &fd, offset, size, prot) {
+            Ok(obj) => match obj.fd() {
+                Some(memfd) => {
+                    self.reply_fd = Some(memfd);
+                    Reply::Done
+                }
+                None => Reply::Error(errno::ENODEV),
+            },
+            Err(e) => Reply::Error(e),
+        }
+    }
+
+    /// Makes held child `job` of client `pid` exec program `name` and
+    /// hands it to the scheduler until it exits.
+    fn run_program(&mut self, pid: u32, job: u32, name: &str, args: &[String]) -> Reply {
+        if !self.is_child(pid, job) {
+            return Reply::Error(errno::EINVAL);
+        }
+        let arch = ksim::cpu::Arch::X86_64;
+        let Ok(image) = programs::image(arch, name) else {
+            return Reply::Error(errno::ENOENT);
+        };
+        if name == "mapobj" {
+            if let Ok(object) = programs::image(arch, programs::SECOND_OBJECT) {
+                self.m.install(programs::SECOND_OBJECT_PATH, object);
+            }
+        }
+        let mut argv = vec![name];
+        argv.extend(args.iter().map(String::as_str));
+        if self
+            .m
+            .exec_program(job, &format!("/usr/bin/{name}"), &image, &argv)
+            .is_err()
+        {
+            return Reply::Error(errno::ENOEXEC);
+        }
+        let threads = self.m.proc_info(job).map(|p| p.threads).unwrap_or_default();
+        self.sched.jobs.push(Job {
+            pid: job,
+            threads,
+            ends_at: None,
+            exited: false,
+        });
+        Reply::Done
     }
 
     /// Whether `child` is a live child of `parent` that is not a client.
@@ -1311,7 +1492,17 @@ impl Host {
         }
         let (_, unload) = self.m.spawn(Cred::root(), "kldunload");
         let module = self.module;
-        self.m.in_thread(unload, || module.unload());
+        let trace = self.trace.take();
+        self.devs.clear();
+        self.m.in_thread(unload, || {
+            // pt before hwt, hwt before hwpmc: the order of their
+            // dependencies.
+            if let Some((pt, hwt)) = trace {
+                drop(pt);
+                drop(hwt);
+            }
+            module.unload()
+        });
         Outcome {
             violations: self
                 .m

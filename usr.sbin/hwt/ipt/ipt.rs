@@ -143,6 +143,23 @@ impl<'a> Config<'a> {
         Ok(self)
     }
 
+    /// [`Config::cpu`] of the CPU whose CPUID leaf 1 EAX is `eax` (the
+    /// display family and model, with their extended fields).
+    pub fn cpu_signature(self, eax: u32) -> Result<Config<'a>, Error> {
+        let base_family = eax >> 8 & 0xF;
+        let family = if base_family == 0xF {
+            base_family + (eax >> 20 & 0xFF)
+        } else {
+            base_family
+        };
+        let model = if base_family == 6 || base_family == 0xF {
+            (eax >> 4 & 0xF) | (eax >> 16 & 0xF) << 4
+        } else {
+            eax >> 4 & 0xF
+        };
+        self.cpu(family as u16, model as u8, (eax & 0xF) as u8)
+    }
+
     /// The address filter as IA32_RTIT_CTL's ADDRn_CFG fields (bits 35:32
     /// and up, shifted down) and the ADDRn_A/B pairs.
     pub fn addr_filter(mut self, cfg: u64, ranges: &[(u64, u64)]) -> Config<'a> {
@@ -166,10 +183,78 @@ impl<'a> Config<'a> {
 /// and returns the bytes read (0: nothing mapped there).
 pub type ReadMemory = Box<dyn FnMut(u64, &mut [u8]) -> usize + Send>;
 
+/// An image section cache: files loaded once and shared by the images of
+/// several processes (`pt_image_add_cached`).
+pub struct SectionCache {
+    raw: NonNull<sys::pt_image_section_cache>,
+}
+
+impl fmt::Debug for SectionCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SectionCache").finish_non_exhaustive()
+    }
+}
+
+// SAFETY: libipt locks its section cache internally (it is meant to be
+// shared between decoder threads).
+unsafe impl Send for SectionCache {}
+// SAFETY: as Send.
+unsafe impl Sync for SectionCache {}
+
+impl SectionCache {
+    /// An empty cache.
+    pub fn new(name: &str) -> std::sync::Arc<SectionCache> {
+        let name = CString::new(name).unwrap_or_default();
+        // SAFETY: a valid C string, copied by libipt.
+        let raw = unsafe { sys::pt_iscache_alloc(name.as_ptr()) };
+        std::sync::Arc::new(SectionCache {
+            raw: NonNull::new(raw).expect("pt_iscache_alloc"),
+        })
+    }
+
+    /// Adds `size` bytes of `file` from `offset`, loaded at `vaddr`;
+    /// returns the section's id (the same file section gives the same id).
+    pub fn add_file(
+        &self,
+        file: &std::path::Path,
+        offset: u64,
+        size: u64,
+        vaddr: u64,
+    ) -> Result<i32, Error> {
+        let path = CString::new(file.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error(sys::pt_error_code_pte_invalid as i32))?;
+        // SAFETY: our cache, a valid path (copied).
+        let r = unsafe {
+            sys::pt_iscache_add_file(self.raw.as_ptr(), path.as_ptr(), offset, size, vaddr)
+        };
+        Error::check(r).map(|isid| isid as i32)
+    }
+}
+
+impl Drop for SectionCache {
+    fn drop(&mut self) {
+        // SAFETY: our cache; the images that use it hold an Arc, so none
+        // is left.
+        unsafe { sys::pt_iscache_free(self.raw.as_ptr()) };
+    }
+}
+
+/// pt_asid_init's values with an optional CR3 (the function is inline in
+/// the header).
+fn asid(cr3: Option<u64>) -> sys::pt_asid {
+    sys::pt_asid {
+        size: std::mem::size_of::<sys::pt_asid>(),
+        cr3: cr3.unwrap_or(u64::MAX),
+        vmcs: u64::MAX,
+    }
+}
+
 /// The memory image the decoder reads instructions from.
 pub struct Image {
     raw: NonNull<sys::pt_image>,
     callback: Option<Box<ReadMemory>>,
+    /// The caches its sections come from, kept alive as long as it.
+    caches: Vec<std::sync::Arc<SectionCache>>,
 }
 
 impl fmt::Debug for Image {
@@ -209,6 +294,7 @@ impl Image {
         Image {
             raw: NonNull::new(raw).expect("pt_image_alloc"),
             callback: None,
+            caches: Vec::new(),
         }
     }
 
@@ -236,17 +322,31 @@ impl Image {
     ) -> Result<(), Error> {
         let path = CString::new(file.as_os_str().as_encoded_bytes())
             .map_err(|_| Error(sys::pt_error_code_pte_invalid as i32))?;
-        // pt_asid_init's values: no CR3, no VMCS (inline in the header).
-        let asid = sys::pt_asid {
-            size: std::mem::size_of::<sys::pt_asid>(),
-            cr3: cr3.unwrap_or(u64::MAX),
-            vmcs: u64::MAX,
-        };
+        let asid = asid(cr3);
         // SAFETY: our image, a valid path and asid, both copied.
         let r = unsafe {
             sys::pt_image_add_file(self.raw.as_ptr(), path.as_ptr(), offset, size, &asid, vaddr)
         };
         Error::check(r).map(drop)
+    }
+
+    /// Adds section `isid` of `cache` in the address space of CR3 `cr3`
+    /// (None: any).
+    pub fn add_cached(
+        &mut self,
+        cache: &std::sync::Arc<SectionCache>,
+        isid: i32,
+        cr3: Option<u64>,
+    ) -> Result<(), Error> {
+        let asid = asid(cr3);
+        // SAFETY: our image and a live cache, which self keeps alive.
+        let r =
+            unsafe { sys::pt_image_add_cached(self.raw.as_ptr(), cache.raw.as_ptr(), isid, &asid) };
+        Error::check(r)?;
+        if !self.caches.iter().any(|c| std::sync::Arc::ptr_eq(c, cache)) {
+            self.caches.push(cache.clone());
+        }
+        Ok(())
     }
 
     /// Reads memory the files do not cover through `f`.
@@ -584,6 +684,32 @@ pub struct Packet {
     pub tnt_bits: u8,
 }
 
+/// One line of a dump, as ptdump lays it out: the offset, the packet's
+/// name and its payload (IPs with their compression, TNT bits oldest
+/// first, `!` taken and `.` not taken).
+impl fmt::Display for Packet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}  {:<10}", self.offset, self.name)?;
+        match self.name {
+            "fup" | "tip" | "tip.pge" | "tip.pgd" if self.ipc == 0 => {
+                write!(f, " {}: ????????????????", self.ipc)
+            }
+            "fup" | "tip" | "tip.pge" | "tip.pgd" => {
+                write!(f, " {}: {:016x}", self.ipc, self.payload)
+            }
+            "tnt.8" | "tnt.64" => {
+                f.write_str(" ")?;
+                for i in (0..self.tnt_bits).rev() {
+                    f.write_str(if self.payload >> i & 1 != 0 { "!" } else { "." })?;
+                }
+                Ok(())
+            }
+            "pip" | "tsc" | "cbr" => write!(f, " {:x}", self.payload),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The packet decoder, for dumps.
 pub struct PacketDecoder<'a> {
     raw: NonNull<sys::pt_packet_decoder>,
@@ -740,12 +866,23 @@ mod tests {
         let mut buf = [0x02u8, 0x82].repeat(8);
         buf.extend_from_slice(&[0x02, 0x23, 0b0001_1010, 0x00]);
         let cfg = Config::new(&buf).cpu(6, 0x5E, 3).expect("Skylake is known");
+        let by_signature = Config::new(&buf).cpu_signature(0x000506E3).unwrap();
+        assert_eq!(
+            (
+                by_signature.raw.cpu.family,
+                by_signature.raw.cpu.model,
+                by_signature.raw.cpu.stepping
+            ),
+            (6, 0x5E, 3)
+        );
         let mut d = PacketDecoder::new(&cfg).unwrap();
         let (p, err) = d.dump();
         assert_eq!(err, None);
         let names: Vec<&str> = p.iter().map(|p| p.name).collect();
         assert_eq!(names, ["psb", "psbend", "tnt.8", "pad"]);
         assert_eq!((p[2].tnt_bits, p[2].payload), (3, 0b101));
+        assert_eq!(p[2].to_string(), "0000000000000012  tnt.8      !.!");
+        assert_eq!(p[0].to_string(), "0000000000000000  psb       ");
     }
 
     #[test]

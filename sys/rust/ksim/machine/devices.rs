@@ -32,6 +32,11 @@ pub trait PagedObject: Send + Sync {
     }
     /// Reads `buf.len()` bytes at `offset` (within [`PagedObject::len`]).
     fn read(&self, offset: u64, buf: &mut [u8]);
+    /// A descriptor of its memory that a host process can map, if it has
+    /// one.
+    fn fd(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
 }
 
 /// An object a device mapped.

@@ -387,6 +387,29 @@ mod tests {
         let mut all = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut all).unwrap();
         assert_eq!(&all[4096 + 8..4096 + 13], b"hello");
+        // A client's read-only shared mapping sees later writes too.
+        let raw = pm
+            .with_object_fd(a, |fd| std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .unwrap();
+        // SAFETY: a new read-only shared mapping of the object's three
+        // pages, unmapped below.
+        let view = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * 4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                raw,
+                0,
+            )
+        };
+        assert_ne!(view, libc::MAP_FAILED);
+        pm.write_phys(pa[2] + 1, b"later").unwrap();
+        // SAFETY: the mapping is 3 pages long; the bytes were written.
+        let seen = unsafe { std::slice::from_raw_parts(view.cast::<u8>().add(2 * 4096 + 1), 5) };
+        assert_eq!(seen, b"later");
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(view, 3 * 4096) };
         pm.free_object(a).unwrap();
         assert!(pm.write_phys(pa[1], &[0]).is_err());
         assert_eq!(pm.stray_writes(), 2);

@@ -13,7 +13,8 @@
 //! Conditions" table gives them for the cases that arise here:
 //! - enable (TraceEn 0->1, always in the kernel): PSB, TSC?, CBR, PSBEND;
 //! - return to traced user code (after a system call, an interrupt, a
-//!   context switch, or on entering a filter range): MODE.Exec, TIP.PGE;
+//!   context switch, or on entering a filter range): TIP.PGE, after a
+//!   MODE.Exec when none went out since the last PSB;
 //! - conditional branches: short TNT; near returns that match the
 //!   return-compression stack (64 deep, DisRETC=0): a taken TNT bit;
 //!   indirect jumps and calls and other returns: TIP; IPs compressed
@@ -22,7 +23,8 @@
 //!   (a far branch; no FUP: libipt's direct_call-tip_pgd_noip-syscall
 //!   test); an interrupt or exception: FUP, TIP.PGD (IP suppressed);
 //! - leaving a filter range: TIP.PGD(target); a CR3 change with OS=1:
-//!   PIP;
+//!   PIP; reaching a TraceStop range (ADDRn_CFG=2): TIP.PGD(target) if
+//!   packets were on, TraceStop, and IA32_RTIT_STATUS.Stopped;
 //! - PSB+ every 2K << PSBFreq output bytes: PSB, TSC?, PIP?, CBR,
 //!   MODE.Exec and FUP when packets are enabled, PSBEND;
 //! - an internal-buffer overflow (only forced here,
@@ -32,7 +34,6 @@
 //! The simulated kernel runs no instructions, so kernel mode is never
 //! traced, whatever RTIT_CTL.OS says (OS still enables PIP). Not modeled:
 //! CYC, MTC and TMA packets (CYCEn and MTCEn are accepted and produce
-//! nothing), TraceStop regions (ADDRn_CFG=2 is accepted and stops
 //! nothing), PTWRITE, power events, long TNT, TSX.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,6 +220,11 @@ pub mod packet {
         out.extend_from_slice(&[0x02, 0xF3]);
     }
 
+    /// TraceStop.
+    pub fn trace_stop(out: &mut Vec<u8>) {
+        out.extend_from_slice(&[0x02, 0x83]);
+    }
+
     /// PAD.
     pub fn pad(out: &mut Vec<u8>) {
         out.push(0);
@@ -314,6 +320,8 @@ const MAX_END_HOPS: u32 = 16;
 /// What the trace unit has counted, for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PtStats {
+    /// User instructions the unit saw while tracing.
+    pub insns: u64,
     /// Bytes written to the output.
     pub bytes_out: u64,
     /// Bytes generated but dropped (Stopped, Error, overflow).
@@ -344,6 +352,9 @@ pub struct PtUnit {
     /// PacketEn.
     packet_en: bool,
     last_ip: Option<u64>,
+    /// A MODE.Exec went out since the last PSB (the mode never changes:
+    /// 64-bit code only).
+    mode_sent: bool,
     tnt_bits: u8,
     tnt_n: u8,
     retstack: [u64; RETSTACK],
@@ -390,6 +401,7 @@ impl PtUnit {
             in_user: false,
             packet_en: false,
             last_ip: None,
+            mode_sent: false,
             tnt_bits: 0,
             tnt_n: 0,
             retstack: [0; RETSTACK],
@@ -425,7 +437,7 @@ impl PtUnit {
     fn context_en(&self, user: bool) -> bool {
         let cpl = if user { ctl::USER } else { ctl::OS };
         self.ctl & cpl != 0
-            && (self.ctl & ctl::CR3FILTER == 0 || self.cr3_match == self.cr3 & !0xFFF)
+            && (self.ctl & ctl::CR3FILTER == 0 || self.cr3_match == self.cr3 & !0x1F)
     }
 
     /// FilterEn at `ip`: inside a range whose ADDRn_CFG is 1, or
@@ -441,6 +453,14 @@ impl PtUnit {
             }
         }
         !any
+    }
+
+    /// Whether `ip` is in a TraceStop range (ADDRn_CFG = 2).
+    fn stops_at(&self, ip: u64) -> bool {
+        (0..ADDR_RANGES as usize).any(|n| {
+            self.ctl >> (ctl::ADDR0_CFG_SHIFT + 4 * n as u32) & 0xF == 2
+                && (self.addr[2 * n]..=self.addr[2 * n + 1]).contains(&ip)
+        })
     }
 
     /// PacketEn for user code at `ip`.
@@ -583,6 +603,7 @@ impl PtUnit {
 
     fn reset_compression(&mut self) {
         self.last_ip = None;
+        self.mode_sent = false;
         self.tnt_bits = 0;
         self.tnt_n = 0;
         self.ret_len = 0;
@@ -658,6 +679,7 @@ impl PtUnit {
         packet::cbr(&mut self.buf, CORE_BUS_RATIO);
         if self.packet_en {
             packet::mode_exec_64(&mut self.buf);
+            self.mode_sent = true;
             let b = packet::ip_bytes(self.next_ip, None);
             packet::ip(&mut self.buf, IpKind::Fup, b, self.next_ip);
             self.last_ip = Some(self.next_ip);
@@ -685,7 +707,12 @@ impl PtUnit {
     fn pge(&mut self, ip: u64) {
         self.packet_en = true;
         self.ret_len = 0;
-        self.emit_bytes(packet::mode_exec_64);
+        // MODE.Exec only when none went out since the last PSB (SDM's
+        // packet generation table, TIP.PGE cases).
+        if !self.mode_sent && !self.dropping() {
+            self.emit_bytes(packet::mode_exec_64);
+            self.mode_sent = true;
+        }
         self.emit_ip(IpKind::TipPge, Some(ip));
     }
 
@@ -702,6 +729,7 @@ impl PtUnit {
         }
         self.tsc += 1;
         self.insns += 1;
+        self.stats.insns += 1;
         if let Some((at, len)) = self.ovf_at {
             if self.insns >= at {
                 self.ovf_at = None;
@@ -716,6 +744,24 @@ impl PtUnit {
             }
         }
         let next = insn.next_pc;
+        if self.ctl >> ctl::ADDR0_CFG_SHIFT & 0x22 != 0
+            && self.context_en(true)
+            && self.stops_at(next)
+        {
+            // TraceStop: TIP.PGD(target) if packets were on, then
+            // TraceStop, and Stopped clears TriggerEn.
+            if self.packet_en {
+                self.emit_ip(IpKind::TipPgd, Some(next));
+                self.packet_en = false;
+            }
+            self.flush_tnt();
+            self.emit_bytes(packet::trace_stop);
+            self.next_ip = next;
+            // Out before Stopped, which ends the output.
+            self.flush(mem);
+            self.status |= status::STOPPED;
+            return;
+        }
         let stays = self.enabled_at(next);
         if self.packet_en {
             if !stays {
@@ -795,6 +841,13 @@ impl PtUnit {
             self.flush_tnt();
             self.emit_bytes(|b| packet::pip(b, cr3));
         }
+    }
+
+    /// The CPU's time-stamp counter is at least `tsc` (the machine's, at
+    /// a context switch); the unit's count goes on from there, a cycle an
+    /// instruction.
+    pub fn sync_tsc(&mut self, tsc: u64) {
+        self.tsc = self.tsc.max(tsc);
     }
 
     /// The CPU's CR3.
@@ -1005,10 +1058,17 @@ impl PtUnit {
     }
 }
 
+/// IA32_XSS: the supervisor states XSAVES and XRSTORS manage.
+pub const IA32_XSS: u32 = 0xDA0;
+/// IA32_XSS.PT (state 8), the only supervisor state of these models.
+pub const XSS_PT: u64 = 1 << 8;
+
 /// The trace units of a machine's CPUs.
 #[derive(Debug)]
 pub struct PtSet {
     units: Vec<Mutex<PtUnit>>,
+    /// Per CPU: IA32_XSS.
+    xss: Vec<Mutex<u64>>,
     /// Per CPU: TraceEn (so the CPU must report its instructions).
     tracing: Vec<AtomicBool>,
     mem: Arc<PhysMem>,
@@ -1028,6 +1088,7 @@ impl PtSet {
         }
         Some(Arc::new(PtSet {
             units: (0..ncpus).map(|_| Mutex::new(PtUnit::new())).collect(),
+            xss: (0..ncpus).map(|_| Mutex::new(0)).collect(),
             tracing: (0..ncpus).map(|_| AtomicBool::new(false)).collect(),
             mem,
             pmus: pmus?,
@@ -1054,18 +1115,43 @@ impl PtSet {
         }
     }
 
-    /// Whether `msr` is a PT MSR.
+    /// Whether `msr` is one this set serves: a PT MSR or IA32_XSS.
     pub fn is_pt_msr(msr: u32) -> bool {
-        PtUnit::is_pt_msr(msr)
+        PtUnit::is_pt_msr(msr) || msr == IA32_XSS
+    }
+
+    fn xss(&self, cpu: u32) -> MutexGuard<'_, u64> {
+        self.xss[cpu as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// IA32_XSS of `cpu` (which states XSAVES saves).
+    pub fn xss_of(&self, cpu: u32) -> u64 {
+        *self.xss(cpu)
     }
 
     /// `rdmsr` on `cpu`.
     pub fn rdmsr(&self, cpu: u32, msr: u32) -> Result<u64, GpFault> {
+        if msr == IA32_XSS {
+            return Ok(*self.xss(cpu));
+        }
         self.unit(cpu).rdmsr(msr)
     }
 
     /// `wrmsr` on `cpu`.
     pub fn wrmsr(&self, cpu: u32, msr: u32, value: u64) -> Result<(), GpFault> {
+        if msr == IA32_XSS {
+            if value & !XSS_PT != 0 {
+                return Err(GpFault {
+                    msr,
+                    value: Some(value),
+                    why: "reserved IA32_XSS bits set",
+                });
+            }
+            *self.xss(cpu) = value;
+            return Ok(());
+        }
         let mut u = self.unit(cpu);
         let r = u.wrmsr(msr, value, &self.mem);
         self.sync(cpu, &mut u);
@@ -1100,6 +1186,11 @@ impl PtSet {
         let mut u = self.unit(cpu);
         u.set_cr3(cr3);
         self.sync(cpu, &mut u);
+    }
+
+    /// `cpu`'s TSC is at least `tsc` ([`PtUnit::sync_tsc`]).
+    pub fn sync_tsc(&self, cpu: u32, tsc: u64) {
+        self.unit(cpu).sync_tsc(tsc);
     }
 
     /// Forces an internal overflow on `cpu` ([`PtUnit::force_overflow`]).
@@ -1170,7 +1261,8 @@ mod tests {
         packet::psbend(&mut b);
         packet::ovf(&mut b);
         packet::pad(&mut b);
-        assert_eq!(b, [0x02, 0x23, 0x02, 0xF3, 0x00]);
+        packet::trace_stop(&mut b);
+        assert_eq!(b, [0x02, 0x23, 0x02, 0xF3, 0x00, 0x02, 0x83]);
         b.clear();
         // T, N, T (oldest first): stop bit at 4, bits 3:1 = 101.
         packet::tnt(&mut b, 0b101, 3);
@@ -1294,5 +1386,141 @@ mod tests {
         assert!(v.trace_en());
         assert_eq!(v.rdmsr(msr::ADDR0_B), Ok(0x2000));
         assert!(v.restore_state(&s, &mem).is_err(), "TraceEn set");
+    }
+
+    fn user(pc: u64, next_pc: u64, branch: Option<crate::cpu::events::Branch>) -> Retired<'static> {
+        Retired {
+            cpu: 0,
+            mode: Mode::User,
+            pc,
+            len: 2,
+            next_pc,
+            branch,
+            accesses: &[],
+        }
+    }
+
+    fn cond(taken: bool) -> Option<crate::cpu::events::Branch> {
+        Some(crate::cpu::events::Branch {
+            kind: BranchKind::Conditional,
+            taken,
+        })
+    }
+
+    /// A unit writing to one page in single-range mode.
+    fn single_range(mem: &PhysMem) -> (PtUnit, crate::physmem::ObjId) {
+        let page = mem.alloc_object(1, true).unwrap();
+        let mut u = PtUnit::new();
+        u.wrmsr(msr::OUTPUT_BASE, mem.page_paddr(page, 0).unwrap(), mem)
+            .unwrap();
+        u.wrmsr(msr::OUTPUT_MASK_PTRS, 0xFFF, mem).unwrap();
+        (u, page)
+    }
+
+    #[test]
+    fn packets_of_a_syscall_and_an_interrupt() {
+        let mem = PhysMem::new();
+        let (mut u, page) = single_range(&mem);
+        u.wrmsr(msr::CTL, ctl::TRACEEN | ctl::USER | ctl::BRANCHEN, &mem)
+            .unwrap();
+        // Back to user at 0x401000, a taken and a not-taken branch, a
+        // system call, back, and the clock at 0x401010.
+        u.retired(&user(0x40_1000, 0x40_1008, cond(true)), &mem);
+        u.retired(&user(0x40_1008, 0x40_100a, cond(false)), &mem);
+        u.retired(&user(0x40_100a, 0x40_100c, None), &mem);
+        u.kernel_entry(KernelEntry::Syscall, &mem);
+        u.retired(&user(0x40_100c, 0x40_1010, None), &mem);
+        u.kernel_entry(KernelEntry::Interrupt { ip: 0x40_1010 }, &mem);
+        u.wrmsr(msr::CTL, ctl::USER | ctl::BRANCHEN, &mem).unwrap();
+        let len = (u.rdmsr(msr::OUTPUT_MASK_PTRS).unwrap() >> 32) as usize;
+        let mut out = vec![0u8; len];
+        mem.read_object(page, 0, &mut out).unwrap();
+        let mut want = Vec::new();
+        packet::psb(&mut want);
+        want.extend_from_slice(&[0x02, 0x03, CORE_BUS_RATIO, 0, 0x02, 0x23]);
+        // MODE.Exec, TIP.PGE (6 bytes: no last IP after PSB+).
+        want.extend_from_slice(&[0x99, 0x01, 0x71, 0x00, 0x10, 0x40, 0, 0, 0]);
+        // TNT (T, N), TIP.PGD with the IP suppressed.
+        want.extend_from_slice(&[0b0000_1100, 0x01]);
+        // TIP.PGE (2 bytes against the last IP), FUP (2 bytes), TIP.PGD.
+        want.extend_from_slice(&[0x31, 0x0c, 0x10, 0x3D, 0x10, 0x10, 0x01]);
+        assert_eq!(out, want);
+        assert_eq!(mem.stray_writes(), 0);
+    }
+
+    #[test]
+    fn output_to_freed_pages_is_caught() {
+        let mem = PhysMem::new();
+        let (mut u, page) = single_range(&mem);
+        u.wrmsr(msr::CTL, ctl::TRACEEN | ctl::USER | ctl::BRANCHEN, &mem)
+            .unwrap();
+        // A driver bug: the buffer is freed while the unit traces.
+        mem.free_object(page).unwrap();
+        for i in 0..2000u64 {
+            u.retired(
+                &user(0x40_1000 + 2 * i, 0x40_1000 + 2 * i + 2, cond(i % 3 == 0)),
+                &mem,
+            );
+        }
+        u.wrmsr(msr::CTL, ctl::USER | ctl::BRANCHEN, &mem).unwrap();
+        assert!(u.stats().stray_writes > 0);
+        assert!(mem.stray_writes() > 0);
+        assert_eq!(mem.live_objects(), 0);
+    }
+
+    #[test]
+    fn topa_end_entries_chain_tables_and_stop_ends_the_output() {
+        let mem = PhysMem::new();
+        let pages = mem.alloc_object(2, false).unwrap();
+        let tables = mem.alloc_object(2, true).unwrap();
+        let (t0, t1) = (
+            mem.page_paddr(tables, 0).unwrap(),
+            mem.page_paddr(tables, 1).unwrap(),
+        );
+        let entry = |i| mem.page_paddr(pages, i).unwrap();
+        // Table 0: page 0, END to table 1; table 1: page 1 with STOP and
+        // INT.
+        let put = |off: usize, v: u64| mem.write_object(tables, off, &v.to_le_bytes()).unwrap();
+        put(0, entry(0));
+        put(8, t1 | topa::END);
+        put(4096, entry(1) | topa::STOP | topa::INT);
+        let mut u = PtUnit::new();
+        u.wrmsr(msr::OUTPUT_BASE, t0, &mem).unwrap();
+        u.wrmsr(
+            msr::CTL,
+            ctl::TRACEEN | ctl::TOPA | ctl::USER | ctl::BRANCHEN,
+            &mem,
+        )
+        .unwrap();
+        let mut i = 0u64;
+        while u.rdmsr(msr::STATUS).unwrap() & status::STOPPED == 0 {
+            let pc = 0x40_0000 + 2 * (i % 1000);
+            u.retired(&user(pc, pc + 2, cond(i % 7 < 3)), &mem);
+            i += 1;
+            assert!(i < 1_000_000, "never stopped");
+        }
+        assert!(u.take_pmi(), "the STOP region had INT");
+        assert_eq!(u.rdmsr(msr::OUTPUT_BASE), Ok(t1), "moved to table 1");
+        assert_eq!(u.rdmsr(msr::OUTPUT_MASK_PTRS), Ok(1 << 7 | 0x7F));
+        assert_eq!(u.stats().bytes_out, 2 * 4096);
+        // Nothing more goes out.
+        for _ in 0..10_000 {
+            u.retired(&user(0x40_0000, 0x40_0002, cond(true)), &mem);
+        }
+        u.wrmsr(msr::CTL, ctl::TOPA | ctl::USER | ctl::BRANCHEN, &mem)
+            .unwrap();
+        assert_eq!(u.stats().bytes_out, 2 * 4096);
+        let mut first = [0u8; 16];
+        mem.read_object(pages, 0, &mut first).unwrap();
+        assert_eq!(first.to_vec(), [0x02, 0x82].repeat(8), "a PSB first");
+        assert_eq!(mem.stray_writes(), 0);
+        // A table entry with a reserved bit is an output error.
+        put(0, entry(0) | 1 << 1);
+        let mut v = PtUnit::new();
+        v.wrmsr(msr::OUTPUT_BASE, t0, &mem).unwrap();
+        v.wrmsr(msr::CTL, ctl::TRACEEN | ctl::TOPA | ctl::USER, &mem)
+            .unwrap();
+        v.wrmsr(msr::CTL, ctl::TOPA | ctl::USER, &mem).unwrap();
+        assert_ne!(v.rdmsr(msr::STATUS).unwrap() & status::ERROR, 0);
     }
 }

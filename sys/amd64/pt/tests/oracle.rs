@@ -1,0 +1,687 @@
+//! pt(4) through hwt(4), judged by Intel's decoder: a process is traced in
+//! thread or CPU mode through /dev/hwt and its context's device (ALLOC,
+//! SET_CONFIG with `struct pt_cpu_config`, START), the driver programs
+//! the simulated Intel PT unit (XRSTORS/XSAVES at context switches, ToPA
+//! tables, the ToPA PMI), and libipt decodes the mapped buffer into
+//! exactly the instructions the program executed.
+
+// Host test code: the kernel allocation lints of sys/clippy.toml do not
+// apply to it.
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_macros,
+    clippy::disallowed_methods
+)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use ksim::cpu::Arch;
+use ksim::cpu::events::{Mode, Retired, Subscriber};
+use ksim::programs;
+use ksim::user_process::{UserProcess, UserThread};
+use ksim::{CpuState, Cred, DevFd, Machine, MachineConfig};
+use uapi::hwt::*;
+use uapi::pt::*;
+
+/// Skylake client: family 6, model 0x5E, stepping 3.
+const CPU_KEY: &str = "GenuineIntel-6-5E-3";
+const PAGE: usize = 4096;
+
+/// The user instructions a thread retired.
+#[derive(Default)]
+struct Recorder {
+    pcs: Vec<u64>,
+}
+
+impl Subscriber for Recorder {
+    fn retired(&mut self, insn: &Retired<'_>) {
+        if insn.mode == Mode::User {
+            self.pcs.push(insn.pc);
+        }
+    }
+}
+
+/// A machine with hwt and pt loaded.
+struct Sim {
+    m: Machine,
+    hwt: Option<hwt::Module>,
+    pt: Option<intel_pt::Module>,
+    per_tick: u64,
+    _e: ksim::machine_guard::Entered,
+}
+
+impl Sim {
+    fn new(per_tick: u64) -> Sim {
+        let m = Machine::new(MachineConfig {
+            cpus: vec![CpuState::Online; 2],
+            insns_per_tick: per_tick,
+            cpuid: CPU_KEY.into(),
+            ..MachineConfig::default()
+        });
+        let e = m.enter();
+        let (_, kld) = m.spawn(Cred::root(), "kldload");
+        let (hwt, pt) = m.in_thread(kld, || {
+            let hwt = hwt::Module::load().expect("hwt loads");
+            let pt = intel_pt::Module::load(&hwt).expect("pt loads on Skylake");
+            (hwt, pt)
+        });
+        Sim {
+            m,
+            hwt: Some(hwt),
+            pt: Some(pt),
+            per_tick,
+            _e: e,
+        }
+    }
+
+    fn ioctl(&self, tid: u32, pid: u32, fd: &DevFd, cmd: u32, arg: &mut [u8]) -> Result<(), i32> {
+        let a = self.m.user_alloc(pid, arg.len());
+        self.m.user_write(pid, a, arg);
+        let r = self.m.dev_ioctl(tid, fd, cmd, a);
+        arg.copy_from_slice(&self.m.user_read(pid, a, arg.len()));
+        r
+    }
+
+    fn unload(mut self) {
+        let (_, kld) = self.m.spawn(Cred::root(), "kldunload");
+        let (pt, hwt) = (self.pt.take(), self.hwt.take());
+        self.m.in_thread(kld, || {
+            drop(pt);
+            drop(hwt);
+        });
+        assert_eq!(self.m.physmem().live_objects(), 0, "buffers left");
+        assert_eq!(
+            self.m.physmem().stray_writes(),
+            0,
+            "{:?}",
+            self.m.physmem().stray_log()
+        );
+        assert_eq!(self.m.violations(), vec![], "witness");
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        // A test that failed still unloads in a thread of the machine.
+        if self.pt.is_some() || self.hwt.is_some() {
+            let (_, kld) = self.m.spawn(Cred::root(), "kldunload");
+            let (pt, hwt) = (self.pt.take(), self.hwt.take());
+            self.m.in_thread(kld, || {
+                drop(pt);
+                drop(hwt);
+            });
+        }
+    }
+}
+
+/// A tracing tool's session: the owner process and its context.
+struct Session {
+    owner: (u32, u32),
+    dev: DevFd,
+}
+
+/// `struct pt_cpu_config` as bytes.
+fn pt_config(rtit_ctl: u64, ranges: &[(u64, u64)]) -> Vec<u8> {
+    let mut b = vec![0u8; 72];
+    b[0..8].copy_from_slice(&rtit_ctl.to_ne_bytes());
+    b[16..20].copy_from_slice(&(ranges.len() as i32).to_ne_bytes());
+    for (i, &(s, e)) in ranges.iter().enumerate() {
+        b[24 + 16 * i..32 + 16 * i].copy_from_slice(&s.to_ne_bytes());
+        b[32 + 16 * i..40 + 16 * i].copy_from_slice(&e.to_ne_bytes());
+    }
+    b
+}
+
+impl Sim {
+    /// ALLOC (`mode`, `pid` or `cpus`), SET_CONFIG, START.
+    fn session(&self, mode: i32, pid: u32, cpus: &[u32], pages: usize, config: &[u8]) -> Session {
+        let s = self.configured(mode, pid, cpus, pages, config);
+        self.start(&s).expect("START");
+        s
+    }
+
+    /// START.
+    fn start(&self, s: &Session) -> Result<(), i32> {
+        let (opid, otid) = s.owner;
+        let mut a = vec![0u8; 16];
+        self.ioctl(otid, opid, &s.dev, HWT_IOC_START, &mut a)
+    }
+
+    /// ALLOC and SET_CONFIG.
+    fn configured(
+        &self,
+        mode: i32,
+        pid: u32,
+        cpus: &[u32],
+        pages: usize,
+        config: &[u8],
+    ) -> Session {
+        let (opid, otid) = self.m.spawn(Cred::root(), "hwt");
+        let fd = self.m.dev_open(otid, "/dev/hwt", true, true).unwrap();
+        let name = self.m.user_alloc(opid, 3);
+        self.m.user_write(opid, name, b"pt\0");
+        let ident = self.m.user_alloc(opid, 4);
+        let set = self.m.user_alloc(opid, 128);
+        let mut map = vec![0u8; 128];
+        for &c in cpus {
+            map[c as usize / 8] |= 1 << (c % 8);
+        }
+        self.m.user_write(opid, set, &map);
+        let mut a = vec![0u8; 64];
+        a[0..8].copy_from_slice(&((pages * PAGE) as u64).to_ne_bytes());
+        a[8..12].copy_from_slice(&mode.to_ne_bytes());
+        a[12..16].copy_from_slice(&(pid as i32).to_ne_bytes());
+        a[16..24].copy_from_slice(&set.to_ne_bytes());
+        a[24..32].copy_from_slice(&128u64.to_ne_bytes());
+        a[32..40].copy_from_slice(&name.to_ne_bytes());
+        a[40..48].copy_from_slice(&ident.to_ne_bytes());
+        self.ioctl(otid, opid, &fd, HWT_IOC_ALLOC, &mut a)
+            .expect("ALLOC");
+        let ident = i32::from_ne_bytes(self.m.user_read(opid, ident, 4).try_into().unwrap());
+        let path = if mode == HWT_MODE_THREAD {
+            format!("/dev/hwt_{ident}_{pid}")
+        } else {
+            format!("/dev/hwt_{ident}_{}", cpus[0])
+        };
+        let dev = self.m.dev_open(otid, &path, true, true).unwrap();
+        let cfg = self.m.user_alloc(opid, config.len());
+        self.m.user_write(opid, cfg, config);
+        let mut c = vec![0u8; 32];
+        c[8..16].copy_from_slice(&cfg.to_ne_bytes());
+        c[16..24].copy_from_slice(&(config.len() as u64).to_ne_bytes());
+        c[24..28].copy_from_slice(&1i32.to_ne_bytes());
+        self.ioctl(otid, opid, &dev, HWT_IOC_SET_CONFIG, &mut c)
+            .expect("SET_CONFIG");
+        Session {
+            owner: (opid, otid),
+            dev,
+        }
+    }
+
+    /// BUFPTR_GET: the bytes written into the buffer so far (page and
+    /// offset).
+    fn bufptr(&self, s: &Session, dev: &DevFd) -> u64 {
+        let (opid, otid) = s.owner;
+        let page = self.m.user_alloc(opid, 4);
+        let off = self.m.user_alloc(opid, 8);
+        let mut a = vec![0u8; 32];
+        a[0..8].copy_from_slice(&page.to_ne_bytes());
+        a[8..16].copy_from_slice(&off.to_ne_bytes());
+        self.ioctl(otid, opid, dev, HWT_IOC_BUFPTR_GET, &mut a)
+            .expect("BUFPTR_GET");
+        let page = i32::from_ne_bytes(self.m.user_read(opid, page, 4).try_into().unwrap());
+        let off = u64::from_ne_bytes(self.m.user_read(opid, off, 8).try_into().unwrap());
+        page as u64 * PAGE as u64 + off
+    }
+
+    /// The records of the session so far: (type, int0, offset field).
+    fn records(&self, s: &Session) -> Vec<(u32, i32, i32, u64)> {
+        let (opid, otid) = s.owner;
+        let buf = self.m.user_alloc(opid, 1056 * 1024);
+        let n = self.m.user_alloc(opid, 4);
+        let mut out = Vec::new();
+        loop {
+            self.m.user_write(opid, n, &1024i32.to_ne_bytes());
+            let mut a = vec![0u8; 32];
+            a[0..8].copy_from_slice(&buf.to_ne_bytes());
+            a[8..16].copy_from_slice(&n.to_ne_bytes());
+            self.ioctl(otid, opid, &s.dev, HWT_IOC_RECORD_GET, &mut a)
+                .expect("RECORD_GET");
+            let got = i32::from_ne_bytes(self.m.user_read(opid, n, 4).try_into().unwrap());
+            if got == 0 {
+                return out;
+            }
+            let bytes = self.m.user_read(opid, buf, 1056 * got as usize);
+            for r in bytes.chunks(1056) {
+                let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().unwrap());
+                out.push((
+                    u32_at(0),
+                    u32_at(8) as i32,
+                    u32_at(12) as i32,
+                    u64::from_ne_bytes(r[16..24].try_into().unwrap()),
+                ));
+            }
+        }
+    }
+
+    /// The records with their paths: (type, path, addr).
+    fn records_full(&self, s: &Session) -> Vec<(u32, String, u64)> {
+        let (opid, otid) = s.owner;
+        let buf = self.m.user_alloc(opid, 1056 * 64);
+        let n = self.m.user_alloc(opid, 4);
+        let mut out = Vec::new();
+        loop {
+            self.m.user_write(opid, n, &64i32.to_ne_bytes());
+            let mut a = vec![0u8; 32];
+            a[0..8].copy_from_slice(&buf.to_ne_bytes());
+            a[8..16].copy_from_slice(&n.to_ne_bytes());
+            self.ioctl(otid, opid, &s.dev, HWT_IOC_RECORD_GET, &mut a)
+                .expect("RECORD_GET");
+            let got = i32::from_ne_bytes(self.m.user_read(opid, n, 4).try_into().unwrap());
+            if got == 0 {
+                return out;
+            }
+            for r in self
+                .m
+                .user_read(opid, buf, 1056 * got as usize)
+                .chunks(1056)
+            {
+                let path = &r[8..1032];
+                let end = path.iter().position(|&b| b == 0).unwrap_or(1024);
+                out.push((
+                    u32::from_ne_bytes(r[0..4].try_into().unwrap()),
+                    String::from_utf8_lossy(&path[..end]).into_owned(),
+                    u64::from_ne_bytes(r[1032..1040].try_into().unwrap()),
+                ));
+            }
+        }
+    }
+
+    /// Puts `name` into process `pid` with its main thread's instructions
+    /// recorded.
+    fn exec(&self, pid: u32, name: &str, argv: &[&str]) -> Arc<Mutex<Recorder>> {
+        let image = programs::image(Arch::X86_64, name).expect("the ksim build made the programs");
+        let path = format!("/usr/bin/{name}");
+        let mut process = UserProcess::exec(&image, &path, argv, &[], pid as i32, 0).expect("exec");
+        let rec = Arc::new(Mutex::new(Recorder::default()));
+        process
+            .cpu()
+            .subscribe(Box::new(rec.clone()))
+            .expect("subscribe");
+        self.m
+            .exec_user_thread(pid, &path, &image, UserThread::new(process, self.per_tick));
+        rec
+    }
+
+    fn alive(&self, pid: u32) -> bool {
+        self.m.proc_info(pid).is_some_and(|p| !p.zombie)
+    }
+
+    /// Runs `pid`'s threads on `cpu`, `slice` ticks at a time, until it
+    /// exits; the scheduler's hooks switch tracing with the threads.
+    fn run(&self, pid: u32, cpu: u32, slice: u32) {
+        self.run_all(&[pid], cpu, slice, |_| {});
+    }
+
+    /// Runs the threads of `pids` in turn on `cpu`, `slice` ticks at a
+    /// time, until all exit; `between` runs after each slice, with the
+    /// number of slices so far.
+    fn run_all(&self, pids: &[u32], cpu: u32, slice: u32, mut between: impl FnMut(usize)) {
+        for turn in 0..100_000 {
+            let live: Vec<u32> = pids
+                .iter()
+                .flat_map(|&p| {
+                    if self.alive(p) {
+                        self.m.proc_info(p).unwrap().threads
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            let next = live[turn % live.len()];
+            self.m.switch_in(cpu, next);
+            for _ in 0..slice {
+                self.m.tick(cpu);
+                // The thread is gone from the CPU once it exits.
+                if self.m.running_on(cpu) != Some(next) {
+                    break;
+                }
+            }
+            if self.m.running_on(cpu) == Some(next) {
+                self.m.switch_out(cpu);
+            }
+            between(turn);
+        }
+        panic!("{pids:?} did not exit");
+    }
+
+    /// The buffer of `dev`, mapped read-only as hwt(8) maps it.
+    fn buffer(&self, s: &Session, dev: &DevFd, len: usize) -> Vec<u8> {
+        let map = self
+            .m
+            .dev_mmap(s.owner.1, dev, 0, len as u64, 1)
+            .expect("mmap");
+        let mut b = vec![0u8; len];
+        map.read(0, &mut b);
+        b
+    }
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pt-hwt-oracle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// libipt's instruction flow over `trace` with the program's code.
+fn decode(trace: &[u8], name: &str, filter: Option<(u64, &[(u64, u64)])>) -> Vec<ipt::Item> {
+    decode_with(trace, &[(name, 0)], filter)
+}
+
+/// libipt's instruction flow with several objects, each at a load bias.
+fn decode_with(
+    trace: &[u8],
+    objects: &[(&str, u64)],
+    filter: Option<(u64, &[(u64, u64)])>,
+) -> Vec<ipt::Item> {
+    let mut cfg = ipt::Config::new(trace)
+        .cpu(6, 0x5E, 3)
+        .expect("libipt knows Skylake");
+    if let Some((bits, ranges)) = filter {
+        cfg = cfg.addr_filter(bits, ranges);
+    }
+    let mut image = ipt::Image::new("hwt");
+    for &(name, bias) in objects {
+        let elf = programs::image(Arch::X86_64, name).unwrap();
+        let path = temp_file(name, &elf);
+        for (off, size, vaddr) in ksim::elf::exec_segments(&elf) {
+            image
+                .add_file(&path, off, size, bias + vaddr)
+                .expect("pt_image_add_file");
+        }
+    }
+    let mut dec = ipt::InsnDecoder::new(&cfg, &mut image).expect("decoder");
+    dec.decode_all()
+}
+
+fn lost(items: &[ipt::Item]) -> usize {
+    items
+        .iter()
+        .filter(|i| matches!(i, ipt::Item::Lost { .. }))
+        .count()
+}
+
+fn insns(items: &[ipt::Item]) -> Vec<u64> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            ipt::Item::Insn(insn) => Some(insn.ip),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assert_same(what: &str, decoded: &[u64], executed: &[u64]) {
+    if decoded == executed {
+        return;
+    }
+    let at = decoded
+        .iter()
+        .zip(executed)
+        .position(|(a, b)| a != b)
+        .unwrap_or(decoded.len().min(executed.len()));
+    let from = at.saturating_sub(4);
+    panic!(
+        "{what}: decoded {} instructions, executed {}; first difference at {at}:\n decoded  {:x?}\n executed {:x?}",
+        decoded.len(),
+        executed.len(),
+        &decoded[from..(at + 4).min(decoded.len())],
+        &executed[from..(at + 4).min(executed.len())],
+    );
+}
+
+const USER_BRANCHES: u64 = RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
+
+#[test]
+fn thread_mode_traces_each_program_exactly() {
+    let cases: &[(&str, &[&str])] = &[
+        ("calls", &["calls", "300"]),
+        ("sort", &["sort", "1"]),
+        ("recurse", &["recurse", "200", "2"]),
+        ("syscalls", &["syscalls", "40"]),
+    ];
+    for &(name, argv) in cases {
+        let sim = Sim::new(5_000);
+        let (pid, _) = sim.m.spawn(Cred::root(), name);
+        let s = sim.session(
+            HWT_MODE_THREAD,
+            pid,
+            &[],
+            64,
+            &pt_config(USER_BRANCHES, &[]),
+        );
+        let rec = sim.exec(pid, name, argv);
+        sim.run(pid, 0, 3);
+        let len = sim.bufptr(&s, &s.dev) as usize;
+        assert!(len > 0 && len < 64 * PAGE, "{name}: {len} bytes, no wrap");
+        let trace = sim.buffer(&s, &s.dev, len);
+        let items = decode(&trace, name, None);
+        let executed = rec.lock().unwrap().pcs.clone();
+        assert!(executed.len() > 1000, "{name} ran {}", executed.len());
+        assert_same(name, &insns(&items), &executed);
+        // The records: THREAD_CREATE 0, EXECUTABLE, and a BUFFER record
+        // for each page the unit filled (a PMI each).
+        let recs = sim.records(&s);
+        assert_eq!(recs[0].0, 4);
+        assert_eq!(recs[1].0, 2);
+        let buffers: Vec<_> = recs.iter().filter(|r| r.0 == 6).collect();
+        assert_eq!(buffers.len(), len / PAGE, "{name}: {recs:?}");
+        // Each comes from the PMI of a filled page: the unit is on the
+        // next page then (some bytes in: the interrupt comes after the
+        // instruction that filled it, and the handler runs later).
+        for (k, b) in buffers.iter().enumerate() {
+            assert_eq!((b.1, b.2), (0, k as i32 + 1), "{name}: page {k} filled");
+            assert!(b.3 < PAGE as u64, "{name}: page {k}: {b:?}");
+        }
+        sim.unload();
+    }
+}
+
+#[test]
+fn another_process_on_the_cpu_is_not_in_the_trace() {
+    let sim = Sim::new(2_000);
+    let (traced, _) = sim.m.spawn(Cred::root(), "calls");
+    let (other, _) = sim.m.spawn(Cred::root(), "recurse");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        traced,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[]),
+    );
+    let rec = sim.exec(traced, "calls", &["calls", "400"]);
+    let other_rec = sim.exec(other, "recurse", &["recurse", "100", "2"]);
+    sim.run_all(&[traced, other], 0, 2, |_| {});
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "calls", None);
+    let executed = rec.lock().unwrap().pcs.clone();
+    assert!(other_rec.lock().unwrap().pcs.len() > 1000, "the other ran");
+    assert_eq!(lost(&items), 0);
+    assert_same("calls beside recurse", &insns(&items), &executed);
+    sim.unload();
+}
+
+#[test]
+fn an_object_mapped_at_run_time_decodes_from_its_mmap_record() {
+    let sim = Sim::new(2_000);
+    let object = programs::image(Arch::X86_64, programs::SECOND_OBJECT).unwrap();
+    sim.m.install(programs::SECOND_OBJECT_PATH, object.clone());
+    let (pid, _) = sim.m.spawn(Cred::root(), "mapobj");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        pid,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[]),
+    );
+    let rec = sim.exec(pid, "mapobj", &["mapobj", "300"]);
+    sim.run(pid, 0, 3);
+    assert_eq!(sim.m.program_output(pid, 1), b"mapobj: ok\n");
+    // The MMAP record of the object's text names where it went; its
+    // MUNMAP names the same address.
+    let recs = sim.records_full(&s);
+    let mmap = recs
+        .iter()
+        .find(|r| r.0 == 0 && r.1 == programs::SECOND_OBJECT_PATH)
+        .unwrap_or_else(|| panic!("no MMAP record: {recs:?}"));
+    let (_, _, text_vaddr) = ksim::elf::exec_segments(&object)[0];
+    let bias = mmap.2 - (text_vaddr & !0xfff);
+    assert!(
+        recs.iter().any(|r| r.0 == 1 && r.2 <= mmap.2 && r.2 != 0),
+        "{recs:?}"
+    );
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let trace = sim.buffer(&s, &s.dev, len);
+    let items = decode_with(
+        &trace,
+        &[("mapobj", 0), (programs::SECOND_OBJECT, bias)],
+        None,
+    );
+    let executed = rec.lock().unwrap().pcs.clone();
+    assert!(
+        executed
+            .iter()
+            .any(|&pc| pc >= mmap.2 && pc < mmap.2 + 0x10000),
+        "the object's code ran"
+    );
+    assert_eq!(lost(&items), 0);
+    assert_same("mapobj", &insns(&items), &executed);
+    sim.unload();
+}
+
+#[test]
+fn an_ip_filter_traces_one_function_only() {
+    let elf = programs::image(Arch::X86_64, "calls").unwrap();
+    let symbols = ksim::elf::parse_symbols(&elf).unwrap();
+    let &(_, start, size) = symbols
+        .iter()
+        .find(|(n, _, _)| n == "run")
+        .expect("calls has run()");
+    let range = (start, start + size - 1);
+    let sim = Sim::new(2_000);
+    let (pid, _) = sim.m.spawn(Cred::root(), "calls");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        pid,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[range]),
+    );
+    let rec = sim.exec(pid, "calls", &["calls", "300"]);
+    sim.run(pid, 0, 3);
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "calls", Some((1, &[range])));
+    let executed: Vec<u64> = rec
+        .lock()
+        .unwrap()
+        .pcs
+        .iter()
+        .copied()
+        .filter(|&pc| pc >= range.0 && pc <= range.1)
+        .collect();
+    let all = rec.lock().unwrap().pcs.len();
+    assert!(
+        executed.len() > 100 && executed.len() < all,
+        "{} of {all}",
+        executed.len()
+    );
+    assert_eq!(lost(&items), 0);
+    assert_same("run() only", &insns(&items), &executed);
+    sim.unload();
+}
+
+#[test]
+fn a_wrapped_buffer_keeps_the_latest_trace_from_its_first_psb() {
+    let sim = Sim::new(2_000);
+    let (pid, _) = sim.m.spawn(Cred::root(), "calls");
+    let s = sim.session(HWT_MODE_THREAD, pid, &[], 2, &pt_config(USER_BRANCHES, &[]));
+    let rec = sim.exec(pid, "calls", &["calls", "20000"]);
+    sim.run(pid, 0, 3);
+    // The BUFFER records count the pages the unit filled; they go round
+    // the two pages.
+    let pages: Vec<i32> = sim
+        .records(&s)
+        .iter()
+        .filter(|r| r.0 == 6)
+        .map(|r| r.2)
+        .collect();
+    assert!(pages.len() > 4, "{pages:?}");
+    assert!(pages.iter().all(|&p| p == 0 || p == 1), "{pages:?}");
+    // The ring, oldest byte first, as hwt(8) reads a wrapped buffer.
+    let at = sim.bufptr(&s, &s.dev) as usize;
+    let ring = sim.buffer(&s, &s.dev, 2 * PAGE);
+    let trace: Vec<u8> = ring[at..].iter().chain(&ring[..at]).copied().collect();
+    let items = decode(&trace, "calls", None);
+    let decoded = insns(&items);
+    let executed = rec.lock().unwrap().pcs.clone();
+    // What is left is the end of the run: decoding from the first PSB
+    // gives exactly the last instructions executed.
+    assert!(decoded.len() > 100, "{} decoded", decoded.len());
+    assert!(decoded.len() < executed.len() / 2);
+    assert_same(
+        "the tail of calls",
+        &decoded,
+        &executed[executed.len() - decoded.len()..],
+    );
+    sim.unload();
+}
+
+#[test]
+fn cpu_mode_traces_what_runs_on_the_cpu() {
+    let sim = Sim::new(2_000);
+    let s = sim.session(HWT_MODE_CPU, 0, &[1], 64, &pt_config(USER_BRANCHES, &[]));
+    let kernel = sim.records_full(&s);
+    assert!(
+        !kernel.is_empty() && kernel.iter().all(|r| r.0 == 3),
+        "{kernel:?}"
+    );
+    let (pid, _) = sim.m.spawn(Cred::root(), "recurse");
+    let rec = sim.exec(pid, "recurse", &["recurse", "150", "2"]);
+    sim.run(pid, 1, 3);
+    // One CPU-mode context traces at a time (FreeBSD: -1, here EBUSY).
+    let second = sim.configured(HWT_MODE_CPU, 0, &[0], 4, &pt_config(USER_BRANCHES, &[]));
+    assert_eq!(sim.start(&second), Err(16));
+    let (opid, otid) = s.owner;
+    let mut stop = vec![0u8; 16];
+    sim.ioctl(otid, opid, &s.dev, HWT_IOC_STOP, &mut stop)
+        .expect("STOP");
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "recurse", None);
+    assert_eq!(lost(&items), 0);
+    assert_same("recurse on CPU 1", &insns(&items), &rec.lock().unwrap().pcs);
+    // Once it stopped, the other may start.
+    assert_eq!(sim.start(&second), Ok(()));
+    sim.unload();
+}
+
+#[test]
+fn stop_ends_the_trace_of_a_running_thread() {
+    let sim = Sim::new(1_000);
+    let (pid, tid) = sim.m.spawn(Cred::root(), "sort");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        pid,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[]),
+    );
+    let rec = sim.exec(pid, "sort", &["sort", "1"]);
+    sim.m.switch_in(0, tid);
+    for _ in 0..5 {
+        sim.m.tick(0);
+    }
+    let (opid, otid) = s.owner;
+    let mut stop = vec![0u8; 16];
+    sim.ioctl(otid, opid, &s.dev, HWT_IOC_STOP, &mut stop)
+        .expect("STOP");
+    let at_stop = rec.lock().unwrap().pcs.len();
+    for _ in 0..5 {
+        sim.m.tick(0);
+    }
+    sim.m.switch_out(0);
+    assert!(rec.lock().unwrap().pcs.len() > at_stop, "it ran on");
+    let len = sim.bufptr(&s, &s.dev) as usize;
+    let items = decode(&sim.buffer(&s, &s.dev, len), "sort", None);
+    assert_same(
+        "up to STOP",
+        &insns(&items),
+        &rec.lock().unwrap().pcs[..at_stop],
+    );
+    sim.unload();
+}

@@ -1,0 +1,286 @@
+//! hwt(8): traces a command's threads through hwt(4) and prints the
+//! instructions they executed, decoded from the Intel PT trace with
+//! libipt (or, with -r, saves the raw trace).
+//!
+//! The flow of FreeBSD's tool: the command is created held before its
+//! exec; /dev/hwt allocates a thread-mode context for it; its first
+//! thread's buffer is mapped; the configuration (user-mode branch tracing,
+//! and with -i/-f an address range on one function) is set; tracing
+//! starts and the command runs. Records tell the images the process maps
+//! (decoded against) and, one per filled page, where the unit is in its
+//! ring: the new bytes are taken from the ring then. When more was
+//! written since the last look than the ring holds, the oldest part is
+//! lost: a warning says how much, and decoding resumes at the next PSB.
+
+mod hwt_dev;
+mod hwt_pt;
+mod hwt_record;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+
+use libpmcstat::ProcessControl;
+use pmctool::{Exit, Getopt, Opt, Program};
+
+use hwt_dev::Kernel;
+
+const PROG: Program = Program("hwt");
+/// sysexits(3).
+const EX_USAGE: u8 = 64;
+const EX_DATAERR: u8 = 65;
+const EX_SOFTWARE: u8 = 70;
+/// The default buffer: 128 MiB.
+const DEFAULT_BUFSIZE: usize = 128 << 20;
+const PAGE_SIZE: usize = 4096;
+
+/// What the command line asked for.
+struct Options {
+    bufsize: usize,
+    backend: String,
+    func: Option<String>,
+    image: Option<String>,
+    pid: Option<u32>,
+    root: String,
+    raw: bool,
+    cpus: Option<String>,
+    thread: Option<i32>,
+    output: Option<String>,
+    command: Vec<String>,
+}
+
+fn usage() -> Exit {
+    eprintln!(
+        "usage: hwt [-ghr] [-b bufsize] [-c devname] [-f name] [-i name] [-o format]\n\
+         \x20          [-P pid] [-R fsroot] [-s cpuid] [-t tid] [-w path] [path [args ...]]"
+    );
+    Exit {
+        message: String::new(),
+        code: EX_USAGE,
+    }
+}
+
+fn parse(args: &[OsString]) -> Result<Options, Exit> {
+    let mut o = Options {
+        bufsize: DEFAULT_BUFSIZE,
+        backend: "pt".into(),
+        func: None,
+        image: None,
+        pid: None,
+        root: String::new(),
+        raw: false,
+        cpus: None,
+        thread: None,
+        output: None,
+        command: Vec::new(),
+    };
+    let text = |v: Option<&std::ffi::OsStr>| {
+        v.map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut g = Getopt::new(PROG, args, "P:R:gs:hc:b:rw:t:i:f:o:");
+    while let Some(opt) = g.next_opt() {
+        match opt {
+            Opt::Opt(b'b', v) => {
+                let s = text(v);
+                o.bufsize = s
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0 && n % PAGE_SIZE == 0 && n.is_power_of_two())
+                    .ok_or_else(|| {
+                        PROG.errx(
+                            EX_USAGE,
+                            format!("invalid buffer size \"{s}\": a power of two, a multiple of {PAGE_SIZE}"),
+                        )
+                    })?;
+            }
+            Opt::Opt(b'c', v) => o.backend = text(v),
+            Opt::Opt(b'f', v) => o.func = Some(text(v)),
+            Opt::Opt(b'i', v) => o.image = Some(text(v)),
+            Opt::Opt(b'P', v) => {
+                let s = text(v);
+                o.pid = Some(
+                    s.parse()
+                        .map_err(|_| PROG.errx(EX_USAGE, format!("invalid pid \"{s}\"")))?,
+                );
+            }
+            Opt::Opt(b'R', v) => o.root = text(v),
+            Opt::Opt(b'r', _) => o.raw = true,
+            Opt::Opt(b's', v) => o.cpus = Some(text(v)),
+            Opt::Opt(b't', v) => {
+                let s = text(v);
+                o.thread = Some(
+                    s.parse()
+                        .map_err(|_| PROG.errx(EX_USAGE, format!("invalid thread \"{s}\"")))?,
+                );
+            }
+            Opt::Opt(b'w', v) => o.output = Some(text(v)),
+            Opt::Opt(b'g', _) => {}
+            Opt::Opt(b'o', _) => {
+                return Err(PROG.errx(EX_USAGE, "-o: output columns are not supported yet"));
+            }
+            _ => return Err(usage()),
+        }
+    }
+    o.command = g
+        .operands()
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    if o.raw && o.output.is_none() {
+        return Err(PROG.errx(1, "-r needs -w"));
+    }
+    if o.func.is_some() != o.image.is_some() {
+        return Err(PROG.errx(EX_USAGE, "-i and -f go together"));
+    }
+    if o.cpus.is_some() {
+        return Err(PROG.errx(EX_USAGE, "-s: CPU mode is not supported by this hwt yet"));
+    }
+    if o.backend != "pt" {
+        return Err(PROG.errx(EX_USAGE, format!("unknown backend \"{}\"", o.backend)));
+    }
+    if o.command.is_empty() == o.pid.is_none() {
+        return Err(usage());
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.iter().any(|a| a == "-h") {
+        return usage().report();
+    }
+    match parse(&args).and_then(|o| run(&o)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => e.report(),
+    }
+}
+
+/// The kernel to talk to: the simulated machine when libpmc's transport
+/// says so, else this one.
+fn kernel() -> Result<Kernel, Exit> {
+    #[cfg(feature = "sim")]
+    if std::env::var("LIBPMC_TRANSPORT").as_deref() == Ok("sim") {
+        let sim = pmc::libpmc_sim::SimTransport::from_environment()
+            .map_err(|e| PROG.err(EX_SOFTWARE, "simulated machine", e))?;
+        return Ok(Kernel::Sim(sim));
+    }
+    Ok(Kernel::Host)
+}
+
+/// The CPU the machine has, for libipt.
+fn cpu(k: &Kernel) -> hwt_pt::Cpu {
+    #[cfg(feature = "sim")]
+    if let Kernel::Sim(sim) = k {
+        use pmc::transport::Transport;
+        if let Some(c) = sim
+            .sysctl_string("kern.hwpmc.cpuid")
+            .ok()
+            .and_then(|s| hwt_pt::Cpu::from_key(&s))
+        {
+            return c;
+        }
+    }
+    let _ = k;
+    host_cpu()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn host_cpu() -> hwt_pt::Cpu {
+    let r = std::arch::x86_64::__cpuid(1);
+    let family = (r.eax >> 8) & 0xf;
+    let model = (r.eax >> 4) & 0xf;
+    let (family, model) = if family == 0xf || family == 6 {
+        (
+            family + ((r.eax >> 20) & 0xff),
+            model | ((r.eax >> 12) & 0xf0),
+        )
+    } else {
+        (family, model)
+    };
+    hwt_pt::Cpu {
+        family: family as u16,
+        model: model as u8,
+        stepping: (r.eax & 0xf) as u8,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn host_cpu() -> hwt_pt::Cpu {
+    hwt_pt::Cpu {
+        family: 0,
+        model: 0,
+        stepping: 0,
+    }
+}
+
+fn run(o: &Options) -> Result<(), Exit> {
+    let k = kernel()?;
+    let procs: Box<dyn ProcessControl + '_> = match &k {
+        #[cfg(feature = "sim")]
+        Kernel::Sim(sim) => Box::new(libpmcstat::libpmcstat_sim::SimProcesses::new(sim)),
+        Kernel::Host => Box::new(libpmcstat::libpmcstat_process::HostProcesses::new()),
+    };
+    let pid = match o.pid {
+        Some(p) => p,
+        None => procs.create_process(&o.command).map_err(|e| {
+            PROG.errx(
+                EX_SOFTWARE,
+                format!("cannot create {}: {e:?}", o.command[0]),
+            )
+        })? as u32,
+    };
+    let mut session = hwt_record::Session::new(&k, pid, o)?;
+    if o.pid.is_none() {
+        procs
+            .start_process(pid as libpmcstat::Pid)
+            .map_err(|e| PROG.errx(EX_SOFTWARE, format!("cannot start {}: {e:?}", o.command[0])))?;
+    }
+    loop {
+        session.poll()?;
+        if procs.exited(pid as libpmcstat::Pid) {
+            break;
+        }
+        procs.wait(std::time::Duration::from_millis(10));
+    }
+    session.poll()?;
+    session.finish();
+    let mut out: Box<dyn Write> = match &o.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| PROG.errx(1, format!("{path}: {e}")))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    if o.raw {
+        for t in &session.threads {
+            out.write_all(&t.trace.concat())
+                .map_err(|e| PROG.errx(1, format!("write: {e}")))?;
+        }
+        return Ok(());
+    }
+    let cpu = cpu(&k);
+    let mut summary = hwt_pt::Summary::default();
+    for t in &session.threads {
+        if o.thread.is_some_and(|want| want != t.id) {
+            continue;
+        }
+        for piece in &t.trace {
+            hwt_pt::decode(
+                &mut *out,
+                t.id,
+                piece,
+                &session.images,
+                cpu,
+                session.filter,
+                &mut summary,
+            )
+            .map_err(|e| PROG.errx(1, format!("write: {e}")))?;
+        }
+    }
+    out.flush()
+        .map_err(|e| PROG.errx(1, format!("write: {e}")))?;
+    if summary.insns == 0 && session.filter.is_none() {
+        return Err(PROG.errx(EX_DATAERR, "no instruction decoded"));
+    }
+    Ok(())
+}
