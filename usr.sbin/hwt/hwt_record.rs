@@ -230,10 +230,10 @@ impl<'k> Session<'k> {
                 }
             }
             // A new thread's buffer.
-            Some(Record::ThreadCreate { thread_id }) => {
-                if !self.threads.iter().any(|t| t.id == thread_id) {
-                    self.add_thread(thread_id)?;
-                }
+            Some(Record::ThreadCreate { thread_id })
+                if !self.threads.iter().any(|t| t.id == thread_id) =>
+            {
+                self.add_thread(thread_id)?;
             }
             // Where the unit of a thread is now.
             Some(Record::Buffer { buf_id, position }) => {
