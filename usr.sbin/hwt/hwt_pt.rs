@@ -159,19 +159,175 @@ impl Cpu {
     }
 }
 
+/// A column of the decoded output (-o).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    /// `thr N`: the thread.
+    Id,
+    /// `pc 0x...`: the instruction's address.
+    Pc,
+    /// `(offset)`: its address from the start of its image.
+    Offset,
+    /// The image's file name.
+    Image,
+    /// `symbol+0x..`: its function and the offset in it.
+    Symbol,
+}
+
+impl Column {
+    /// The column named `name` (-o's words).
+    pub fn from_name(name: &str) -> Option<Column> {
+        Some(match name {
+            "id" => Column::Id,
+            "pc" => Column::Pc,
+            "offset" => Column::Offset,
+            "image" => Column::Image,
+            "symbol" => Column::Symbol,
+            _ => return None,
+        })
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Column::Id => "id",
+            Column::Pc => "pc",
+            Column::Offset => "offset",
+            Column::Image => "image",
+            Column::Symbol => "symbol",
+        }
+    }
+}
+
+/// How lines are written: FreeBSD's text, or libxo's JSON style.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Style {
+    /// The columns, in order; None for the default line.
+    pub columns: Option<Vec<Column>>,
+    /// libxo's JSON (`--libxo json`) instead of text.
+    pub json: bool,
+}
+
+/// One decoded instruction, as its columns say it.
+struct Line<'a> {
+    thread: i32,
+    pc: u64,
+    offset: Option<u64>,
+    image: &'a str,
+    symbol: String,
+}
+
+impl Line<'_> {
+    fn text(&self, c: Column) -> String {
+        match c {
+            Column::Id => format!("thr {}", self.thread),
+            Column::Pc => format!("pc {:#010x}", self.pc),
+            Column::Offset => self.offset.map_or("(?)".into(), |o| format!("({o:x})")),
+            Column::Image => format!("{:>12}", self.image),
+            Column::Symbol => self.symbol.clone(),
+        }
+    }
+
+    fn json(&self, c: Column) -> String {
+        let v = match c {
+            Column::Id => return format!("\"id\":{}", self.thread),
+            Column::Pc => format!("{:#x}", self.pc),
+            Column::Offset => self.offset.map_or("?".into(), |o| format!("{o:#x}")),
+            Column::Image => self.image.to_string(),
+            Column::Symbol => self.symbol.clone(),
+        };
+        let mut escaped = String::with_capacity(v.len());
+        for ch in v.chars() {
+            match ch {
+                '"' => escaped.push_str("\\\""),
+                '\\' => escaped.push_str("\\\\"),
+                c if (c as u32) < 0x20 => escaped.push_str(&format!("\\u{:04x}", c as u32)),
+                c => escaped.push(c),
+            }
+        }
+        format!("\"{}\":\"{escaped}\"", c.key())
+    }
+
+    fn write(&self, out: &mut dyn Write, style: &Style, first: &mut bool) -> std::io::Result<()> {
+        const DEFAULT: [Column; 4] = [Column::Id, Column::Pc, Column::Image, Column::Symbol];
+        let cols: &[Column] = style.columns.as_deref().unwrap_or(&DEFAULT);
+        if style.json {
+            let fields: Vec<String> = if style.columns.is_none() {
+                [
+                    Column::Id,
+                    Column::Pc,
+                    Column::Offset,
+                    Column::Image,
+                    Column::Symbol,
+                ]
+                .iter()
+                .map(|&c| self.json(c))
+                .collect()
+            } else {
+                cols.iter().map(|&c| self.json(c)).collect()
+            };
+            let sep = if std::mem::take(first) { "" } else { ",\n" };
+            return write!(out, "{sep}{{{}}}", fields.join(","));
+        }
+        if style.columns.is_none() {
+            // FreeBSD's line: the offset follows the PC, in one column.
+            return writeln!(
+                out,
+                "{}\t{} {}\t{}\t{}",
+                self.text(Column::Id),
+                self.text(Column::Pc),
+                self.text(Column::Offset),
+                self.text(Column::Image),
+                self.text(Column::Symbol)
+            );
+        }
+        let fields: Vec<String> = cols.iter().map(|&c| self.text(c)).collect();
+        writeln!(out, "{}", fields.join("\t"))
+    }
+}
+
+/// Opens and closes libxo's JSON document around the lines.
+pub fn begin(out: &mut dyn Write, style: &Style) -> std::io::Result<()> {
+    if style.json {
+        writeln!(out, "{{\"hwt\": {{\"instruction\": [")?;
+    }
+    Ok(())
+}
+
+/// Ends what [`begin`] began.
+pub fn end(out: &mut dyn Write, style: &Style) -> std::io::Result<()> {
+    if style.json {
+        writeln!(out, "\n]}}}}")?;
+    }
+    Ok(())
+}
+
+impl Default for Summary {
+    fn default() -> Summary {
+        Summary {
+            insns: 0,
+            lost: 0,
+            first: true,
+        }
+    }
+}
+
 /// What a decoded trace gave.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Summary {
     /// Instructions printed.
     pub insns: u64,
     /// Places where decoding failed and resumed at the next PSB.
     pub lost: u64,
+    /// No line was written yet (JSON separates them).
+    pub first: bool,
 }
 
 /// Decodes one contiguous piece of a thread's trace and prints each
 /// instruction as `thr N<TAB>pc 0x...<TAB>(rel)<TAB>image<TAB>sym+0x..`.
+#[allow(clippy::too_many_arguments)]
 pub fn decode(
     out: &mut dyn Write,
+    style: &Style,
     thread: i32,
     trace: &[u8],
     images: &Images,
@@ -198,21 +354,26 @@ pub fn decode(
             ipt::Item::Insn(insn) => {
                 summary.insns += 1;
                 let pc = insn.ip;
-                match images.lookup(pc) {
-                    Some((o, sym)) => {
-                        let name = o.path.rsplit('/').next().unwrap_or(&o.path);
-                        let sym = match sym {
+                let line = match images.lookup(pc) {
+                    Some((o, sym)) => Line {
+                        thread,
+                        pc,
+                        offset: Some(pc.wrapping_sub(o.start)),
+                        image: o.path.rsplit('/').next().unwrap_or(&o.path),
+                        symbol: match sym {
                             Some((s, off)) => format!("{s}+{off:#x}"),
                             None => "?".into(),
-                        };
-                        writeln!(
-                            out,
-                            "thr {thread}\tpc {pc:#010x} ({:x})\t{name:>12}\t{sym}",
-                            pc.wrapping_sub(o.start)
-                        )?;
-                    }
-                    None => writeln!(out, "thr {thread}\tpc {pc:#010x}\t{:>12}\t?", "?")?,
-                }
+                        },
+                    },
+                    None => Line {
+                        thread,
+                        pc,
+                        offset: None,
+                        image: "?",
+                        symbol: "?".into(),
+                    },
+                };
+                line.write(out, style, &mut summary.first)?;
             }
             ipt::Item::Lost { error, at, resync } => {
                 summary.lost += 1;
