@@ -177,6 +177,10 @@ fn exchange_fds(
     Ok((reply, packet.fds))
 }
 
+/// The machine's real programs a command may name (ksim's workload
+/// programs, `/usr/bin/NAME`).
+pub const PROGRAMS: &[&str] = ksim::programs::NAMES;
+
 /// The hwpmc driver on a simulated machine, through ksimd's protocol.
 #[derive(Debug)]
 pub struct SimTransport {

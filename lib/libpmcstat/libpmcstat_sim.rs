@@ -3,11 +3,12 @@
 //!
 //! Commands name the machine's programs: `work [SECONDS [THREADS]]` runs
 //! the work program with THREADS threads (default 1, at most 64) for
-//! SECONDS seconds of simulated time (default 1), then exits; any other
-//! name is one of ksim's real workload programs (`calls`, `sort`, ...),
-//! run with its arguments until it exits. A command is a child of this program's simulated process,
-//! forked at once and held before its exec until it is started, as
-//! pmcstat's command is on FreeBSD.
+//! SECONDS seconds of simulated time (default 1), then exits; each of
+//! ksim's real workload programs (`calls`, `sort`, ...) runs with its
+//! arguments until it exits; any other name fails as a failed exec. A
+//! command is a child of this program's simulated process, forked at once
+//! and held before its exec until it is started, as pmcstat's command is
+//! on FreeBSD.
 
 use core::ffi::c_int;
 use std::collections::BTreeMap;
@@ -84,12 +85,12 @@ impl ProcessControl for SimProcesses<'_> {
     fn create_process(&self, argv: &[String]) -> Result<Pid, CreateError> {
         let what = match Command::parse(argv, SimTransport::hz()) {
             Some(cmd) => Held::Work(cmd),
-            // Any other name is one of the machine's real programs, which
-            // the daemon looks up when the command starts.
+            // Else one of the machine's real programs; any other name
+            // fails as a failed exec.
             None => {
                 let name = argv.first().ok_or(CreateError::Exec(libc::ENOENT))?;
                 let base = name.rsplit('/').next().unwrap_or(name);
-                if base.is_empty() || base == "work" {
+                if !pmc::libpmc_sim::PROGRAMS.contains(&base) {
                     return Err(CreateError::Exec(libc::ENOENT));
                 }
                 Held::Program(base.to_string(), argv[1..].to_vec())

@@ -39,8 +39,9 @@
 )]
 
 // hwt(8)'s decoding, from the tool's source (a binary crate, which a
-// benchmark cannot link); only `decode` and the images are used here.
-#[allow(dead_code)]
+// benchmark cannot link); only `decode` and the images are used here, and
+// the tool's `sim` feature is not this package's.
+#[allow(dead_code, unexpected_cfgs)]
 #[path = "../../usr.sbin/hwt/hwt_pt.rs"]
 mod hwt_pt;
 
@@ -61,6 +62,11 @@ const CPU: hwt_pt::Cpu = hwt_pt::Cpu {
     family: 6,
     model: 0x5E,
     stepping: 3,
+};
+/// hwt(8)'s default output: FreeBSD's text line.
+const TEXT: hwt_pt::Style = hwt_pt::Style {
+    columns: None,
+    json: false,
 };
 const PAGE: usize = 4096;
 /// Instructions per clock tick (the machine's default).
@@ -397,7 +403,8 @@ fn decode(how: &str, dir: &Path, name: &str) {
             let mut out =
                 std::io::BufWriter::new(std::fs::File::create("/dev/null").expect("/dev/null"));
             let mut summary = hwt_pt::Summary::default();
-            hwt_pt::decode(&mut out, 0, &trace, &images, CPU, None, &mut summary).expect("write");
+            hwt_pt::decode(&mut out, &TEXT, 0, &trace, &images, CPU, None, &mut summary)
+                .expect("write");
             out.flush().expect("flush");
             (summary.insns, 0)
         }
@@ -416,7 +423,7 @@ fn print(dir: &Path, name: &str) {
     let images = images(dir, name);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut summary = hwt_pt::Summary::default();
-    hwt_pt::decode(&mut out, 0, &trace, &images, CPU, None, &mut summary).expect("write");
+    hwt_pt::decode(&mut out, &TEXT, 0, &trace, &images, CPU, None, &mut summary).expect("write");
     out.flush().expect("flush");
 }
 

@@ -47,6 +47,7 @@ struct Options {
     thread: Option<i32>,
     output: Option<String>,
     command: Vec<String>,
+    style: hwt_pt::Style,
 }
 
 fn usage() -> Exit {
@@ -73,7 +74,37 @@ fn parse(args: &[OsString]) -> Result<Options, Exit> {
         thread: None,
         output: None,
         command: Vec::new(),
+        style: hwt_pt::Style {
+            columns: None,
+            json: false,
+        },
     };
+    // libxo's options come first (xo_parse_args): --libxo=STYLE or
+    // --libxo STYLE; text and json styles.
+    let mut args = args;
+    while let Some(first) = args.first().map(|a| a.to_string_lossy().into_owned()) {
+        let style = if let Some(v) = first.strip_prefix("--libxo=") {
+            args = &args[1..];
+            v.to_string()
+        } else if first == "--libxo" {
+            let v = args.get(1).map(|a| a.to_string_lossy().into_owned());
+            args = &args[args.len().min(2)..];
+            v.unwrap_or_default()
+        } else {
+            break;
+        };
+        let words: Vec<&str> = style.split(',').collect();
+        if words.contains(&"json") {
+            o.style.json = true;
+        } else if words.contains(&"text") {
+            o.style.json = false;
+        } else {
+            return Err(PROG.errx(
+                EX_USAGE,
+                format!("--libxo: unknown style \"{style}\": text or json"),
+            ));
+        }
+    }
     let text = |v: Option<&std::ffi::OsStr>| {
         v.map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default()
@@ -116,8 +147,16 @@ fn parse(args: &[OsString]) -> Result<Options, Exit> {
             }
             Opt::Opt(b'w', v) => o.output = Some(text(v)),
             Opt::Opt(b'g', _) => {}
-            Opt::Opt(b'o', _) => {
-                return Err(PROG.errx(EX_USAGE, "-o: output columns are not supported yet"));
+            Opt::Opt(b'o', v) => {
+                let s = text(v);
+                let cols: Option<Vec<hwt_pt::Column>> =
+                    s.split(',').map(hwt_pt::Column::from_name).collect();
+                o.style.columns = Some(cols.filter(|c| !c.is_empty()).ok_or_else(|| {
+                    PROG.errx(
+                        EX_USAGE,
+                        format!("-o \"{s}\": columns are id, pc, offset, image and symbol"),
+                    )
+                })?);
             }
             _ => return Err(usage()),
         }
@@ -260,6 +299,8 @@ fn run(o: &Options) -> Result<(), Exit> {
     }
     let cpu = cpu(&k);
     let mut summary = hwt_pt::Summary::default();
+    let werr = |e: std::io::Error| PROG.errx(1, format!("write: {e}"));
+    hwt_pt::begin(&mut *out, &o.style).map_err(werr)?;
     for t in &session.threads {
         if o.thread.is_some_and(|want| want != t.id) {
             continue;
@@ -267,6 +308,7 @@ fn run(o: &Options) -> Result<(), Exit> {
         for piece in &t.trace {
             hwt_pt::decode(
                 &mut *out,
+                &o.style,
                 t.id,
                 piece,
                 &session.images,
@@ -274,11 +316,11 @@ fn run(o: &Options) -> Result<(), Exit> {
                 session.filter,
                 &mut summary,
             )
-            .map_err(|e| PROG.errx(1, format!("write: {e}")))?;
+            .map_err(werr)?;
         }
     }
-    out.flush()
-        .map_err(|e| PROG.errx(1, format!("write: {e}")))?;
+    hwt_pt::end(&mut *out, &o.style).map_err(werr)?;
+    out.flush().map_err(werr)?;
     if summary.insns == 0 && session.filter.is_none() {
         return Err(PROG.errx(EX_DATAERR, "no instruction decoded"));
     }

@@ -181,9 +181,9 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    /// From a `kern.hwpmc.cpuid` string (`GenuineIntel-6-55-4`). (Only
-    /// the simulator's kernel says it: a build without it has no use.)
-    #[allow(dead_code)]
+    /// From a `kern.hwpmc.cpuid` string (`GenuineIntel-6-55-4`), as the
+    /// simulated machine tells its CPU.
+    #[cfg(feature = "sim")]
     pub fn from_key(key: &str) -> Option<Cpu> {
         let mut p = key.split('-');
         if p.next()? != "GenuineIntel" {
@@ -202,13 +202,190 @@ impl Cpu {
     }
 }
 
+/// A column of the decoded output (-o).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    /// `thr N`: the thread.
+    Id,
+    /// `pc 0x...`: the instruction's address.
+    Pc,
+    /// `(offset)`: its address from the start of its image.
+    Offset,
+    /// The image's file name.
+    Image,
+    /// `symbol+0x..`: its function and the offset in it.
+    Symbol,
+}
+
+impl Column {
+    /// The column named `name` (-o's words).
+    pub fn from_name(name: &str) -> Option<Column> {
+        Some(match name {
+            "id" => Column::Id,
+            "pc" => Column::Pc,
+            "offset" => Column::Offset,
+            "image" => Column::Image,
+            "symbol" => Column::Symbol,
+            _ => return None,
+        })
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Column::Id => "id",
+            Column::Pc => "pc",
+            Column::Offset => "offset",
+            Column::Image => "image",
+            Column::Symbol => "symbol",
+        }
+    }
+}
+
+/// How lines are written: FreeBSD's text, or libxo's JSON style.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Style {
+    /// The columns, in order; None for the default line.
+    pub columns: Option<Vec<Column>>,
+    /// libxo's JSON (`--libxo json`) instead of text.
+    pub json: bool,
+}
+
+/// One decoded instruction, as its columns say it.
+struct Line<'a> {
+    thread: i32,
+    pc: u64,
+    offset: Option<u64>,
+    image: &'a str,
+    symbol: String,
+}
+
+impl Line<'_> {
+    /// The line of the instruction at `pc`, which `found` is in.
+    fn of(thread: i32, pc: u64, found: Option<Found<'_>>) -> Line<'_> {
+        match found {
+            Some((o, sym)) => Line {
+                thread,
+                pc,
+                offset: Some(pc.wrapping_sub(o.start)),
+                image: o.path.rsplit('/').next().unwrap_or(&o.path),
+                symbol: match sym {
+                    Some((s, start)) => format!("{s}+{:#x}", pc.wrapping_sub(start)),
+                    None => "?".into(),
+                },
+            },
+            None => Line {
+                thread,
+                pc,
+                offset: None,
+                image: "?",
+                symbol: "?".into(),
+            },
+        }
+    }
+
+    fn text(&self, c: Column) -> String {
+        match c {
+            Column::Id => format!("thr {}", self.thread),
+            Column::Pc => format!("pc {:#010x}", self.pc),
+            Column::Offset => self.offset.map_or("(?)".into(), |o| format!("({o:x})")),
+            Column::Image => format!("{:>12}", self.image),
+            Column::Symbol => self.symbol.clone(),
+        }
+    }
+
+    fn json(&self, c: Column) -> String {
+        let v = match c {
+            Column::Id => return format!("\"id\":{}", self.thread),
+            Column::Pc => format!("{:#x}", self.pc),
+            Column::Offset => self.offset.map_or("?".into(), |o| format!("{o:#x}")),
+            Column::Image => self.image.to_string(),
+            Column::Symbol => self.symbol.clone(),
+        };
+        let mut escaped = String::with_capacity(v.len());
+        for ch in v.chars() {
+            match ch {
+                '"' => escaped.push_str("\\\""),
+                '\\' => escaped.push_str("\\\\"),
+                c if (c as u32) < 0x20 => escaped.push_str(&format!("\\u{:04x}", c as u32)),
+                c => escaped.push(c),
+            }
+        }
+        format!("\"{}\":\"{escaped}\"", c.key())
+    }
+
+    fn write(&self, out: &mut dyn Write, style: &Style, first: &mut bool) -> std::io::Result<()> {
+        const DEFAULT: [Column; 4] = [Column::Id, Column::Pc, Column::Image, Column::Symbol];
+        let cols: &[Column] = style.columns.as_deref().unwrap_or(&DEFAULT);
+        if style.json {
+            let fields: Vec<String> = if style.columns.is_none() {
+                [
+                    Column::Id,
+                    Column::Pc,
+                    Column::Offset,
+                    Column::Image,
+                    Column::Symbol,
+                ]
+                .iter()
+                .map(|&c| self.json(c))
+                .collect()
+            } else {
+                cols.iter().map(|&c| self.json(c)).collect()
+            };
+            let sep = if std::mem::take(first) { "" } else { ",\n" };
+            return write!(out, "{sep}{{{}}}", fields.join(","));
+        }
+        if style.columns.is_none() {
+            // FreeBSD's line: the offset follows the PC, in one column.
+            return writeln!(
+                out,
+                "{}\t{} {}\t{}\t{}",
+                self.text(Column::Id),
+                self.text(Column::Pc),
+                self.text(Column::Offset),
+                self.text(Column::Image),
+                self.text(Column::Symbol)
+            );
+        }
+        let fields: Vec<String> = cols.iter().map(|&c| self.text(c)).collect();
+        writeln!(out, "{}", fields.join("\t"))
+    }
+}
+
+/// Opens and closes libxo's JSON document around the lines.
+pub fn begin(out: &mut dyn Write, style: &Style) -> std::io::Result<()> {
+    if style.json {
+        writeln!(out, "{{\"hwt\": {{\"instruction\": [")?;
+    }
+    Ok(())
+}
+
+/// Ends what [`begin`] began.
+pub fn end(out: &mut dyn Write, style: &Style) -> std::io::Result<()> {
+    if style.json {
+        writeln!(out, "\n]}}}}")?;
+    }
+    Ok(())
+}
+
+impl Default for Summary {
+    fn default() -> Summary {
+        Summary {
+            insns: 0,
+            lost: 0,
+            first: true,
+        }
+    }
+}
+
 /// What a decoded trace gave.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Summary {
     /// Instructions printed.
     pub insns: u64,
     /// Places where decoding failed and resumed at the next PSB.
     pub lost: u64,
+    /// No line was written yet (JSON separates them).
+    pub first: bool,
 }
 
 /// Output gathered before a write.
@@ -285,15 +462,15 @@ impl Blocks {
 
 /// What follows an instruction's address (and its offset in its object)
 /// on its line, up to its offset in its function: `)<TAB>image<TAB>sym+0x`,
-/// `)<TAB>image<TAB>?` outside every symbol, `<TAB>?<TAB>?` outside every
-/// object.
+/// `)<TAB>image<TAB>?` outside every symbol, ` (?)<TAB>?<TAB>?` outside
+/// every object.
 fn tail(found: Option<Found<'_>>, into: &mut Blocks) {
     match found {
         Some((o, Some((name, _)))) => {
             into.set(&[b")\t", o.column.as_bytes(), b"\t", name.as_bytes(), b"+0x"])
         }
         Some((o, None)) => into.set(&[b")\t", o.column.as_bytes(), b"\t?"]),
-        None => into.set(&[b"\t           ?\t?"]),
+        None => into.set(&[b" (?)\t           ?\t?"]),
     }
 }
 
@@ -317,8 +494,10 @@ fn line(buf: &mut Vec<u8>, prefix: &Blocks, pc: u64, found: Option<Found<'_>>, t
 
 /// Decodes one contiguous piece of a thread's trace and prints each
 /// instruction as `thr N<TAB>pc 0x...<TAB>(rel)<TAB>image<TAB>sym+0x..`.
+#[allow(clippy::too_many_arguments)]
 pub fn decode(
     out: &mut dyn Write,
+    style: &Style,
     thread: i32,
     trace: &[u8],
     images: &Images,
@@ -340,6 +519,9 @@ pub fn decode(
     let Ok(mut dec) = ipt::InsnDecoder::new(&cfg, &mut image) else {
         return Ok(());
     };
+    // FreeBSD's default line is written by hand; -o's columns and libxo's
+    // JSON go through `Line`.
+    let fast = style.columns.is_none() && !style.json;
     let prefix = Blocks::of(&[format!("thr {thread}\tpc 0x").as_bytes()]);
     // The tail of the lines of the last lookup's symbol.
     let mut tail_of_last = Blocks::default();
@@ -357,14 +539,20 @@ pub fn decode(
                     _ => {
                         last = images.lookup_range(pc);
                         let found = last.map(|(found, _)| found);
-                        tail(found, &mut tail_of_last);
+                        if fast {
+                            tail(found, &mut tail_of_last);
+                        }
                         found
                     }
                 };
-                line(&mut buf, &prefix, pc, found, &tail_of_last);
-                if buf.len() >= OUT_CHUNK {
-                    out.write_all(&buf)?;
-                    buf.clear();
+                if fast {
+                    line(&mut buf, &prefix, pc, found, &tail_of_last);
+                    if buf.len() >= OUT_CHUNK {
+                        out.write_all(&buf)?;
+                        buf.clear();
+                    }
+                } else {
+                    Line::of(thread, pc, found).write(out, style, &mut summary.first)?;
                 }
             }
             ipt::Item::Lost { error, at, resync } => {
@@ -392,36 +580,39 @@ mod tests {
     use ksim::cpu::Arch;
     use ksim::programs;
 
-    /// The lookup and line hwt printed before lines were written by hand
-    /// (`format!` and `writeln!`), the reference.
+    /// The reference: the lookup (libpmcstat's symbol search of every
+    /// address) and the line (`Line`'s `format!`s and `writeln!`) of
+    /// hwt's default output as it was before lines were written by hand.
     fn reference(images: &Images, thread: i32, pc: u64) -> String {
-        let found = images
-            .objects
-            .iter()
-            .find(|o| pc >= o.start && pc < o.end)
-            .map(|o| {
+        let line = match images.objects.iter().find(|o| pc >= o.start && pc < o.end) {
+            Some(o) => {
                 let rel = pc.wrapping_sub(o.bias).wrapping_sub(o.image.vaddr);
-                let sym = o
-                    .image
-                    .symbols
-                    .search(rel)
-                    .map(|s| (images.pool.get(s.name), rel - s.start));
-                (o, sym)
-            });
-        match found {
-            Some((o, sym)) => {
-                let name = o.path.rsplit('/').next().unwrap_or(&o.path);
-                let sym = match sym {
-                    Some((s, off)) => format!("{s}+{off:#x}"),
-                    None => "?".into(),
-                };
-                format!(
-                    "thr {thread}\tpc {pc:#010x} ({:x})\t{name:>12}\t{sym}\n",
-                    pc.wrapping_sub(o.start)
-                )
+                Line {
+                    thread,
+                    pc,
+                    offset: Some(pc.wrapping_sub(o.start)),
+                    image: o.path.rsplit('/').next().unwrap_or(&o.path),
+                    symbol: match o.image.symbols.search(rel) {
+                        Some(s) => format!("{}+{:#x}", images.pool.get(s.name), rel - s.start),
+                        None => "?".into(),
+                    },
+                }
             }
-            None => format!("thr {thread}\tpc {pc:#010x}\t{:>12}\t?\n", "?"),
-        }
+            None => Line {
+                thread,
+                pc,
+                offset: None,
+                image: "?",
+                symbol: "?".into(),
+            },
+        };
+        let mut out = Vec::new();
+        let style = Style {
+            columns: None,
+            json: false,
+        };
+        line.write(&mut out, &style, &mut true).unwrap();
+        String::from_utf8(out).unwrap()
     }
 
     fn ours(images: &Images, thread: i32, pc: u64) -> String {

@@ -8,11 +8,10 @@ use uapi::hwt::*;
 use crate::hwt_dev::{Dev, Kernel, Mapping, Region};
 use crate::hwt_pt::Images;
 use crate::{EX_DATAERR, EX_SOFTWARE, EX_USAGE, Options, PAGE_SIZE, PROG};
+use hwt_ring::{ENTRY, Record, Ring, parse_record};
 
 /// Records read at once.
 const BATCH: usize = 256;
-/// `sizeof(struct hwt_record_user_entry)`.
-const ENTRY: usize = 1056;
 /// RTIT_CTL.OS, .USER and .BranchEn.
 const RTIT_CTL_USER: u64 = 1 << 3;
 const RTIT_CTL_BRANCHEN: u64 = 1 << 13;
@@ -23,12 +22,7 @@ pub struct Thread {
     pub id: i32,
     dev: Dev,
     map: Mapping,
-    /// Where in the ring the trace taken so far ends.
-    taken: u64,
-    /// Where the unit was at the last position seen, and how far it went
-    /// from `taken` until then.
-    seen: u64,
-    ahead: u64,
+    ring: Ring,
     /// The trace in pieces: a new piece after each loss.
     pub trace: Vec<Vec<u8>>,
 }
@@ -161,9 +155,7 @@ impl<'k> Session<'k> {
             id,
             dev,
             map,
-            taken: 0,
-            seen: 0,
-            ahead: 0,
+            ring: Ring::new(self.bufsize),
             trace: vec![Vec::new()],
         });
         Ok(())
@@ -226,34 +218,27 @@ impl<'k> Session<'k> {
     }
 
     fn record(&mut self, r: &[u8]) -> Result<(), Exit> {
-        let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_ne_bytes(r[o..o + 8].try_into().expect("8 bytes"));
-        match u32_at(0) {
-            // MMAP, EXECUTABLE: an image to decode against.
-            0 | 2 => {
-                let p = &r[8..1032];
-                let end = p.iter().position(|&b| b == 0).unwrap_or(p.len());
-                let path = String::from_utf8_lossy(&p[..end]).into_owned();
+        match parse_record(r) {
+            // An image to decode against.
+            Some(Record::Object { path, addr, .. }) => {
                 if self.images.objects.iter().any(|o| o.path == path) {
                     return Ok(());
                 }
                 let file = format!("{}{path}", self.root);
-                if let Err(e) = self.images.add(&path, &file, u64_at(1032)) {
+                if let Err(e) = self.images.add(&path, &file, addr) {
                     PROG.warnx(format!("{e}: its code will not be decoded"));
                 }
             }
-            // THREAD_CREATE: a new thread's buffer.
-            4 => {
-                let id = u32_at(8) as i32;
-                if !self.threads.iter().any(|t| t.id == id) {
-                    self.add_thread(id)?;
-                }
+            // A new thread's buffer.
+            Some(Record::ThreadCreate { thread_id })
+                if !self.threads.iter().any(|t| t.id == thread_id) =>
+            {
+                self.add_thread(thread_id)?;
             }
-            // BUFFER: where the unit of a thread is now.
-            6 => {
-                let (id, page, off) = (u32_at(8) as i32, u32_at(12) as u64, u64_at(16));
-                if let Some(i) = self.threads.iter().position(|t| t.id == id) {
-                    self.saw(i, page * PAGE_SIZE as u64 + off);
+            // Where the unit of a thread is now.
+            Some(Record::Buffer { buf_id, position }) => {
+                if let Some(t) = self.threads.iter_mut().find(|t| t.id == buf_id) {
+                    t.ring.saw(position);
                 }
             }
             _ => {}
@@ -287,43 +272,29 @@ impl<'k> Session<'k> {
         Ok((page * PAGE_SIZE as u64 + off) % self.bufsize)
     }
 
-    /// The unit of thread `i` is at `at`: it went on from where it was
-    /// last seen (less than a ring each time: a record comes every page).
+    /// The unit of thread `i` is at `at`.
     fn saw(&mut self, i: usize, at: u64) {
-        let b = self.bufsize;
-        let t = &mut self.threads[i];
-        t.ahead += (at + b - t.seen) % b;
-        t.seen = at;
+        self.threads[i].ring.saw(at);
     }
 
     /// Takes what thread `i`'s unit wrote since the last take: all of it,
     /// or, when that is more than the ring holds, the ring's contents
     /// after a warning of what was lost.
     fn take(&mut self, i: usize) {
-        let b = self.bufsize;
         let t = &mut self.threads[i];
-        if t.ahead == 0 {
+        let Some(taken) = t.ring.take(t.map.bytes()) else {
             return;
-        }
-        let ring = t.map.bytes();
-        let (from, len) = if t.ahead > b {
+        };
+        if taken.lost > 0 {
             eprintln!(
                 "hwt: thread {}: buffer wrapped: {} bytes of trace lost",
-                t.id,
-                t.ahead - b
+                t.id, taken.lost
             );
             t.trace.push(Vec::new());
-            (t.seen, b)
-        } else {
-            (t.taken, t.ahead)
-        };
-        let piece = t.trace.last_mut().expect("one piece at least");
-        let from = from as usize;
-        let len = len as usize;
-        let first = len.min(b as usize - from);
-        piece.extend_from_slice(&ring[from..from + first]);
-        piece.extend_from_slice(&ring[..len - first]);
-        t.taken = t.seen;
-        t.ahead = 0;
+        }
+        t.trace
+            .last_mut()
+            .expect("one piece at least")
+            .extend_from_slice(&taken.bytes);
     }
 }

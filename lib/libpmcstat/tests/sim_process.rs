@@ -149,3 +149,21 @@ fn attach_failures_are_told_apart() {
         format!("ERROR: cannot attach pmc \"clock\" to process {live}")
     );
 }
+
+#[test]
+fn a_command_may_name_one_of_the_machines_programs() {
+    let pmc = machine(1);
+    let procs = process_control(&pmc);
+    let pid = procs
+        .create_process(&argv(&["/usr/bin/calls", "10"]))
+        .expect("calls is a program of the machine");
+    assert!(!procs.exited(pid), "held until started");
+    procs.start_process(pid).unwrap();
+    for _ in 0..1000 {
+        if procs.exited(pid) {
+            return;
+        }
+        procs.wait(std::time::Duration::from_millis(10));
+    }
+    panic!("calls 10 did not end");
+}

@@ -32,7 +32,7 @@ pub(crate) fn hook_unload() {
 
 /// `hwt_hook_handler`.
 fn hook_handler(hwt: &KArc<Hwt>, td: HookThread, call: &HwtHook<'_>) {
-    if kpi::proc::flag2(td.pid) & kpi::proc::P2_HWT == 0 {
+    if td.flag2 & kpi::proc::P2_HWT == 0 {
         return;
     }
     match call {

@@ -96,29 +96,7 @@ fn alloc_thread_mode(
         CpuMap::default(),
         backend,
     )?;
-    // The ident reaches userland before anything else can fail, as in
-    // FreeBSD.
-    if let Err(e) = copyout(&ctx.ident, UserPtr(arg.ident as u64)) {
-        discard(hwt, ctx);
-        return Err(e);
-    }
-    match fill_thread_mode(hwt, &ctx, pid) {
-        Ok(()) => {}
-        Err(e) => {
-            discard(hwt, ctx);
-            return Err(e);
-        }
-    }
-    if let Err(e) = ctx.backend.ops.init(&ctx) {
-        discard(hwt, ctx);
-        return Err(e);
-    }
-    let ctx = shared(hwt, ctx)?;
-    if let Err(e) = owner.insert(ctx.clone()) {
-        ctx.backend.ops.deinit(&ctx);
-        retire(hwt, ctx);
-        return Err(e);
-    }
+    let ctx = publish(hwt, owner, ctx, arg, |ctx| fill_thread_mode(hwt, ctx, pid))?;
     // From here the hooks act on it, though it is stopped.
     if let Err(e) = hwt.context_insert(ctx.clone()) {
         owner.ctxs.lock().retain(|c| !KArc::ptr_eq(c, &ctx));
@@ -128,6 +106,32 @@ fn alloc_thread_mode(
     }
     kpi::proc::set_flag2(pid, kpi::proc::P2_HWT, 0);
     Ok(())
+}
+
+/// The steps of ALLOC once the context exists: its ident to userland
+/// first (as in FreeBSD, before anything else can fail), `fill`, the
+/// backend's init, then the owner's list. A failure frees the context.
+fn publish(
+    hwt: &Hwt,
+    owner: &HwtOwner,
+    mut ctx: HwtContext,
+    arg: &HwtAlloc,
+    fill: impl FnOnce(&mut HwtContext) -> KResult<()>,
+) -> KResult<KArc<HwtContext>> {
+    let r = copyout(&ctx.ident, UserPtr(arg.ident as u64))
+        .and_then(|()| fill(&mut ctx))
+        .and_then(|()| ctx.backend.ops.init(&ctx));
+    if let Err(e) = r {
+        discard(hwt, ctx);
+        return Err(e);
+    }
+    let ctx = shared(hwt, ctx)?;
+    if let Err(e) = owner.insert(ctx.clone()) {
+        ctx.backend.ops.deinit(&ctx);
+        retire(hwt, ctx);
+        return Err(e);
+    }
+    Ok(ctx)
 }
 
 /// The context behind a reference; if that fails, its members go with
@@ -200,7 +204,7 @@ fn alloc_cpu_mode(
     if count == 0 {
         return Err(ENODEV);
     }
-    let mut ctx = HwtContext::alloc(
+    let ctx = HwtContext::alloc(
         hwt,
         HWT_MODE_CPU,
         0,
@@ -209,37 +213,16 @@ fn alloc_cpu_mode(
         map,
         backend,
     )?;
-    if let Err(e) = copyout(&ctx.ident, UserPtr(arg.ident as u64)) {
-        discard(hwt, ctx);
-        return Err(e);
-    }
-    if let Err(e) = ctx.cpus.try_reserve(count, Wait::WaitOk) {
-        discard(hwt, ctx);
-        return Err(e);
-    }
-    for cpu in map.iter() {
-        let mut name = kpi::LineBuf::<64>::new();
-        let _ = write!(name, "hwt_{}_{}", ctx.ident, cpu);
-        match HwtVm::alloc(hwt, ctx.ident, BufId::Cpu(cpu), ctx.bufsize, name.as_str()) {
-            Ok(vm) => {
-                let _ = ctx.cpus.push_within_capacity(HwtCpu { cpu_id: cpu, vm });
-            }
-            Err(e) => {
-                discard(hwt, ctx);
-                return Err(e);
-            }
+    let ctx = publish(hwt, owner, ctx, arg, |ctx| {
+        ctx.cpus.try_reserve(count, Wait::WaitOk)?;
+        for cpu in map.iter() {
+            let mut name = kpi::LineBuf::<64>::new();
+            let _ = write!(name, "hwt_{}_{}", ctx.ident, cpu);
+            let vm = HwtVm::alloc(hwt, ctx.ident, BufId::Cpu(cpu), ctx.bufsize, name.as_str())?;
+            let _ = ctx.cpus.push_within_capacity(HwtCpu { cpu_id: cpu, vm });
         }
-    }
-    if let Err(e) = ctx.backend.ops.init(&ctx) {
-        discard(hwt, ctx);
-        return Err(e);
-    }
-    let ctx = shared(hwt, ctx)?;
-    if let Err(e) = owner.insert(ctx.clone()) {
-        ctx.backend.ops.deinit(&ctx);
-        retire(hwt, ctx);
-        return Err(e);
-    }
+        Ok(())
+    })?;
     // Best effort, as in FreeBSD: a context without them still traces.
     let _ = ctx.record_kernel_objects();
     Ok(())

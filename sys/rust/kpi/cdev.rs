@@ -30,8 +30,15 @@ pub const UID_ROOT: u32 = 0;
 /// `GID_WHEEL`.
 pub const GID_WHEEL: u32 = 0;
 
-/// A device in /dev; destroyed when dropped (destroy_dev(9): the device
-/// leaves /dev, and calls already in its methods finish first).
+/// A device in /dev; destroyed when dropped. On FreeBSD that is
+/// destroy_dev_sched(9), since the last reference may go inside one of
+/// the device's own methods, where destroy_dev(9) would wait for itself:
+/// the device leaves /dev shortly after, calls already in its methods
+/// finish first, and the driver's [`CdevSw`] is dropped after them (the
+/// module's unload drains these, destroy_dev_drain(9)). [`make_dev`] of
+/// a name whose device is still on its way out waits for it (a second at
+/// most), so that a name is free again once its `Cdev` is dropped, as in
+/// the simulator, which destroys at once.
 #[derive(Debug)]
 pub struct Cdev(u64);
 
@@ -61,7 +68,10 @@ pub const PAGE_SIZE: usize = 4096;
 
 impl PageObject {
     /// `npages` pages, allocated one at a time (not physically
-    /// contiguous); ENOMEM when memory runs out.
+    /// contiguous); ENOMEM when memory runs out. On FreeBSD
+    /// [`Wait::NoWait`] concerns the pages only: the pager object and the
+    /// kernel mapping are made with `M_WAITOK`, so the caller may sleep
+    /// either way.
     pub fn alloc(npages: usize, wait: Wait) -> KResult<PageObject> {
         crate::backend::PageObject::alloc(npages, wait).map(PageObject)
     }

@@ -232,16 +232,19 @@ pub struct HwtThread {
     pub tid: Tid,
     /// `td->td_proc->p_pid`.
     pub pid: Pid,
+    /// `td->td_proc->p_flag2` when the hook was called, read without the
+    /// process lock as hwt's handler reads it: the switch hooks run with
+    /// the thread lock (a spin lock) held, where [`crate::proc::flag2`]
+    /// cannot look the process up.
+    pub flag2: u32,
 }
 
 /// The hwt hook type.
-#[cfg(feature = "sim")]
 pub type HwtHookFn = KBox<dyn Fn(HwtThread, &HwtHook<'_>) + Send + Sync>;
 
 /// Installs `hwt_hook` (`hwt_hook_load`); `None` removes it
 /// (`hwt_hook_unload`). The kernel calls it for every thread while it is
 /// installed; the hook tests `P2_HWT` itself.
-#[cfg(feature = "sim")]
 pub fn set_hwt_hook(hook: Option<HwtHookFn>) {
     crate::backend::set_hwt_hook(hook);
 }

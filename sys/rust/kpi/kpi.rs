@@ -55,9 +55,6 @@ pub fn kernel_panic(msg: &str) -> ! {
 }
 
 pub mod atomic;
-// The hwt(4) doors (devices, device pages, sleep, the hwt hook) are served
-// by the simulator so far; their FreeBSD side is still to be written.
-#[cfg(feature = "sim")]
 pub mod cdev;
 pub mod cpu;
 pub mod errno;

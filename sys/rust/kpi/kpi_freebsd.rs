@@ -1167,3 +1167,287 @@ pub use x86_backend::*;
 pub fn cpu_spinwait() {
     core::hint::spin_loop();
 }
+
+/// msleep(9) with `word` (a default mutex held by the caller) as the
+/// interlock.
+pub fn msleep(word: &LockWord, chan: usize, wmesg: &'static CStr, catch: bool) -> KResult<()> {
+    // SAFETY: an initialised default mutex that the caller holds (the
+    // guard's contract); a static message, which the kernel keeps while
+    // the thread sleeps.
+    errno_result(unsafe { sys::kpi_msleep(word.raw(), chan, wmesg.as_ptr(), c_int::from(catch)) })
+}
+/// tsleep(9).
+pub fn tsleep(chan: usize, wmesg: &'static CStr, catch: bool) -> KResult<()> {
+    // SAFETY: a static message; the channel is only an address.
+    errno_result(unsafe { sys::kpi_tsleep(chan, wmesg.as_ptr(), c_int::from(catch)) })
+}
+/// wakeup(9).
+pub fn wakeup(chan: usize) {
+    // SAFETY: the channel is only an address.
+    unsafe { sys::kpi_wakeup(chan) }
+}
+
+pub fn proc_flag2(pid: u32) -> u32 {
+    // SAFETY: plain value.
+    unsafe { sys::kpi_proc_flag2(pid) }
+}
+pub fn proc_flag2_set(pid: u32, set: u32, clear: u32) {
+    // SAFETY: plain values.
+    unsafe { sys::kpi_proc_flag2_set(pid, set, clear) }
+}
+pub fn cred_same_user(owner: u32, target: u32) -> bool {
+    // SAFETY: plain values.
+    unsafe { sys::kpi_cred_same_user(owner, target) != 0 }
+}
+
+/// A driver's methods, as the glue's cdevsw reaches them (a thin
+/// pointer to the boxed trait object).
+type CdevBox = KBox<dyn crate::cdev::CdevSw>;
+
+unsafe extern "C" fn cdev_ioctl(
+    arg: *mut c_void,
+    cmd: u32,
+    data: *mut c_void,
+    len: usize,
+) -> c_int {
+    // SAFETY: `arg` is the CdevBox leaked by make_dev, freed only by
+    // cdev_gone once no method runs; `data` is the kernel's argument area
+    // of `len` bytes (IOCPARM_LEN of the command).
+    let (sw, data) = unsafe {
+        let sw = &*arg.cast::<CdevBox>();
+        let data: &mut [u8] = if len == 0 || data.is_null() {
+            &mut []
+        } else {
+            core::slice::from_raw_parts_mut(data.cast::<u8>(), len)
+        };
+        (sw, data)
+    };
+    match sw.ioctl(cmd, data) {
+        Ok(()) => 0,
+        Err(e) => e.get(),
+    }
+}
+
+unsafe extern "C" fn cdev_mmap(
+    arg: *mut c_void,
+    offset: u64,
+    size: u64,
+    prot: c_int,
+    pages: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: as cdev_ioctl; `pages` is writable.
+    let sw = unsafe { &*arg.cast::<CdevBox>() };
+    match sw.mmap_single(offset, size, prot) {
+        Ok(obj) => {
+            // The reference passes to the glue, which drops it once the
+            // mapping holds the VM object.
+            let raw = obj.0.into_raw();
+            // SAFETY: see above.
+            unsafe { *pages = raw };
+            0
+        }
+        Err(e) => e.get(),
+    }
+}
+
+unsafe extern "C" fn cdev_gone(arg: *mut c_void) {
+    // SAFETY: the box make_dev leaked; the device is destroyed and no
+    // method runs or will run, so this is the last use.
+    unsafe { unleak(arg.cast::<CdevBox>()) };
+}
+
+pub fn make_dev(
+    name: &str,
+    uid: u32,
+    gid: u32,
+    mode: u32,
+    sw: KBox<dyn crate::cdev::CdevSw>,
+) -> KResult<u64> {
+    may_sleep();
+    let raw = leak(sw)?;
+    let mut cdev = core::ptr::null_mut();
+    // SAFETY: a name by length; the methods' argument lives until the
+    // glue calls cdev_gone, or is freed here when the device was not made.
+    let e = unsafe {
+        sys::kpi_make_dev(
+            name.as_ptr().cast(),
+            name.len(),
+            uid,
+            gid,
+            mode as c_int,
+            Some(cdev_ioctl),
+            Some(cdev_mmap),
+            Some(cdev_gone),
+            raw.cast(),
+            &mut cdev,
+        )
+    };
+    if let Err(e) = errno_result(e) {
+        // SAFETY: never reached the kernel.
+        unsafe { unleak(raw) };
+        return Err(e);
+    }
+    Ok(cdev as u64)
+}
+
+pub fn destroy_dev(id: u64) {
+    // SAFETY: a device of make_dev, destroyed once (Cdev's drop); the
+    // glue frees its methods after the destruction.
+    unsafe { sys::kpi_destroy_dev(id as *mut c_void) }
+}
+
+/// Device pages: a reference to the glue's page object.
+#[derive(Debug)]
+pub struct PageObject {
+    raw: NonNull<c_void>,
+    npages: usize,
+    kva: *mut u8,
+}
+
+// SAFETY: the glue's reference count is atomic (refcount(9)), and the
+// object's fields do not change after allocation; the pages' contents
+// are accessed only with volatile operations, as memory that hardware
+// and processes also write.
+unsafe impl Send for PageObject {}
+// SAFETY: as above.
+unsafe impl Sync for PageObject {}
+
+impl Clone for PageObject {
+    fn clone(&self) -> Self {
+        // SAFETY: a live object: we hold a reference.
+        unsafe { sys::kpi_pages_ref(self.raw.as_ptr()) };
+        PageObject { ..*self }
+    }
+}
+
+impl Drop for PageObject {
+    fn drop(&mut self) {
+        // SAFETY: our reference, given up once.
+        unsafe { sys::kpi_pages_unref(self.raw.as_ptr()) }
+    }
+}
+
+impl PageObject {
+    pub fn alloc(npages: usize, wait: Wait) -> KResult<PageObject> {
+        let flags = match wait {
+            Wait::WaitOk => sys::KPI_M_WAITOK,
+            Wait::NoWait => sys::KPI_M_NOWAIT,
+        };
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: one writable pointer.
+        errno_result(unsafe { sys::kpi_pages_alloc(npages, flags as c_int, &mut raw) })?;
+        let raw = NonNull::new(raw).ok_or(crate::errno::ENOMEM)?;
+        // SAFETY: a live object of kpi_pages_alloc.
+        let (npages, kva) = unsafe {
+            (
+                sys::kpi_pages_count(raw.as_ptr()),
+                sys::kpi_pages_kva(raw.as_ptr()).cast::<u8>(),
+            )
+        };
+        Ok(PageObject { raw, npages, kva })
+    }
+    /// Hands our reference to the glue.
+    fn into_raw(self) -> *mut c_void {
+        let raw = self.raw.as_ptr();
+        core::mem::forget(self);
+        raw
+    }
+    pub fn npages(&self) -> usize {
+        self.npages
+    }
+    pub fn phys(&self, i: usize) -> u64 {
+        if i >= self.npages {
+            panic("kpi: PageObject::phys past the end");
+        }
+        // SAFETY: a live object and a page it has.
+        unsafe { sys::kpi_pages_phys(self.raw.as_ptr(), i) }
+    }
+    /// The kernel mapping of `[offset, offset + len)`; panics past the end.
+    fn range(&self, offset: usize, len: usize) -> *mut u8 {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.npages * crate::cdev::PAGE_SIZE => {}
+            _ => panic("kpi: PageObject access past the end"),
+        }
+        // SAFETY: within the object's kernel mapping (checked above).
+        unsafe { self.kva.add(offset) }
+    }
+    pub fn read(&self, offset: usize, buf: &mut [u8]) {
+        let src = self.range(offset, buf.len());
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: within the mapping, which lives as long as the
+            // reference we hold.
+            *b = unsafe { core::ptr::read_volatile(src.add(i)) };
+        }
+    }
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        let dst = self.range(offset, data.len());
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: as read.
+            unsafe { core::ptr::write_volatile(dst.add(i), *b) };
+        }
+    }
+}
+
+/// The hwt hook the glue calls (a leaked box).
+static HWT_HOOK: AtomicPtr<crate::hooks::HwtHookFn> = AtomicPtr::new(core::ptr::null_mut());
+
+unsafe extern "C" fn hwt_hook_trampoline(arg: *mut c_void, call: *const sys::kpi_hwt_hook_args) {
+    use crate::hooks::{HwtHook, HwtRecordIn, HwtThread};
+    // SAFETY: `arg` is the HwtHookFn box set below, freed only after the
+    // glue removed the hook and waited for its calls; `call` is the
+    // glue's decoded call, and its path has `pathlen` bytes for the call.
+    let (hook, c) = unsafe { (&*arg.cast::<crate::hooks::HwtHookFn>(), &*call) };
+    let fullpath = if c.fullpath.is_null() {
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { core::slice::from_raw_parts(c.fullpath.cast::<u8>(), c.pathlen) })
+    };
+    let rec = HwtRecordIn {
+        record_type: c.record_type,
+        fullpath,
+        addr: c.addr,
+        baseaddr: c.baseaddr,
+    };
+    let decoded = match (c.func as u32, c.has_record != 0) {
+        (sys::KPI_HWT_SWITCH_IN, _) => HwtHook::SwitchIn,
+        (sys::KPI_HWT_SWITCH_OUT, _) => HwtHook::SwitchOut,
+        (sys::KPI_HWT_THREAD_EXIT, _) => HwtHook::ThreadExit,
+        (sys::KPI_HWT_THREAD_CREATE, _) => HwtHook::ThreadCreate,
+        (sys::KPI_HWT_THREAD_SET_NAME, _) => HwtHook::ThreadSetName,
+        (sys::KPI_HWT_RECORD, true) => HwtHook::Record(rec),
+        (sys::KPI_HWT_MMAP, true) => HwtHook::Mmap(rec),
+        (sys::KPI_HWT_EXEC, true) => HwtHook::Exec(rec),
+        _ => return,
+    };
+    let td = HwtThread {
+        tid: c.tid,
+        pid: c.pid,
+        flag2: c.flag2,
+    };
+    hook(td, &decoded);
+}
+
+pub fn set_hwt_hook(hook: Option<crate::hooks::HwtHookFn>) {
+    let raw = match hook.map(leak) {
+        Some(Ok(raw)) => raw,
+        Some(Err(_)) => {
+            printf("kpi: no memory for the hwt hook; not installed");
+            core::ptr::null_mut()
+        }
+        None => core::ptr::null_mut(),
+    };
+    // SAFETY: the box stays alive until the hook is replaced; removal
+    // waits for the calls still running the old one.
+    unsafe {
+        sys::kpi_set_hwt_hook(None, core::ptr::null_mut());
+        if !raw.is_null() {
+            sys::kpi_set_hwt_hook(Some(hwt_hook_trampoline), raw.cast());
+        }
+    }
+    let old = HWT_HOOK.swap(raw, Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the previous hook's box, no longer installed.
+        unsafe { unleak(old) };
+    }
+}

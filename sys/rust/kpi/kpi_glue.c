@@ -58,10 +58,20 @@
 _Static_assert(EXTERR_CAT_HWPMC_MOD == 21, "EXTERR_CAT_HWPMC_MOD moved");
 #endif
 
+#include <sys/conf.h>
+#include <sys/ioccom.h>
+#include <sys/refcount.h>
+#include <sys/hwt_record.h>
+
 #include <vm/vm.h>
 #include <vm/pmap.h>
+#include <vm/vm_kern.h>
 #include <vm/vm_map.h>
 #include <vm/vm_object.h>
+#include <vm/vm_page.h>
+#include <vm/vm_pageout.h>
+#include <vm/vm_pager.h>
+#include <vm/vm_param.h>
 #include <vm/vm_extern.h>
 
 #include <machine/atomic.h>
@@ -94,12 +104,6 @@ void	vref(struct vnode *vp);
 void	vrele(struct vnode *vp);
 
 /*
- * The sysent slot that hwpmc_glue.c's SYSCALL module data fills in
- * (it must not be static there).
- */
-extern int pmc_syscall_num;
-
-/*
  * kern_pmc.c already defines the "pmc" malloc type (M_PMC, declared by
  * <sys/pmc.h>); hwpmc(4) allocates from it, and a second type with the
  * same name would split vmstat -m's accounting.
@@ -107,9 +111,9 @@ extern int pmc_syscall_num;
 #define	M_HWPMC		M_PMC
 
 /*
- * pmc_cpuid and kern.hwpmc.cpuid belong to the hwpmc module, not to the
- * kernel: hwpmc_glue.c declares them (hwpmc_mod.c does in FreeBSD) and
- * kpi_pmc_cpuid_init() below, the MD part, fills the string.
+ * What names the hwpmc module's own glue (its system call slot, its
+ * sysctl table, pmc_cpuid) is in kpi_glue_pmc.c, which only hwpmc links:
+ * other modules (hwt) take this file alone.
  */
 
 #define	KPI_NAME_MAX	64	/* sysctl leaf names, kenv names */
@@ -796,23 +800,9 @@ kpi_kenv_str(const char *name, size_t namelen, char *buf, size_t len)
 
 /*
  * The module's own oids: its glue declares them and lists their
- * variables in kpi_module_knobs[].
+ * variables in kpi_module_knobs[] (found by kpi_knob_find(), in
+ * kpi_glue_pmc.c).
  */
-const struct kpi_knob *
-kpi_knob_find(const char *name, size_t len, int kind)
-{
-	const struct kpi_knob *k;
-	size_t i;
-
-	for (i = 0; i < kpi_module_nknobs; i++) {
-		k = &kpi_module_knobs[i];
-		if (k->kind == kind && strlen(k->name) == len &&
-		    memcmp(k->name, name, len) == 0)
-			return (k);
-	}
-	return (NULL);
-}
-
 int
 kpi_knob_int_get(const struct kpi_knob *k)
 {
@@ -854,46 +844,6 @@ kpi_knob_counter_fetch(const struct kpi_knob *k)
 	return (counter_u64_fetch(*(counter_u64_t *)k->var));
 }
 
-/*
- * The strings under kern.hwpmc that the driver's handlers serve: their
- * values and handlers in a fixed table under one sx lock, which a write
- * holds across its handler so that removal waits for it.
- */
-#define	KPI_SYSCTL_PREFIX	"kern.hwpmc."
-#define	KPI_NSYSCTL_STR		8
-#define	KPI_SYSCTL_STRLEN	256
-
-struct kpi_sysctl_str {
-	char			name[KPI_NAME_MAX];	/* leaf; "" if free */
-	char			value[KPI_SYSCTL_STRLEN];
-	kpi_sysctl_str_handler_t *handler;
-	void			*arg;
-};
-
-static struct sx kpi_sysctl_sx;
-SX_SYSINIT(kpi_sysctl, &kpi_sysctl_sx, "kpi sysctl");
-static struct kpi_sysctl_str kpi_sysctl_strs[KPI_NSYSCTL_STR];
-
-/* The leaf name under kern.hwpmc, or an error for any other name. */
-static int
-kpi_sysctl_leaf(char *leaf, const char *name, size_t len)
-{
-	const size_t plen = sizeof(KPI_SYSCTL_PREFIX) - 1;
-	size_t i;
-	int error;
-
-	if (len <= plen || memcmp(name, KPI_SYSCTL_PREFIX, plen) != 0)
-		return (ENOENT);
-	if ((error = kpi_cstr(leaf, KPI_NAME_MAX, name + plen,
-	    len - plen)) != 0)
-		return (error);
-	/* Only direct children: kern.hwpmc's subnodes are not ours. */
-	for (i = 0; leaf[i] != '\0'; i++)
-		if (leaf[i] == '.')
-			return (ENOENT);
-	return (0);
-}
-
 int
 kpi_sysctl_int(const char *name, size_t len, int64_t *value)
 {
@@ -920,146 +870,6 @@ kpi_sysctl_int(const char *name, size_t len, int64_t *value)
 	else
 		return (EINVAL);
 	return (0);
-}
-
-static struct kpi_sysctl_str *
-kpi_sysctl_str_find(const char *leaf)
-{
-	int i;
-
-	sx_assert(&kpi_sysctl_sx, SA_LOCKED);
-	for (i = 0; i < KPI_NSYSCTL_STR; i++)
-		if (strcmp(kpi_sysctl_strs[i].name, leaf) == 0)
-			return (&kpi_sysctl_strs[i]);
-	return (NULL);
-}
-
-int
-kpi_sysctl_str_proc(SYSCTL_HANDLER_ARGS)
-{
-	struct kpi_sysctl_str *s;
-	char *buf;
-	int error;
-
-	buf = malloc(KPI_SYSCTL_STRLEN, M_TEMP, M_WAITOK | M_ZERO);
-	sx_xlock(&kpi_sysctl_sx);
-	s = kpi_sysctl_str_find(oidp->oid_name);
-	if (s == NULL || s->handler == NULL) {
-		/* No driver attached (loading or unloading). */
-		sx_xunlock(&kpi_sysctl_sx);
-		free(buf, M_TEMP);
-		return (ENOENT);
-	}
-	strlcpy(buf, s->value, KPI_SYSCTL_STRLEN);
-	error = sysctl_handle_string(oidp, buf, KPI_SYSCTL_STRLEN, req);
-	if (error == 0 && req->newptr != NULL) {
-		error = s->handler(s->arg, buf, strnlen(buf, KPI_SYSCTL_STRLEN));
-		if (error == 0)
-			strlcpy(s->value, buf, sizeof(s->value));
-	}
-	sx_xunlock(&kpi_sysctl_sx);
-	free(buf, M_TEMP);
-	return (error);
-}
-
-int
-kpi_sysctl_str_register(const char *name, size_t namelen, const char *value,
-    size_t valuelen, kpi_sysctl_str_handler_t *handler, void *arg)
-{
-	char leaf[KPI_NAME_MAX];
-	struct kpi_sysctl_str *s;
-	int error;
-
-	if (kpi_knob_find(name, namelen, KPI_KNOB_STRING) == NULL)
-		return (ENOENT);
-	if ((error = kpi_sysctl_leaf(leaf, name, namelen)) != 0)
-		return (error);
-	sx_xlock(&kpi_sysctl_sx);
-	if ((s = kpi_sysctl_str_find(leaf)) == NULL &&
-	    (s = kpi_sysctl_str_find("")) == NULL) {
-		sx_xunlock(&kpi_sysctl_sx);
-		return (ENOSPC);
-	}
-	strlcpy(s->name, leaf, sizeof(s->name));
-	/* An over-long initial value is cut, never overrun. */
-	memcpy(s->value, value, MIN(valuelen, sizeof(s->value) - 1));
-	s->value[MIN(valuelen, sizeof(s->value) - 1)] = '\0';
-	s->handler = handler;
-	s->arg = arg;
-	sx_xunlock(&kpi_sysctl_sx);
-	return (0);
-}
-
-void
-kpi_sysctl_str_remove(const char *name, size_t len)
-{
-	char leaf[KPI_NAME_MAX];
-	struct kpi_sysctl_str *s;
-
-	if (kpi_sysctl_leaf(leaf, name, len) != 0)
-		return;
-	/* Waits for a write in progress, which holds the lock. */
-	sx_xlock(&kpi_sysctl_sx);
-	if ((s = kpi_sysctl_str_find(leaf)) != NULL) {
-		s->handler = NULL;
-		s->arg = NULL;
-		s->name[0] = '\0';
-	}
-	sx_xunlock(&kpi_sysctl_sx);
-}
-
-/*
- * The hwpmc system call.  The shared lock spans each call so that
- * deregistration waits for the calls in progress.
- */
-static struct sx kpi_syscall_sx;
-SX_SYSINIT(kpi_syscall, &kpi_syscall_sx, "kpi syscall");
-static kpi_syscall_t *kpi_syscall_fn;
-static void *kpi_syscall_arg;
-
-uint32_t
-kpi_syscall_register(kpi_syscall_t *handler, void *arg)
-{
-	sx_xlock(&kpi_syscall_sx);
-	kpi_syscall_fn = handler;
-	kpi_syscall_arg = arg;
-	sx_xunlock(&kpi_syscall_sx);
-	return ((uint32_t)pmc_syscall_num);
-}
-
-void
-kpi_syscall_deregister(uint32_t num)
-{
-	sx_xlock(&kpi_syscall_sx);
-	kpi_syscall_fn = NULL;
-	kpi_syscall_arg = NULL;
-	sx_xunlock(&kpi_syscall_sx);
-}
-
-int
-kpi_syscall_dispatch(struct thread *td, void *uap)
-{
-	struct pmc_syscall_args *a;
-	uint64_t args[2];
-	int64_t rv;
-	int error;
-
-	a = uap;
-	/* hwpmc reads the operation as an int. */
-	args[0] = (u_int)(int)a->pmop_code;
-	args[1] = (uintptr_t)a->pmop_data;
-	rv = 0;
-	sx_slock(&kpi_syscall_sx);
-	if (kpi_syscall_fn == NULL) {
-		/* As hwpmc before its hook is set: not set up yet. */
-		sx_sunlock(&kpi_syscall_sx);
-		return (EINVAL);
-	}
-	error = kpi_syscall_fn(kpi_syscall_arg, args, nitems(args), &rv);
-	sx_sunlock(&kpi_syscall_sx);
-	if (error == 0)
-		td->td_retval[0] = rv;
-	return (error);
 }
 
 /*
@@ -1407,37 +1217,6 @@ kpi_exterr_set(int error, u_int category, const char *msg, uint64_t p1,
 	(void)line;
 	return (error);
 #endif
-}
-
-/* The MD part of hwpmc's initialisation that names the CPU. */
-static void
-kpi_pmc_cpuid_init(void *arg __unused)
-{
-#if defined(__amd64__)
-	if (cpu_vendor_id == CPU_VENDOR_INTEL ||
-	    cpu_vendor_id == CPU_VENDOR_AMD ||
-	    cpu_vendor_id == CPU_VENDOR_HYGON)
-		snprintf(pmc_cpuid, sizeof(pmc_cpuid), "%s-%d-%02X-%X",
-		    cpu_vendor, CPUID_TO_FAMILY(cpu_id), CPUID_TO_MODEL(cpu_id),
-		    CPUID_TO_STEPPING(cpu_id));
-#elif defined(__aarch64__)
-	uint64_t midr;
-
-	/* CPU 0's MIDR, without variant and revision, as hwpmc does. */
-	midr = pcpu_find(0)->pc_midr;
-	midr &= ~(uint64_t)(CPU_VAR_MASK | CPU_REV_MASK);
-	snprintf(pmc_cpuid, sizeof(pmc_cpuid), "0x%016lx", midr);
-#endif
-}
-SYSINIT(kpi_pmc_cpuid, SI_SUB_DRIVERS, SI_ORDER_FIRST, kpi_pmc_cpuid_init,
-    NULL);
-
-size_t
-kpi_pmc_cpuid(char *buf, size_t len)
-{
-	if (len > 0)
-		strlcpy(buf, pmc_cpuid, len);
-	return (strnlen(pmc_cpuid, sizeof(pmc_cpuid)));
 }
 
 uint32_t
@@ -2365,3 +2144,467 @@ kpi_set_user_rdpmc(int enabled)
 		load_cr4(rcr4() & ~CR4_PCE);
 }
 #endif
+
+/*
+ * Sleep and wakeup.
+ */
+
+/* A signal ends a PCATCH sleep with EINTR, restartable or not. */
+static int
+kpi_sleep_error(int error)
+{
+	return (error == ERESTART ? EINTR : error);
+}
+
+int
+kpi_msleep(void *lock, uintptr_t chan, const char *wmesg, int catch)
+{
+	return (kpi_sleep_error(msleep((void *)chan, (struct mtx *)lock,
+	    catch ? PCATCH : 0, wmesg, 0)));
+}
+
+int
+kpi_tsleep(uintptr_t chan, const char *wmesg, int catch)
+{
+	return (kpi_sleep_error(tsleep((void *)chan, catch ? PCATCH : 0,
+	    wmesg, 0)));
+}
+
+void
+kpi_wakeup(uintptr_t chan)
+{
+	wakeup((void *)chan);
+}
+
+/*
+ * p_flag2 and hwt(4)'s credential test.
+ */
+
+uint32_t
+kpi_proc_flag2(uint32_t pid)
+{
+	struct proc *p;
+	uint32_t flag2;
+
+	if ((p = pfind_any(pid)) == NULL)
+		return (0);
+	flag2 = p->p_flag2;
+	PROC_UNLOCK(p);
+	return (flag2);
+}
+
+void
+kpi_proc_flag2_set(uint32_t pid, uint32_t set, uint32_t clear)
+{
+	struct proc *p;
+
+	if ((p = pfind_any(pid)) == NULL)
+		return;
+	p->p_flag2 = (p->p_flag2 | set) & ~clear;
+	PROC_UNLOCK(p);
+}
+
+int
+kpi_cred_same_user(uint32_t owner, uint32_t target)
+{
+	struct ucred *oc, *tc;
+	bool ok;
+	int i;
+
+	if ((oc = kpi_proc_cred(owner)) == NULL)
+		return (0);
+	if ((tc = kpi_proc_cred(target)) == NULL) {
+		crfree(oc);
+		return (0);
+	}
+	/* No privilege overrides it: root traces only its own processes. */
+	ok = oc->cr_uid == tc->cr_uid || oc->cr_uid == tc->cr_ruid ||
+	    oc->cr_uid == tc->cr_svuid;
+	for (i = 0; ok && i < tc->cr_ngroups; i++)
+		ok = groupmember(tc->cr_groups[i], oc);
+	ok = ok && groupmember(tc->cr_gid, oc) &&
+	    groupmember(tc->cr_rgid, oc) && groupmember(tc->cr_svgid, oc);
+	crfree(tc);
+	crfree(oc);
+	return (ok);
+}
+
+/*
+ * Device pages: an OBJT_MGTDEVICE cdev pager object whose pages are
+ * inserted at allocation, so the pager's fault method never finds one
+ * missing (if it did, SIGBUS).  At the last reference the pages leave
+ * every mapping and the pager goes, as hwt_vm.c's teardown does; a
+ * mapping that outlives them holds a dead object.
+ */
+struct kpi_pages {
+	volatile u_int	refs;
+	size_t		npages;
+	vm_object_t	obj;
+	vm_offset_t	kva;
+	vm_page_t	pages[];
+};
+
+static int
+kpi_pages_fault(vm_object_t obj __unused, vm_ooffset_t offset __unused,
+    int prot __unused, vm_page_t *mres __unused)
+{
+	return (VM_PAGER_BAD);
+}
+
+static int
+kpi_pages_ctor(void *handle __unused, vm_ooffset_t size __unused,
+    vm_prot_t prot __unused, vm_ooffset_t foff __unused,
+    struct ucred *cred __unused, u_short *color)
+{
+	*color = 0;
+	return (0);
+}
+
+static void
+kpi_pages_dtor(void *handle __unused)
+{
+}
+
+static struct cdev_pager_ops kpi_pages_ops = {
+	.cdev_pg_fault =	kpi_pages_fault,
+	.cdev_pg_ctor =		kpi_pages_ctor,
+	.cdev_pg_dtor =		kpi_pages_dtor,
+};
+
+/* The pages allocated so far, the mapping and the object, as hwt does. */
+static void
+kpi_pages_free(struct kpi_pages *kp)
+{
+	vm_page_t m;
+	size_t i;
+
+	if (kp->kva != 0) {
+		pmap_qremove(kp->kva, kp->npages);
+		kva_free(kp->kva, kp->npages * PAGE_SIZE);
+	}
+	if (kp->obj != NULL) {
+		VM_OBJECT_WLOCK(kp->obj);
+		for (i = 0; i < kp->npages && (m = kp->pages[i]) != NULL; i++) {
+			vm_page_busy_acquire(m, 0);
+			/* Out of the object and of every process's map. */
+			cdev_pager_free_page(kp->obj, m);
+			m->flags &= ~PG_FICTITIOUS;
+			vm_page_unwire_noq(m);
+			vm_page_free(m);
+		}
+		/*
+		 * The pager goes now (the object dies, and the handle, this
+		 * structure, leaves the pager's list); mappings keep the
+		 * dead object until they go.
+		 */
+		vm_pager_deallocate(kp->obj);
+		VM_OBJECT_WUNLOCK(kp->obj);
+		vm_object_deallocate(kp->obj);
+	}
+	free(kp, M_HWPMC);
+}
+
+int
+kpi_pages_alloc(size_t npages, int wait, void **pages)
+{
+	struct kpi_pages *kp;
+	vm_paddr_t high;
+	vm_page_t m;
+	size_t i;
+	int pflags, tries;
+
+	if (npages == 0 || npages > SIZE_MAX / PAGE_SIZE / 2)
+		return (EINVAL);
+	kp = malloc(sizeof(*kp) + npages * sizeof(kp->pages[0]), M_HWPMC,
+	    ((wait & KPI_M_WAITOK) ? M_WAITOK : M_NOWAIT) | M_ZERO);
+	if (kp == NULL)
+		return (ENOMEM);
+	refcount_init(&kp->refs, 1);
+	kp->npages = npages;
+	kp->kva = kva_alloc(npages * PAGE_SIZE);
+	if (kp->kva == 0) {
+		kpi_pages_free(kp);
+		return (ENOMEM);
+	}
+	kp->obj = cdev_pager_allocate(kp, OBJT_MGTDEVICE, &kpi_pages_ops,
+	    npages * PAGE_SIZE, VM_PROT_READ, 0, curthread->td_ucred);
+	if (kp->obj == NULL) {
+		kpi_pages_free(kp);
+		return (ENOMEM);
+	}
+	/* Zeroed (VM_ALLOC_ZERO zeroes what is not zero already). */
+	pflags = VM_ALLOC_NORMAL | VM_ALLOC_WIRED | VM_ALLOC_ZERO;
+	high = ~(vm_paddr_t)0;
+	for (i = 0; i < npages; i++) {
+		tries = 0;
+		while ((m = vm_page_alloc_noobj_contig(pflags, 1, 0, high,
+		    PAGE_SIZE, 0, VM_MEMATTR_DEFAULT)) == NULL) {
+			/* As hwt_vm.c: reclaim or wait, three times at most. */
+			if (!(wait & KPI_M_WAITOK) || tries++ == 3) {
+				kpi_pages_free(kp);
+				return (ENOMEM);
+			}
+			if (!vm_page_reclaim_contig(pflags, 1, 0, high,
+			    PAGE_SIZE, 0))
+				vm_wait(NULL);
+		}
+		/* Managed and fictitious, so that unmapping finds its maps. */
+		m->valid = VM_PAGE_BITS_ALL;
+		m->oflags &= ~VPO_UNMANAGED;
+		m->flags |= PG_FICTITIOUS;
+		VM_OBJECT_WLOCK(kp->obj);
+		if (vm_page_insert(m, kp->obj, i) != 0) {
+			/* No radix node: undo this page, free the others. */
+			VM_OBJECT_WUNLOCK(kp->obj);
+			m->flags &= ~PG_FICTITIOUS;
+			m->oflags |= VPO_UNMANAGED;
+			vm_page_unwire_noq(m);
+			vm_page_free(m);
+			kpi_pages_free(kp);
+			return (ENOMEM);
+		}
+		kp->pages[i] = m;
+		VM_OBJECT_WUNLOCK(kp->obj);
+		pmap_qenter(kp->kva + i * PAGE_SIZE, &m, 1);
+	}
+	*pages = kp;
+	return (0);
+}
+
+void
+kpi_pages_ref(void *pages)
+{
+	struct kpi_pages *kp = pages;
+
+	refcount_acquire(&kp->refs);
+}
+
+void
+kpi_pages_unref(void *pages)
+{
+	struct kpi_pages *kp = pages;
+
+	if (refcount_release(&kp->refs))
+		kpi_pages_free(kp);
+}
+
+size_t
+kpi_pages_count(void *pages)
+{
+	return (((struct kpi_pages *)pages)->npages);
+}
+
+uint64_t
+kpi_pages_phys(void *pages, size_t i)
+{
+	struct kpi_pages *kp = pages;
+
+	KASSERT(i < kp->npages, ("kpi_pages_phys: page %zu of %zu", i,
+	    kp->npages));
+	return (VM_PAGE_TO_PHYS(kp->pages[i]));
+}
+
+void *
+kpi_pages_kva(void *pages)
+{
+	return ((void *)((struct kpi_pages *)pages)->kva);
+}
+
+/*
+ * Character devices: one cdevsw whose methods call the driver's through
+ * the struct kpi_cdev in si_drv1.
+ */
+struct kpi_cdev {
+	struct cdev		*dev;
+	kpi_cdev_ioctl_t	*ioctl;
+	kpi_cdev_mmap_t		*mmap;
+	kpi_cdev_gone_t		*gone;
+	void			*arg;
+};
+
+/* Devices whose destruction is scheduled and not done. */
+static volatile u_int kpi_cdev_dying;
+
+static d_ioctl_t kpi_cdev_ioctl;
+static d_mmap_single_t kpi_cdev_mmap_single;
+
+static struct cdevsw kpi_cdevsw = {
+	.d_version =		D_VERSION,
+	.d_name =		"kpi",
+	.d_ioctl =		kpi_cdev_ioctl,
+	.d_mmap_single =	kpi_cdev_mmap_single,
+};
+
+static int
+kpi_cdev_ioctl(struct cdev *dev, u_long cmd, caddr_t data,
+    int fflag __unused, struct thread *td __unused)
+{
+	struct kpi_cdev *kc = dev->si_drv1;
+
+	return (kc->ioctl(kc->arg, (uint32_t)cmd, data, IOCPARM_LEN(cmd)));
+}
+
+static int
+kpi_cdev_mmap_single(struct cdev *dev, vm_ooffset_t *offset, vm_size_t size,
+    vm_object_t *objp, int nprot)
+{
+	struct kpi_cdev *kc = dev->si_drv1;
+	struct kpi_pages *kp;
+	int error;
+
+	kp = NULL;
+	error = kc->mmap(kc->arg, *offset, size, nprot, (void **)&kp);
+	if (error != 0)
+		return (error);
+	if (kp == NULL)
+		return (ENODEV);
+	/* The mapping holds the object; the driver's reference goes. */
+	vm_object_reference(kp->obj);
+	*objp = kp->obj;
+	kpi_pages_unref(kp);
+	return (0);
+}
+
+int
+kpi_make_dev(const char *name, size_t len, uint32_t uid, uint32_t gid,
+    int mode, kpi_cdev_ioctl_t *ioctl, kpi_cdev_mmap_t *mmap,
+    kpi_cdev_gone_t *gone, void *arg, void **cdev)
+{
+	struct make_dev_args args;
+	struct kpi_cdev *kc;
+	char path[SPECNAMELEN + 1];
+	int error, tries;
+
+	if ((error = kpi_cstr(path, sizeof(path), name, len)) != 0)
+		return (error);
+	kc = malloc(sizeof(*kc), M_HWPMC, M_WAITOK | M_ZERO);
+	kc->ioctl = ioctl;
+	kc->mmap = mmap;
+	kc->gone = gone;
+	kc->arg = arg;
+	make_dev_args_init(&args);
+	args.mda_flags = MAKEDEV_CHECKNAME | MAKEDEV_WAITOK;
+	args.mda_devsw = &kpi_cdevsw;
+	args.mda_cr = NULL;
+	args.mda_uid = uid;
+	args.mda_gid = gid;
+	args.mda_mode = mode;
+	args.mda_si_drv1 = kc;
+	for (tries = 0;; tries++) {
+		error = make_dev_s(&args, &kc->dev, "%s", path);
+		/*
+		 * The name may belong to a device on its way out (its drop
+		 * only scheduled the destruction): wait for it, a second at
+		 * most, as a driver that frees a name expects to reuse it.
+		 */
+		if (error != EEXIST || tries >= hz ||
+		    atomic_load_acq_int(&kpi_cdev_dying) == 0)
+			break;
+		pause("kpidev", 1);
+	}
+	if (error != 0) {
+		free(kc, M_HWPMC);
+		return (error);
+	}
+	*cdev = kc;
+	return (0);
+}
+
+static void
+kpi_cdev_gone(void *arg)
+{
+	struct kpi_cdev *kc = arg;
+
+	kc->gone(kc->arg);
+	free(kc, M_HWPMC);
+	atomic_subtract_rel_int(&kpi_cdev_dying, 1);
+}
+
+/*
+ * destroy_dev_sched_cb(), not destroy_dev(): the last reference to a
+ * device may go inside one of its own methods (hwt: a context freed by
+ * its owner's exit while an ioctl on its buffer runs), where destroy_dev
+ * would wait for itself.  The driver's methods stay until gone() runs.
+ */
+void
+kpi_destroy_dev(void *cdev)
+{
+	struct kpi_cdev *kc = cdev;
+
+	atomic_add_int(&kpi_cdev_dying, 1);
+	destroy_dev_sched_cb(kc->dev, kpi_cdev_gone, kc);
+}
+
+void
+kpi_cdev_drain(void)
+{
+	destroy_dev_drain(&kpi_cdevsw);
+}
+
+/*
+ * hwt_hook, installed as kpi_set_pmc_hook installs pmc_hook: calls in
+ * progress are counted so that removal can wait for them.
+ */
+extern void (*hwt_hook)(struct thread *td, int func, void *arg);
+
+static kpi_hwt_hook_t *volatile kpi_hwt_fn;
+static void *volatile kpi_hwt_arg;
+static volatile u_int kpi_hwt_active;
+
+_Static_assert(HWT_RECORD_MMAP >= 0, "sys/hwt_record.h");
+
+static void
+kpi_hwt_hook(struct thread *td, int func, void *arg)
+{
+	struct kpi_hwt_hook_args call;
+	struct hwt_record_entry *ent;
+	kpi_hwt_hook_t *fn;
+
+	memset(&call, 0, sizeof(call));
+	call.func = func;
+	call.tid = td->td_tid;
+	call.pid = td->td_proc->p_pid;
+	/* Unlocked, as hwt's handler reads it: the switch hooks spin. */
+	call.flag2 = atomic_load_int(&td->td_proc->p_flag2);
+	if ((func == KPI_HWT_RECORD || func == KPI_HWT_MMAP ||
+	    func == KPI_HWT_EXEC) && arg != NULL) {
+		ent = arg;
+		call.has_record = 1;
+		call.record_type = ent->record_type;
+		if (func != KPI_HWT_RECORD && ent->fullpath != NULL) {
+			call.fullpath = ent->fullpath;
+			call.pathlen = strlen(ent->fullpath);
+		}
+		call.addr = ent->addr;
+		/* Only exec sets it (mmap and munmap leave it unset). */
+		if (func == KPI_HWT_EXEC)
+			call.baseaddr = ent->baseaddr;
+	}
+	atomic_add_int(&kpi_hwt_active, 1);
+	/* Pairs with the fence in kpi_set_hwt_hook(). */
+	atomic_thread_fence_seq_cst();
+	fn = atomic_load_ptr(&kpi_hwt_fn);
+	if (fn != NULL)
+		fn(atomic_load_ptr(&kpi_hwt_arg), &call);
+	atomic_subtract_rel_int(&kpi_hwt_active, 1);
+}
+
+void
+kpi_set_hwt_hook(kpi_hwt_hook_t *hook, void *arg)
+{
+	if (hook != NULL) {
+		atomic_store_ptr(&kpi_hwt_arg, arg);
+		atomic_store_rel_ptr((volatile uintptr_t *)&kpi_hwt_fn,
+		    (uintptr_t)hook);
+		atomic_store_rel_ptr((volatile uintptr_t *)&hwt_hook,
+		    (uintptr_t)kpi_hwt_hook);
+		return;
+	}
+	atomic_store_ptr(&hwt_hook, NULL);
+	atomic_store_ptr(&kpi_hwt_fn, NULL);
+	atomic_thread_fence_seq_cst();
+	/* Every call that saw the old hook has left it. */
+	while (atomic_load_acq_int(&kpi_hwt_active) != 0)
+		pause("kpihwt", 1);
+	atomic_store_ptr(&kpi_hwt_arg, NULL);
+}

@@ -285,4 +285,79 @@ uint32_t kpi_proc_mappings(uint32_t pid, struct kpi_mapping *maps,
 	    uint32_t nmaps);
 uint32_t kpi_kernel_objects(struct kpi_mapping *maps, uint32_t nmaps);
 
+/*
+ * Sleep and wakeup (sleep(9)).  chan is the address the sleepers name;
+ * lock is a KPI_LOCK_SLEEP lock held by the caller, released while
+ * asleep and held again on return.  catch: PCATCH; a signal gives
+ * EINTR (ERESTART too, so that both backends agree).
+ */
+int	kpi_msleep(void *lock, uintptr_t chan, const char *wmesg, int catch);
+int	kpi_tsleep(uintptr_t chan, const char *wmesg, int catch);
+void	kpi_wakeup(uintptr_t chan);
+
+/* p_flag2 under the process lock; 0 when the process is gone. */
+uint32_t kpi_proc_flag2(uint32_t pid);
+void	kpi_proc_flag2_set(uint32_t pid, uint32_t set, uint32_t clear);
+/* hwt(4)'s test of an owner's credentials over a target's: 1 or 0. */
+int	kpi_cred_same_user(uint32_t owner, uint32_t target);
+
+/*
+ * Character devices.  The driver's methods are called with the arg given
+ * at creation: data is the argument area the kernel copied in (len is
+ * IOCPARM_LEN(cmd)); mmap returns a page object of kpi_pages_alloc with
+ * a reference for the caller.
+ */
+typedef int kpi_cdev_ioctl_t(void *arg, uint32_t cmd, void *data,
+    size_t len);
+typedef int kpi_cdev_mmap_t(void *arg, uint64_t offset, uint64_t size,
+    int prot, void **pages);
+/* Called once the device is gone and no method runs any more. */
+typedef void kpi_cdev_gone_t(void *arg);
+int	kpi_make_dev(const char *name, size_t len, uint32_t uid, uint32_t gid,
+	    int mode, kpi_cdev_ioctl_t *ioctl, kpi_cdev_mmap_t *mmap,
+	    kpi_cdev_gone_t *gone, void *arg, void **cdev);
+/* destroy_dev_sched_cb(9): gone(arg) runs after the destruction. */
+void	kpi_destroy_dev(void *cdev);
+/* destroy_dev_drain(9) of kpi's cdevsw: at module unload. */
+void	kpi_cdev_drain(void);
+
+/*
+ * Device pages: wired, zeroed pages in an OBJT_MGTDEVICE pager object,
+ * mapped in kernel space.  Reference counted: freed with the last.
+ */
+int	kpi_pages_alloc(size_t npages, int wait, void **pages);	/* KPI_M_* */
+void	kpi_pages_ref(void *pages);
+void	kpi_pages_unref(void *pages);
+size_t	kpi_pages_count(void *pages);
+uint64_t kpi_pages_phys(void *pages, size_t i);
+void	*kpi_pages_kva(void *pages);	/* npages * PAGE_SIZE bytes */
+
+/*
+ * hwt_hook: the kernel's calls for hwt(4), decoded.  The codes are
+ * sys/dev/hwt/hwt_hook.h's.
+ */
+#define	KPI_HWT_SWITCH_IN	0
+#define	KPI_HWT_SWITCH_OUT	1
+#define	KPI_HWT_THREAD_EXIT	2
+#define	KPI_HWT_THREAD_CREATE	3
+#define	KPI_HWT_THREAD_SET_NAME	4
+#define	KPI_HWT_RECORD		5
+#define	KPI_HWT_MMAP		6
+#define	KPI_HWT_EXEC		7
+struct kpi_hwt_hook_args {
+	int		func;		/* KPI_HWT_* */
+	uint32_t	tid;		/* td_tid */
+	uint32_t	pid;		/* td_proc->p_pid */
+	uint32_t	flag2;		/* td_proc->p_flag2, read unlocked */
+	int		has_record;	/* the fields below are set */
+	uint32_t	record_type;
+	const char	*fullpath;	/* NULL for none */
+	size_t		pathlen;
+	uint64_t	addr;
+	uint64_t	baseaddr;
+};
+typedef void kpi_hwt_hook_t(void *arg, const struct kpi_hwt_hook_args *call);
+/* NULL removes the hook and waits for the calls still in it. */
+void	kpi_set_hwt_hook(kpi_hwt_hook_t *hook, void *arg);
+
 #endif /* !_KPI_GLUE_H_ */

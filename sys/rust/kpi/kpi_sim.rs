@@ -1014,7 +1014,8 @@ pub fn set_hwt_hook(hook: Option<crate::hooks::HwtHookFn>) {
                 (ksim::HwtHookCall::Exec(_), Some(r)) => HwtHook::Exec(r),
                 _ => return,
             };
-            h(HwtThread { tid, pid }, &hook);
+            let flag2 = kern::proc_flag2(pid);
+            h(HwtThread { tid, pid, flag2 }, &hook);
         }) as ksim::HwtHookFn
     }));
 }

@@ -29,6 +29,7 @@ impl Kproc {
         crate::backend::kproc_stop(self.0);
     }
     /// The kernel's handle of it (for [`crate::intr::SwiHandle`]).
+    #[cfg(feature = "sim")]
     pub(crate) fn id(&self) -> u64 {
         self.0
     }

@@ -188,14 +188,14 @@ pub fn all_pids(wait: Wait) -> KResult<KVec<Pid>> {
 /// `P2_HWT` of `p_flag2`: the process is traced by hwt(4).
 pub const P2_HWT: u32 = 0x0200_0000;
 
-/// `p_flag2` of `pid` (0 when it is gone).
-#[cfg(feature = "sim")]
+/// `p_flag2` of `pid` (0 when it is gone). It looks the process up
+/// (sleep locks): not under a spin lock; the hwt hook has
+/// [`crate::hooks::HwtThread::flag2`].
 pub fn flag2(pid: Pid) -> u32 {
     crate::backend::proc_flag2(pid)
 }
 
 /// `p_flag2 = (p_flag2 | set) & ~clear` under the process lock.
-#[cfg(feature = "sim")]
 pub fn set_flag2(pid: Pid, set: u32, clear: u32) {
     crate::backend::proc_flag2_set(pid, set, clear);
 }
@@ -204,7 +204,6 @@ pub fn set_flag2(pid: Pid, set: u32, clear: u32) {
 /// overrides it): the owner's effective uid is one of the target's
 /// effective, saved or real uids, and every group of the target (its
 /// group list, effective, real and saved gid) is one of the owner's.
-#[cfg(feature = "sim")]
 pub fn cred_same_user(owner: Pid, target: Pid) -> bool {
     crate::backend::cred_same_user(owner, target)
 }

@@ -827,6 +827,32 @@ mod tests {
 /// (`[p_vaddr, p_vaddr + p_memsz)`), where exec maps it; `None` for
 /// anything that is not a well-formed little-endian ELF64 file.
 pub fn image_span(bytes: &[u8]) -> Option<(u64, u64)> {
+    let loads = load_segments(bytes)?;
+    // The map entry of a segment covers whole pages, as the kernel maps
+    // it (and as hwpmc logs its start).
+    loads
+        .iter()
+        .find(|l| l.flags & PF_X != 0)
+        .or(loads.first())
+        .and_then(|l| {
+            let end = l.vaddr.checked_add(l.memsz)?;
+            Some((l.vaddr & !(PAGE_SIZE - 1), end.next_multiple_of(PAGE_SIZE)))
+        })
+}
+
+/// A PT_LOAD program header.
+#[derive(Debug, Clone, Copy)]
+struct LoadSegment {
+    flags: u32,
+    offset: u64,
+    filesz: u64,
+    vaddr: u64,
+    memsz: u64,
+}
+
+/// The PT_LOAD segments of a little-endian ELF64 file, in order; `None`
+/// for anything else, or headers that run past the file.
+fn load_segments(bytes: &[u8]) -> Option<Vec<LoadSegment>> {
     let u16_at = |o: usize| {
         bytes
             .get(o..o + 2)
@@ -848,25 +874,23 @@ pub fn image_span(bytes: &[u8]) -> Option<(u64, u64)> {
     let phoff = u64_at(0x20)? as usize;
     let phentsize = u16_at(0x36)? as usize;
     let phnum = u16_at(0x38)? as usize;
-    const PF_X: u32 = 1;
-    let loads: Vec<(u32, u64, u64)> = (0..phnum)
-        .filter_map(|i| {
-            let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
-            if u32_at(ph)? != 1 {
-                return None;
-            }
-            let vaddr = u64_at(ph + 0x10)?;
-            let memsz = u64_at(ph + 0x28)?;
-            Some((u32_at(ph + 4)?, vaddr, vaddr.checked_add(memsz)?))
-        })
-        .collect();
-    // The map entry of a segment covers whole pages, as the kernel maps
-    // it (and as hwpmc logs its start).
-    loads
-        .iter()
-        .find(|(flags, _, _)| flags & PF_X != 0)
-        .or(loads.first())
-        .map(|&(_, start, end)| (start & !(PAGE_SIZE - 1), end.next_multiple_of(PAGE_SIZE)))
+    Some(
+        (0..phnum)
+            .filter_map(|i| {
+                let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+                if u32_at(ph)? != 1 {
+                    return None;
+                }
+                Some(LoadSegment {
+                    flags: u32_at(ph + 4)?,
+                    offset: u64_at(ph + 8)?,
+                    vaddr: u64_at(ph + 0x10)?,
+                    filesz: u64_at(ph + 0x20)?,
+                    memsz: u64_at(ph + 0x28)?,
+                })
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -891,42 +915,10 @@ mod span_tests {
 /// code. Empty for anything that is not a well-formed little-endian
 /// ELF64 file.
 pub fn exec_segments(bytes: &[u8]) -> Vec<(u64, u64, u64)> {
-    let u16_at = |o: usize| {
-        bytes
-            .get(o..o + 2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-    };
-    let u32_at = |o: usize| {
-        bytes
-            .get(o..o + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let u64_at = |o: usize| {
-        bytes
-            .get(o..o + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-    };
-    if bytes.get(..6) != Some(b"\x7fELF\x02\x01") {
-        return Vec::new();
-    }
-    let header = || -> Option<(usize, usize, usize)> {
-        Some((
-            u64_at(0x20)? as usize,
-            u16_at(0x36)? as usize,
-            u16_at(0x38)? as usize,
-        ))
-    };
-    let Some((phoff, phentsize, phnum)) = header() else {
-        return Vec::new();
-    };
-    const PF_X: u32 = 1;
-    (0..phnum)
-        .filter_map(|i| {
-            let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
-            if u32_at(ph)? != 1 || u32_at(ph + 4)? & PF_X == 0 {
-                return None;
-            }
-            Some((u64_at(ph + 8)?, u64_at(ph + 0x20)?, u64_at(ph + 0x10)?))
-        })
+    load_segments(bytes)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| l.flags & PF_X != 0)
+        .map(|l| (l.offset, l.filesz, l.vaddr))
         .collect()
 }

@@ -16,7 +16,6 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 use ksim::cpu::Arch;
-use ksim::cpu::events::{Mode, Retired, Subscriber};
 use ksim::programs;
 use ksim::user_process::{UserProcess, UserThread};
 use ksim::{CpuState, Cred, Machine, MachineConfig};
@@ -40,16 +39,7 @@ fn hwt(files: &PathBuf, args: &[&str]) -> Output {
         .expect("hwt runs")
 }
 
-#[derive(Default)]
-struct Recorder(Vec<u64>);
-
-impl Subscriber for Recorder {
-    fn retired(&mut self, insn: &Retired<'_>) {
-        if insn.mode == Mode::User {
-            self.0.push(insn.pc);
-        }
-    }
-}
+type Recorder = ksim::cpu::events::UserPcs;
 
 /// The user instructions `name` executes with `argv`, on a machine of
 /// the test's own.
@@ -70,7 +60,7 @@ fn executed(name: &str, argv: &[&str]) -> Vec<u64> {
     while m.proc_info(pid).is_some_and(|p| !p.zombie) {
         m.tick(0);
     }
-    rec.lock().unwrap().0.clone()
+    rec.lock().unwrap().pcs.clone()
 }
 
 /// A decoded line: (thread, pc, image, symbol, offset).
@@ -194,5 +184,69 @@ fn the_command_line_is_checked() {
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+#[test]
+fn columns_and_libxo_json_say_the_same_instructions() {
+    let files = scratch("styles");
+    let root = files.to_str().unwrap();
+    let text = hwt(&files, &["-R", root, "calls", "20"]);
+    assert!(text.status.success());
+    let lines: Vec<_> = String::from_utf8(text.stdout)
+        .unwrap()
+        .lines()
+        .map(parse)
+        .collect();
+    // -o: the columns asked, in that order.
+    let cols = hwt(&files, &["-o", "symbol,pc,id", "-R", root, "calls", "20"]);
+    assert!(cols.status.success());
+    let cols = String::from_utf8(cols.stdout).unwrap();
+    assert_eq!(cols.lines().count(), lines.len());
+    for (c, l) in cols.lines().zip(&lines) {
+        assert_eq!(
+            c,
+            format!("{}+{:#x}\tpc {:#010x}\tthr {}", l.3, l.4, l.1, l.0)
+        );
+    }
+    // libxo's JSON, judged by Python's json module.
+    let json = hwt(&files, &["--libxo", "json", "-R", root, "calls", "20"]);
+    assert!(json.status.success());
+    let check = Command::new("python3")
+        .args([
+            "-c",
+            "import json,sys; d=json.load(sys.stdin); \
+             print(len(d['hwt']['instruction'])); \
+             print(' '.join(i['pc'] for i in d['hwt']['instruction'][:3])); \
+             print(d['hwt']['instruction'][0]['symbol'])",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(&json.stdout)?;
+            c.wait_with_output()
+        })
+        .expect("python3 runs");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let out = String::from_utf8(check.stdout).unwrap();
+    let mut it = out.lines();
+    assert_eq!(it.next().unwrap(), lines.len().to_string());
+    let pcs: Vec<String> = lines[..3].iter().map(|l| format!("{:#x}", l.1)).collect();
+    assert_eq!(it.next().unwrap(), pcs.join(" "));
+    assert_eq!(
+        it.next().unwrap(),
+        format!("{}+{:#x}", lines[0].3, lines[0].4)
+    );
+    for bad in [
+        &["-o", "pc,nothing", "calls"][..],
+        &["--libxo", "yaml", "calls"][..],
+    ] {
+        assert_eq!(hwt(&files, bad).status.code(), Some(64), "{bad:?}");
     }
 }

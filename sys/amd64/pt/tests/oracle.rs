@@ -17,7 +17,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use ksim::cpu::Arch;
-use ksim::cpu::events::{Mode, Retired, Subscriber};
 use ksim::programs;
 use ksim::user_process::{UserProcess, UserThread};
 use ksim::{CpuState, Cred, DevFd, Machine, MachineConfig};
@@ -29,18 +28,7 @@ const CPU_KEY: &str = "GenuineIntel-6-5E-3";
 const PAGE: usize = 4096;
 
 /// The user instructions a thread retired.
-#[derive(Default)]
-struct Recorder {
-    pcs: Vec<u64>,
-}
-
-impl Subscriber for Recorder {
-    fn retired(&mut self, insn: &Retired<'_>) {
-        if insn.mode == Mode::User {
-            self.pcs.push(insn.pc);
-        }
-    }
-}
+type Recorder = ksim::cpu::events::UserPcs;
 
 /// A machine with hwt and pt loaded.
 struct Sim {

@@ -238,3 +238,19 @@ impl<S: Subscriber> Subscriber for std::sync::Arc<std::sync::Mutex<S>> {
             .wants_stop()
     }
 }
+
+/// A subscriber that keeps the address of every user-mode instruction
+/// retired, in order: what the trace tests compare a decoded trace with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserPcs {
+    /// The addresses.
+    pub pcs: Vec<u64>,
+}
+
+impl Subscriber for UserPcs {
+    fn retired(&mut self, insn: &Retired<'_>) {
+        if insn.mode == Mode::User {
+            self.pcs.push(insn.pc);
+        }
+    }
+}

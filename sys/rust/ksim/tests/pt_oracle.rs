@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use ksim::cpu::Arch;
-use ksim::cpu::events::{Mode, Retired, Subscriber};
 use ksim::physmem::{ObjId, PAGE_SIZE, PhysMem};
 use ksim::programs;
 use ksim::user_process::{UserProcess, UserThread};
@@ -42,18 +41,7 @@ fn machine(insns_per_tick: u64) -> Machine {
 }
 
 /// The user instructions a thread retired.
-#[derive(Default)]
-struct Recorder {
-    pcs: Vec<u64>,
-}
-
-impl Subscriber for Recorder {
-    fn retired(&mut self, insn: &Retired<'_>) {
-        if insn.mode == Mode::User {
-            self.pcs.push(insn.pc);
-        }
-    }
-}
+type Recorder = ksim::cpu::events::UserPcs;
 
 /// A trace buffer: ToPA table and output pages, read back as a consumer
 /// does (the driver's PMI handler, and the end of the trace).
