@@ -42,6 +42,7 @@
 #include <sys/pcpu.h>
 #include <sys/smp.h>
 #include <sys/epoch.h>
+#include <sys/bus.h>
 #include <sys/interrupt.h>
 #include <sys/pmc.h>
 #include <sys/pmckern.h>
