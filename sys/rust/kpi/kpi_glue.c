@@ -283,6 +283,13 @@ kpi_in_interrupt(void)
 	    atomic_load_ptr(&kpi_nmi_tf[curcpu]) != NULL);
 }
 
+/* In one of kpi's NMI handlers on this CPU. */
+int
+kpi_in_nmi(void)
+{
+	return (atomic_load_ptr(&kpi_nmi_tf[curcpu]) != NULL);
+}
+
 /* Sleep mutexes may be taken: no spin lock, critical section or filter. */
 static bool
 kpi_may_block(void)
@@ -2252,7 +2259,7 @@ kpi_swi_sched(void *cookie)
 	flags = 0;
 #if defined(__amd64__)
 	/* An NMI cannot take the event's locks: an IPI to self schedules. */
-	if (atomic_load_ptr(&kpi_nmi_tf[curcpu]) != NULL)
+	if (kpi_in_nmi())
 		flags = SWI_FROMNMI;
 #endif
 	swi_sched(cookie, flags);

@@ -29,6 +29,7 @@ int	kpi_cpu_active(uint32_t cpu);	/* present, not halted */
 uint32_t kpi_bind(uint32_t cpu);	/* sched_bind; previous binding or ~0 */
 void	kpi_unbind(uint32_t previous);
 int	kpi_in_interrupt(void);		/* an interrupt frame is current */
+int	kpi_in_nmi(void);		/* 1: in one of kpi's NMI handlers */
 int	kpi_can_sleep(void);		/* no critical section, no spin lock */
 void	kpi_critical_enter(void);
 void	kpi_critical_exit(void);

@@ -5,9 +5,10 @@
  * XSAVES and XRSTORS of the PT state component on the current CPU.
  * Linked into pt.ko (and `device intel_pt') beside kpi_glue.c.
  *
- * Each CPU has its own save area, allocated when the module is loaded
- * (the calls run in critical sections and NMI handlers, where nothing
- * may be allocated).  An area is in the compacted format with the PT
+ * Each CPU has two save areas, allocated when the module is loaded (the
+ * calls run in critical sections and NMI handlers, where nothing may be
+ * allocated): one for thread context and one for kpi's NMI handlers, as
+ * an NMI may come while the thread-context call uses its area.  An area is in the compacted format with the PT
  * component alone: the 512-byte legacy region (untouched: x87 and SSE
  * are never in the request), the 64-byte XSAVE header, then the
  * component, whose size and alignment CPUID leaf 0xd, sub-leaf 8
@@ -38,7 +39,7 @@
 /* The x87 and SSE bits XCR0 must have (XSAVES requires x87). */
 #define	KPI_XCR0_BASE		(XFEATURE_ENABLED_X87 | XFEATURE_ENABLED_SSE)
 
-static uint8_t *kpi_pt_areas;		/* (mp_maxid + 1) areas */
+static uint8_t *kpi_pt_areas;		/* 2 * (mp_maxid + 1) areas */
 static size_t kpi_pt_stride;		/* bytes per CPU, a multiple of 64 */
 static size_t kpi_pt_offset;		/* the component in an area */
 
@@ -58,7 +59,7 @@ kpi_pt_areas_init(void *arg __unused)
 	if ((regs[2] & KPI_XSAVE_ALIGNED) != 0)
 		kpi_pt_offset = roundup2(kpi_pt_offset, 64);
 	kpi_pt_stride = roundup2(kpi_pt_offset + size, 64);
-	kpi_pt_areas = malloc_aligned(kpi_pt_stride * (mp_maxid + 1), 64,
+	kpi_pt_areas = malloc_aligned(kpi_pt_stride * 2 * (mp_maxid + 1), 64,
 	    M_PMC, M_WAITOK | M_ZERO);
 }
 SYSINIT(kpi_pt_areas, SI_SUB_KLD, SI_ORDER_ANY, kpi_pt_areas_init, NULL);
@@ -88,7 +89,7 @@ kpi_pt_xsave(uint64_t *state, bool save)
 
 	if (kpi_pt_areas == NULL)
 		panic("kpi: XSAVES of the PT state without a save area");
-	area = kpi_pt_areas + kpi_pt_stride * curcpu;
+	area = kpi_pt_areas + kpi_pt_stride * (2 * curcpu + kpi_in_nmi());
 	hdr = (uint64_t *)(area + KPI_XSAVE_HDR_OFFSET);
 	comp = (uint64_t *)(area + kpi_pt_offset);
 
