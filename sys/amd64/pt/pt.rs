@@ -613,8 +613,8 @@ impl HwtBackend for PtBackend {
 }
 
 /// The loaded backend; dropping it unregisters it (MOD_UNLOAD): the
-/// backend first, then the NMI handler, then the software interrupt the
-/// handler schedules.
+/// backend first, then the NMI handler, the PMC LVT entry's use, and the
+/// software interrupt the handler schedules.
 ///
 /// `R` is the registration with hwt(4), which ends when dropped: hwt's
 /// [`BackendTag`] when both are in one program (the simulator), or what
@@ -623,7 +623,29 @@ impl HwtBackend for PtBackend {
 pub struct Module<R = BackendTag> {
     tag: Option<R>,
     nmi: Option<NmiHandler>,
+    pcint: Option<Pcint>,
     swi: Option<Swi>,
+}
+
+/// A use of the PMC LVT entry (`lapic_enable_pcint`), given back
+/// (`lapic_disable_pcint`) when dropped, as pt.c's `pt_deinit` does.
+#[derive(Debug)]
+struct Pcint;
+
+impl Pcint {
+    fn enable() -> KResult<Pcint> {
+        if kpi::x86::lapic_enable_pcint() {
+            Ok(Pcint)
+        } else {
+            Err(ENXIO)
+        }
+    }
+}
+
+impl Drop for Pcint {
+    fn drop(&mut self) {
+        kpi::x86::lapic_disable_pcint();
+    }
 }
 
 /// Why the unit cannot be used (`pt_supported`): ENXIO.
@@ -706,14 +728,13 @@ impl<R> Module<R> {
             Wait::WaitOk,
             dyn Fn() -> bool + Send + Sync
         )?)?;
-        if !kpi::x86::lapic_enable_pcint() {
-            return Err(ENXIO);
-        }
+        let pcint = Pcint::enable()?;
         let ops = kpi::kbox_dyn!(PtBackend { pt }, Wait::WaitOk, dyn HwtBackend)?;
         let tag = register(BACKEND_NAME, BACKEND_KVA_REQ, ops)?;
         Ok(Module {
             tag: Some(tag),
             nmi: Some(nmi),
+            pcint: Some(pcint),
             swi: Some(swi),
         })
     }
@@ -723,6 +744,7 @@ impl<R> Drop for Module<R> {
     fn drop(&mut self) {
         self.tag.take();
         self.nmi.take();
+        self.pcint.take();
         self.swi.take();
     }
 }
