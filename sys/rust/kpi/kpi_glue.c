@@ -2243,9 +2243,12 @@ kpi_swi_add(const char *name, size_t len, kpi_swi_fn_t *fn, void *arg,
     void **cookie)
 {
 	char buf[MAXCOMLEN + 1];
+	size_t n;
 
-	/* The event copies the handler's name. */
-	strlcpy(buf, name, MIN(len + 1, sizeof(buf)));
+	/* The name comes by length; the event copies it (ih_name). */
+	n = MIN(len, sizeof(buf) - 1);
+	memcpy(buf, name, n);
+	buf[n] = '\0';
 	*cookie = NULL;
 	return (swi_add(&clk_intr_event, buf, fn, arg, SWI_CLOCK,
 	    INTR_MPSAFE, cookie));
