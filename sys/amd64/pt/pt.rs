@@ -613,13 +613,39 @@ impl HwtBackend for PtBackend {
 }
 
 /// The loaded backend; dropping it unregisters it (MOD_UNLOAD): the
-/// backend first, then the NMI handler, then the software interrupt the
-/// handler schedules.
+/// backend first, then the NMI handler, the PMC LVT entry's use, and the
+/// software interrupt the handler schedules.
+///
+/// `R` is the registration with hwt(4), which ends when dropped: hwt's
+/// [`BackendTag`] when both are in one program (the simulator), or what
+/// the module glue makes of hwt.ko's exported entry points.
 #[derive(Debug)]
-pub struct Module {
-    tag: Option<BackendTag>,
+pub struct Module<R = BackendTag> {
+    tag: Option<R>,
     nmi: Option<NmiHandler>,
+    pcint: Option<Pcint>,
     swi: Option<Swi>,
+}
+
+/// A use of the PMC LVT entry (`lapic_enable_pcint`), given back
+/// (`lapic_disable_pcint`) when dropped, as pt.c's `pt_deinit` does.
+#[derive(Debug)]
+struct Pcint;
+
+impl Pcint {
+    fn enable() -> KResult<Pcint> {
+        if kpi::x86::lapic_enable_pcint() {
+            Ok(Pcint)
+        } else {
+            Err(ENXIO)
+        }
+    }
+}
+
+impl Drop for Pcint {
+    fn drop(&mut self) {
+        kpi::x86::lapic_disable_pcint();
+    }
 }
 
 /// Why the unit cannot be used (`pt_supported`): ENXIO.
@@ -646,11 +672,27 @@ fn supported() -> KResult<CpuInfo> {
     })
 }
 
+/// The name the backend registers with hwt(4) under.
+pub const BACKEND_NAME: &str = "pt";
+/// The backend needs the buffers mapped in the kernel (`kva_req`).
+pub const BACKEND_KVA_REQ: bool = true;
+
 impl Module {
     /// MOD_LOAD: ENXIO on a CPU without Intel PT, ToPA output with
     /// several entries, or XSAVES of the PT component; then the backend
     /// registers with hwt(4) as "pt".
     pub fn load(hwt: &hwt::Module) -> KResult<Module> {
+        Module::load_with(|name, kva_req, ops| hwt.register_backend(name, kva_req, ops))
+    }
+}
+
+impl<R> Module<R> {
+    /// MOD_LOAD as [`Module::load`], registering through `register`
+    /// (called once, last, with [`BACKEND_NAME`], [`BACKEND_KVA_REQ`] and
+    /// the backend), whose result ends the registration when dropped.
+    pub fn load_with(
+        register: impl FnOnce(&'static str, bool, kpi::malloc::KBox<dyn HwtBackend>) -> KResult<R>,
+    ) -> KResult<Module<R>> {
         let info = supported()?;
         let ncpu = kpi::cpu::ncpu_ids() as usize;
         let cpus = KVec::try_from_fn(ncpu, Wait::WaitOk, |i| {
@@ -686,23 +728,23 @@ impl Module {
             Wait::WaitOk,
             dyn Fn() -> bool + Send + Sync
         )?)?;
-        if !kpi::x86::lapic_enable_pcint() {
-            return Err(ENXIO);
-        }
+        let pcint = Pcint::enable()?;
         let ops = kpi::kbox_dyn!(PtBackend { pt }, Wait::WaitOk, dyn HwtBackend)?;
-        let tag = hwt.register_backend("pt", true, ops)?;
+        let tag = register(BACKEND_NAME, BACKEND_KVA_REQ, ops)?;
         Ok(Module {
             tag: Some(tag),
             nmi: Some(nmi),
+            pcint: Some(pcint),
             swi: Some(swi),
         })
     }
 }
 
-impl Drop for Module {
+impl<R> Drop for Module<R> {
     fn drop(&mut self) {
         self.tag.take();
         self.nmi.take();
+        self.pcint.take();
         self.swi.take();
     }
 }

@@ -61,7 +61,6 @@ pub mod errno;
 pub mod exterr;
 pub mod file;
 pub mod hooks;
-#[cfg(feature = "sim")]
 pub mod intr;
 pub mod kproc;
 pub mod malloc;

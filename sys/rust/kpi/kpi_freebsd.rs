@@ -967,6 +967,64 @@ pub fn kproc_pid(id: u64) -> Option<u32> {
     Some(unsafe { sys::kpi_kproc_pid((*(id as *const KprocHandle)).kproc) })
 }
 
+unsafe extern "C" fn swi_trampoline(arg: *mut c_void) {
+    // SAFETY: `arg` is the handler box kept alive until swi_remove, which
+    // returns only after the handler is off the event.
+    let body = unsafe { &*arg.cast::<crate::kproc::KprocFn>() };
+    body();
+}
+
+/// A software interrupt handler and its body, freed by `swi_remove`.
+struct SwiBox {
+    cookie: *mut c_void,
+    body: *mut crate::kproc::KprocFn,
+}
+
+pub fn swi_add(name: &str, handler: crate::kproc::KprocFn) -> KResult<u64> {
+    let body = leak(handler)?;
+    let mut cookie = core::ptr::null_mut();
+    // SAFETY: a name by length (the kernel copies it), a body that lives
+    // until swi_remove, a writable cookie.
+    let e = unsafe {
+        sys::kpi_swi_add(
+            name.as_ptr().cast(),
+            name.len(),
+            Some(swi_trampoline),
+            body.cast(),
+            &mut cookie,
+        )
+    };
+    if e != 0 {
+        // SAFETY: never handed to the kernel.
+        unsafe { unleak(body) };
+        return Err(Errno::new(e).unwrap_or(EDOOFUS));
+    }
+    match leak(SwiBox { cookie, body }) {
+        Ok(h) => Ok(h as u64),
+        Err(e) => {
+            // SAFETY: removed (and waited for) before its body goes.
+            unsafe {
+                sys::kpi_swi_remove(cookie);
+                unleak(body);
+            }
+            Err(e)
+        }
+    }
+}
+pub fn swi_sched(id: u64) {
+    // SAFETY: a live handle of swi_add; only read (callable from NMI).
+    unsafe { sys::kpi_swi_sched((*(id as *const SwiBox)).cookie) }
+}
+pub fn swi_remove(id: u64) {
+    // SAFETY: a live handle, consumed here: the handler is off the event
+    // and not running when kpi_swi_remove returns.
+    unsafe {
+        let h = KBox::from_raw(id as *mut SwiBox);
+        sys::kpi_swi_remove(h.cookie);
+        unleak(h.body);
+    }
+}
+
 pub fn interrupted() -> crate::stack::Interrupted {
     let mut pc = 0u64;
     // SAFETY: one writable value.
@@ -1154,6 +1212,48 @@ mod x86_backend {
         }
         Ok(())
     }
+    unsafe extern "C" fn nmi_trampoline(arg: *mut core::ffi::c_void) -> core::ffi::c_int {
+        // SAFETY: `arg` is the handler box of nmi_register_handler, freed
+        // only after kpi_nmi_remove has waited for running handlers.
+        let f = unsafe { &*arg.cast::<crate::x86::PmcIntrFn>() };
+        core::ffi::c_int::from(f())
+    }
+
+    pub fn nmi_register_handler(handler: crate::x86::PmcIntrFn) -> crate::KResult<u64> {
+        let raw = super::leak(handler)?;
+        // SAFETY: the trampoline and its box outlive the registration
+        // (nmi_remove_handler below).
+        let slot = unsafe { sys::kpi_nmi_register(Some(nmi_trampoline), raw.cast()) };
+        if slot < 0 {
+            // SAFETY: never installed.
+            unsafe { super::unleak(raw) };
+            return Err(crate::errno::ENOSPC);
+        }
+        Ok(slot as u64)
+    }
+    pub fn nmi_remove_handler(id: u64) {
+        // SAFETY: a slot of nmi_register_handler, removed once; the glue
+        // returns its argument after no NMI runs the handler any more.
+        unsafe {
+            let raw = sys::kpi_nmi_remove(id as core::ffi::c_int);
+            if !raw.is_null() {
+                super::unleak(raw.cast::<crate::x86::PmcIntrFn>());
+            }
+        }
+    }
+
+    pub fn xsaves_pt() -> [u64; 9] {
+        let mut s = [0u64; 9];
+        // SAFETY: nine writable words; the glue saves through this CPU's
+        // own aligned area, with the caller in a critical section or NMI.
+        unsafe { sys::kpi_xsaves_pt(s.as_mut_ptr()) };
+        s
+    }
+    pub fn xrstors_pt(state: &[u64; 9]) {
+        // SAFETY: nine readable words, copied into this CPU's area.
+        unsafe { sys::kpi_xrstors_pt(state.as_ptr()) }
+    }
+
     pub fn set_user_rdpmc(enabled: bool) {
         // SAFETY: CR4.PCE only.
         unsafe { sys::kpi_set_user_rdpmc(core::ffi::c_int::from(enabled)) }

@@ -42,6 +42,8 @@
 #include <sys/pcpu.h>
 #include <sys/smp.h>
 #include <sys/epoch.h>
+#include <sys/bus.h>
+#include <sys/interrupt.h>
 #include <sys/pmc.h>
 #include <sys/pmckern.h>
 /*
@@ -279,6 +281,13 @@ kpi_in_interrupt(void)
 	return (td->td_intr_frame != NULL || td->td_intr_nesting_level > 0 ||
 	    atomic_load_ptr(&kpi_soft_tf[curcpu]) != NULL ||
 	    atomic_load_ptr(&kpi_nmi_tf[curcpu]) != NULL);
+}
+
+/* In one of kpi's NMI handlers on this CPU. */
+int
+kpi_in_nmi(void)
+{
+	return (atomic_load_ptr(&kpi_nmi_tf[curcpu]) != NULL);
 }
 
 /* Sleep mutexes may be taken: no spin lock, critical section or filter. */
@@ -2135,6 +2144,86 @@ kpi_set_pmc_intr(kpi_pmc_intr_t *handler)
 		nmi_remove_handler(kpi_pmc_nmi);
 }
 
+/*
+ * Further NMI handlers.  nmi_register_handler() refuses the same function
+ * twice, so each slot has its own entry point; the slot's function and
+ * argument are read by the handler, set before it is registered and
+ * cleared after nmi_remove_handler() has waited for running handlers.
+ */
+#define	KPI_NMI_SLOTS	4
+
+static struct kpi_nmi_slot {
+	kpi_nmi_fn_t	*fn;
+	void		*arg;
+	volatile u_int	used;
+} kpi_nmi_slots[KPI_NMI_SLOTS];
+
+static int
+kpi_nmi_run(int slot, struct trapframe *tf)
+{
+	struct kpi_nmi_slot *s;
+	kpi_nmi_fn_t *fn;
+	int cpu, found;
+
+	s = &kpi_nmi_slots[slot];
+	fn = atomic_load_ptr(&s->fn);
+	if (fn == NULL)
+		return (0);
+	cpu = curcpu;
+	atomic_store_ptr(&kpi_nmi_tf[cpu], tf);
+	found = fn(s->arg);
+	atomic_store_ptr(&kpi_nmi_tf[cpu], NULL);
+	return (found);
+}
+
+static int kpi_nmi_0(struct trapframe *tf) { return (kpi_nmi_run(0, tf)); }
+static int kpi_nmi_1(struct trapframe *tf) { return (kpi_nmi_run(1, tf)); }
+static int kpi_nmi_2(struct trapframe *tf) { return (kpi_nmi_run(2, tf)); }
+static int kpi_nmi_3(struct trapframe *tf) { return (kpi_nmi_run(3, tf)); }
+
+static int (*const kpi_nmi_entry[KPI_NMI_SLOTS])(struct trapframe *) = {
+	kpi_nmi_0, kpi_nmi_1, kpi_nmi_2, kpi_nmi_3,
+};
+
+int
+kpi_nmi_register(kpi_nmi_fn_t *fn, void *arg)
+{
+	struct kpi_nmi_slot *s;
+	int i;
+
+	for (i = 0; i < KPI_NMI_SLOTS; i++) {
+		s = &kpi_nmi_slots[i];
+		if (atomic_cmpset_int(&s->used, 0, 1) == 0)
+			continue;
+		s->arg = arg;
+		atomic_store_rel_ptr((volatile uintptr_t *)&s->fn,
+		    (uintptr_t)fn);
+		nmi_register_handler(kpi_nmi_entry[i]);
+		return (i);
+	}
+	return (-1);
+}
+
+void *
+kpi_nmi_remove(int slot)
+{
+	struct kpi_nmi_slot *s;
+	void *arg;
+
+	if (slot < 0 || slot >= KPI_NMI_SLOTS)
+		return (NULL);
+	s = &kpi_nmi_slots[slot];
+	if (atomic_load_int(&s->used) == 0)
+		return (NULL);
+	/* Returns when no CPU runs the entry point any more. */
+	nmi_remove_handler(kpi_nmi_entry[slot]);
+	atomic_store_ptr(&s->fn, NULL);
+	arg = s->arg;
+	s->arg = NULL;
+	atomic_store_rel_int(&s->used, 0);
+	return (arg);
+}
+
 void
 kpi_set_user_rdpmc(int enabled)
 {
@@ -2144,6 +2233,49 @@ kpi_set_user_rdpmc(int enabled)
 		load_cr4(rcr4() & ~CR4_PCE);
 }
 #endif
+
+/*
+ * Software interrupts.
+ */
+
+int
+kpi_swi_add(const char *name, size_t len, kpi_swi_fn_t *fn, void *arg,
+    void **cookie)
+{
+	char buf[MAXCOMLEN + 1];
+	size_t n;
+
+	/* The name comes by length; the event copies it (ih_name). */
+	n = MIN(len, sizeof(buf) - 1);
+	memcpy(buf, name, n);
+	buf[n] = '\0';
+	*cookie = NULL;
+	return (swi_add(&clk_intr_event, buf, fn, arg, SWI_CLOCK,
+	    INTR_MPSAFE, cookie));
+}
+
+void
+kpi_swi_sched(void *cookie)
+{
+	int flags;
+
+	flags = 0;
+#if defined(__amd64__)
+	/* An NMI cannot take the event's locks: an IPI to self schedules. */
+	if (kpi_in_nmi())
+		flags = SWI_FROMNMI;
+#endif
+	swi_sched(cookie, flags);
+}
+
+void
+kpi_swi_remove(void *cookie)
+{
+	int error __diagused;
+
+	error = swi_remove(cookie);
+	KASSERT(error == 0, ("kpi_swi_remove: %d", error));
+}
 
 /*
  * Sleep and wakeup.

@@ -29,6 +29,7 @@ int	kpi_cpu_active(uint32_t cpu);	/* present, not halted */
 uint32_t kpi_bind(uint32_t cpu);	/* sched_bind; previous binding or ~0 */
 void	kpi_unbind(uint32_t previous);
 int	kpi_in_interrupt(void);		/* an interrupt frame is current */
+int	kpi_in_nmi(void);		/* 1: in one of kpi's NMI handlers */
 int	kpi_can_sleep(void);		/* no critical section, no spin lock */
 void	kpi_critical_enter(void);
 void	kpi_critical_exit(void);
@@ -196,7 +197,35 @@ typedef int kpi_pmc_intr_t(void);	/* 1: the NMI was the PMU's */
 /* NULL removes the handler. */
 void	kpi_set_pmc_intr(kpi_pmc_intr_t *handler);
 void	kpi_set_user_rdpmc(int enabled);	/* CR4.PCE */
+/*
+ * Further NMI handlers (nmi_register_handler): a few slots, each its own
+ * C function.  Register returns the slot or -1 (all taken); remove waits
+ * until no NMI runs the handler and returns its argument.
+ */
+typedef int kpi_nmi_fn_t(void *arg);	/* 1: the NMI was this handler's */
+int	kpi_nmi_register(kpi_nmi_fn_t *fn, void *arg);
+void	*kpi_nmi_remove(int slot);
+/*
+ * XSAVES / XRSTORS of the Intel PT state component on the current CPU
+ * (kpi_glue_pt.c): RTIT_CTL, OUTPUT_BASE, OUTPUT_MASK_PTRS, STATUS,
+ * CR3_MATCH, ADDR0_A, ADDR0_B, ADDR1_A, ADDR1_B.  In a critical section
+ * or an NMI handler.
+ */
+#define	KPI_PT_STATE_WORDS	9
+void	kpi_xsaves_pt(uint64_t *state);
+void	kpi_xrstors_pt(const uint64_t *state);
 #endif
+
+/*
+ * Software interrupts: handlers of clk_intr_event (swi_add(9)).
+ * kpi_swi_sched passes SWI_FROMNMI when called from a kpi NMI handler.
+ * kpi_swi_remove returns once the handler is off the event.
+ */
+typedef void kpi_swi_fn_t(void *arg);
+int	kpi_swi_add(const char *name, size_t len, kpi_swi_fn_t *fn, void *arg,
+	    void **cookie);
+void	kpi_swi_sched(void *cookie);
+void	kpi_swi_remove(void *cookie);
 
 /* process_fork, process_exit, kld_load, kld_unload event handlers. */
 #define	KPI_EVENT_FORK		1

@@ -577,6 +577,16 @@ pub fn kproc_wakeup(id: u64) {
 pub fn kproc_stop(id: u64) {
     kern::kproc_stop(id);
 }
+/// A software interrupt is a kernel process woken by each schedule.
+pub fn swi_add(name: &str, handler: crate::kproc::KprocFn) -> KResult<u64> {
+    kproc_create(name, handler)
+}
+pub fn swi_sched(id: u64) {
+    kproc_wakeup(id);
+}
+pub fn swi_remove(id: u64) {
+    kproc_stop(id);
+}
 #[inline(never)]
 pub fn kproc_pid(id: u64) -> Option<u32> {
     kern::kproc_pid(id)

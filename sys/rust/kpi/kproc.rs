@@ -28,11 +28,6 @@ impl Kproc {
     pub fn stop(self) {
         crate::backend::kproc_stop(self.0);
     }
-    /// The kernel's handle of it (for [`crate::intr::SwiHandle`]).
-    #[cfg(feature = "sim")]
-    pub(crate) fn id(&self) -> u64 {
-        self.0
-    }
     /// Its pid.
     pub fn pid(&self) -> Option<Pid> {
         crate::backend::kproc_pid(self.0)

@@ -63,11 +63,9 @@ pub fn set_user_rdpmc(enabled: bool) {
 /// A further NMI handler (`nmi_register_handler`), beside the PMC one:
 /// Intel PT's ToPA interrupt. Removed (`nmi_remove_handler`) when
 /// dropped.
-#[cfg(feature = "sim")]
 #[derive(Debug)]
 pub struct NmiHandler(u64);
 
-#[cfg(feature = "sim")]
 impl NmiHandler {
     /// Registers `handler`, which runs in NMI context on the interrupted
     /// CPU after the PMC handler and says whether it claimed the NMI.
@@ -76,7 +74,6 @@ impl NmiHandler {
     }
 }
 
-#[cfg(feature = "sim")]
 impl Drop for NmiHandler {
     fn drop(&mut self) {
         crate::backend::nmi_remove_handler(self.0);
@@ -91,14 +88,12 @@ pub type PtState = [u64; 9];
 /// XSAVES of the PT component on the current CPU (IA32_XSS.PT set for
 /// the instruction, XCR0 and CR0.TS as it needs): a unit that was tracing
 /// stops, and its state is returned.
-#[cfg(feature = "sim")]
 pub fn xsaves_pt() -> PtState {
     crate::backend::xsaves_pt()
 }
 
 /// XRSTORS of the PT component on the current CPU: the unit takes the
 /// state (and traces, if TraceEn is set in it).
-#[cfg(feature = "sim")]
 pub fn xrstors_pt(state: &PtState) {
     crate::backend::xrstors_pt(state)
 }

@@ -973,20 +973,35 @@ pub fn physmem() -> std::sync::Arc<crate::physmem::PhysMem> {
 
 /// `lapic_enable_pcint`: the performance-counter LVT entry of every CPU
 /// delivers an NMI, unmasked; false when the machine has no such entry.
+/// Counted, as FreeBSD counts its users: the first unmasks.
 pub fn lapic_enable_pcint() -> bool {
-    let pmus = current().st().pmus.clone();
-    match pmus {
-        Some(p) => {
-            p.set_lvt_all(crate::x86::pmu::LVT_DM_NMI);
-            true
-        }
-        None => false,
+    let m = current();
+    let pmus = {
+        let mut st = m.st();
+        let Some(p) = st.pmus.clone() else {
+            return false;
+        };
+        st.pcint_refs += 1;
+        (st.pcint_refs == 1).then_some(p)
+    };
+    if let Some(p) = pmus {
+        p.set_lvt_all(crate::x86::pmu::LVT_DM_NMI);
     }
+    true
 }
 
-/// `lapic_disable_pcint`: masks every CPU's entry.
+/// `lapic_disable_pcint`: the last user masks every CPU's entry.
 pub fn lapic_disable_pcint() {
-    if let Some(p) = current().st().pmus.clone() {
+    let m = current();
+    let pmus = {
+        let mut st = m.st();
+        let Some(p) = st.pmus.clone() else {
+            return;
+        };
+        st.pcint_refs = st.pcint_refs.saturating_sub(1);
+        (st.pcint_refs == 0).then_some(p)
+    };
+    if let Some(p) = pmus {
         p.set_lvt_all(crate::x86::pmu::LVT_DM_NMI | crate::x86::pmu::LVT_MASKED);
     }
 }

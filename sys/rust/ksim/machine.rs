@@ -805,6 +805,9 @@ pub(crate) struct State {
     pub(crate) pmus: Option<Arc<crate::x86::PmuSet>>,
     /// Per CPU: CR4.PCE.
     pub(crate) user_rdpmc: Vec<bool>,
+    /// The users of the PMC LVT entry (`pcint_refcnt` of local_apic.c):
+    /// hwpmc and pt enable and disable it independently.
+    pub(crate) pcint_refs: u32,
     /// Physical memory, for the hardware models' output.
     pub(crate) physmem: Arc<physmem::PhysMem>,
     /// The Intel PT units, if the model has them.
@@ -967,6 +970,7 @@ impl Machine {
             cr3s: BTreeMap::new(),
             next_cr3: FIRST_CR3,
             user_rdpmc: vec![false; cpu_count],
+            pcint_refs: 0,
             cfg,
             cpus,
             procs: BTreeMap::new(),
