@@ -16,6 +16,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use hwt_ring::{Record, parse_record};
 use ksim::cpu::Arch;
 use ksim::programs;
 use ksim::user_process::{UserProcess, UserThread};
@@ -203,14 +204,14 @@ impl Sim {
         page as u64 * PAGE as u64 + off
     }
 
-    /// The records of the session so far: (type, int0, offset field).
-    fn records(&self, s: &Session) -> Vec<(u32, i32, i32, u64)> {
+    /// The records of the session so far, read as hwt(8) reads them.
+    fn records(&self, s: &Session) -> Vec<Record> {
         let (opid, otid) = s.owner;
-        let buf = self.m.user_alloc(opid, 1056 * 1024);
+        let buf = self.m.user_alloc(opid, 1056 * 256);
         let n = self.m.user_alloc(opid, 4);
         let mut out = Vec::new();
         loop {
-            self.m.user_write(opid, n, &1024i32.to_ne_bytes());
+            self.m.user_write(opid, n, &256i32.to_ne_bytes());
             let mut a = vec![0u8; 32];
             a[0..8].copy_from_slice(&buf.to_ne_bytes());
             a[8..16].copy_from_slice(&n.to_ne_bytes());
@@ -221,48 +222,11 @@ impl Sim {
                 return out;
             }
             let bytes = self.m.user_read(opid, buf, 1056 * got as usize);
-            for r in bytes.chunks(1056) {
-                let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().unwrap());
-                out.push((
-                    u32_at(0),
-                    u32_at(8) as i32,
-                    u32_at(12) as i32,
-                    u64::from_ne_bytes(r[16..24].try_into().unwrap()),
-                ));
-            }
-        }
-    }
-
-    /// The records with their paths: (type, path, addr).
-    fn records_full(&self, s: &Session) -> Vec<(u32, String, u64)> {
-        let (opid, otid) = s.owner;
-        let buf = self.m.user_alloc(opid, 1056 * 64);
-        let n = self.m.user_alloc(opid, 4);
-        let mut out = Vec::new();
-        loop {
-            self.m.user_write(opid, n, &64i32.to_ne_bytes());
-            let mut a = vec![0u8; 32];
-            a[0..8].copy_from_slice(&buf.to_ne_bytes());
-            a[8..16].copy_from_slice(&n.to_ne_bytes());
-            self.ioctl(otid, opid, &s.dev, HWT_IOC_RECORD_GET, &mut a)
-                .expect("RECORD_GET");
-            let got = i32::from_ne_bytes(self.m.user_read(opid, n, 4).try_into().unwrap());
-            if got == 0 {
-                return out;
-            }
-            for r in self
-                .m
-                .user_read(opid, buf, 1056 * got as usize)
-                .chunks(1056)
-            {
-                let path = &r[8..1032];
-                let end = path.iter().position(|&b| b == 0).unwrap_or(1024);
-                out.push((
-                    u32::from_ne_bytes(r[0..4].try_into().unwrap()),
-                    String::from_utf8_lossy(&path[..end]).into_owned(),
-                    u64::from_ne_bytes(r[1032..1040].try_into().unwrap()),
-                ));
-            }
+            out.extend(
+                bytes
+                    .chunks(1056)
+                    .map(|r| parse_record(r).expect("a whole entry")),
+            );
         }
     }
 
@@ -446,16 +410,25 @@ fn thread_mode_traces_each_program_exactly() {
         // The records: THREAD_CREATE 0, EXECUTABLE, and a BUFFER record
         // for each page the unit filled (a PMI each).
         let recs = sim.records(&s);
-        assert_eq!(recs[0].0, 4);
-        assert_eq!(recs[1].0, 2);
-        let buffers: Vec<_> = recs.iter().filter(|r| r.0 == 6).collect();
+        assert_eq!(recs[0], Record::ThreadCreate { thread_id: 0 });
+        assert!(
+            matches!(&recs[1], Record::Object { executable: true, path, .. } if path.ends_with(name)),
+            "{recs:?}"
+        );
+        let buffers: Vec<(i32, u64)> = recs
+            .iter()
+            .filter_map(|r| match *r {
+                Record::Buffer { buf_id, position } => Some((buf_id, position)),
+                _ => None,
+            })
+            .collect();
         assert_eq!(buffers.len(), len / PAGE, "{name}: {recs:?}");
         // Each comes from the PMI of a filled page: the unit is on the
         // next page then (some bytes in: the interrupt comes after the
         // instruction that filled it, and the handler runs later).
-        for (k, b) in buffers.iter().enumerate() {
-            assert_eq!((b.1, b.2), (0, k as i32 + 1), "{name}: page {k} filled");
-            assert!(b.3 < PAGE as u64, "{name}: page {k}: {b:?}");
+        for (k, &(id, position)) in buffers.iter().enumerate() {
+            assert_eq!(id, 0);
+            assert_eq!(position as usize / PAGE, k + 1, "{name}: page {k} filled");
         }
         sim.unload();
     }
@@ -503,15 +476,24 @@ fn an_object_mapped_at_run_time_decodes_from_its_mmap_record() {
     assert_eq!(sim.m.program_output(pid, 1), b"mapobj: ok\n");
     // The MMAP record of the object's text names where it went; its
     // MUNMAP names the same address.
-    let recs = sim.records_full(&s);
-    let mmap = recs
+    let recs = sim.records(&s);
+    let mapped = recs
         .iter()
-        .find(|r| r.0 == 0 && r.1 == programs::SECOND_OBJECT_PATH)
+        .find_map(|r| match r {
+            Record::Object {
+                executable: false,
+                path,
+                addr,
+                ..
+            } if path == programs::SECOND_OBJECT_PATH => Some(*addr),
+            _ => None,
+        })
         .unwrap_or_else(|| panic!("no MMAP record: {recs:?}"));
     let (_, _, text_vaddr) = ksim::elf::exec_segments(&object)[0];
-    let bias = mmap.2 - (text_vaddr & !0xfff);
+    let bias = mapped - (text_vaddr & !0xfff);
     assert!(
-        recs.iter().any(|r| r.0 == 1 && r.2 <= mmap.2 && r.2 != 0),
+        recs.iter()
+            .any(|r| matches!(*r, Record::Munmap { addr } if addr != 0 && addr <= mapped)),
         "{recs:?}"
     );
     let len = sim.bufptr(&s, &s.dev) as usize;
@@ -525,7 +507,7 @@ fn an_object_mapped_at_run_time_decodes_from_its_mmap_record() {
     assert!(
         executed
             .iter()
-            .any(|&pc| pc >= mmap.2 && pc < mmap.2 + 0x10000),
+            .any(|&pc| pc >= mapped && pc < mapped + 0x10000),
         "the object's code ran"
     );
     assert_eq!(lost(&items), 0);
@@ -583,11 +565,13 @@ fn a_wrapped_buffer_keeps_the_latest_trace_from_its_first_psb() {
     sim.run(pid, 0, 3);
     // The BUFFER records count the pages the unit filled; they go round
     // the two pages.
-    let pages: Vec<i32> = sim
+    let pages: Vec<u64> = sim
         .records(&s)
         .iter()
-        .filter(|r| r.0 == 6)
-        .map(|r| r.2)
+        .filter_map(|r| match *r {
+            Record::Buffer { position, .. } => Some(position / PAGE as u64),
+            _ => None,
+        })
         .collect();
     assert!(pages.len() > 4, "{pages:?}");
     assert!(pages.iter().all(|&p| p == 0 || p == 1), "{pages:?}");
@@ -614,9 +598,9 @@ fn a_wrapped_buffer_keeps_the_latest_trace_from_its_first_psb() {
 fn cpu_mode_traces_what_runs_on_the_cpu() {
     let sim = Sim::new(2_000);
     let s = sim.session(HWT_MODE_CPU, 0, &[1], 64, &pt_config(USER_BRANCHES, &[]));
-    let kernel = sim.records_full(&s);
+    let kernel = sim.records(&s);
     assert!(
-        !kernel.is_empty() && kernel.iter().all(|r| r.0 == 3),
+        !kernel.is_empty() && kernel.iter().all(|r| matches!(r, Record::Kernel { .. })),
         "{kernel:?}"
     );
     let (pid, _) = sim.m.spawn(Cred::root(), "recurse");
