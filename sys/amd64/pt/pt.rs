@@ -221,7 +221,9 @@ struct Pt {
     cpus: KVec<PtCpu>,
     /// Every buffer's context.
     ctxs: SpinMutexBox<KVec<KArc<PtCtx>>>,
-    /// A CPU-mode context is running (one at a time).
+    /// The CPU-mode context running (one at a time): its ident plus one,
+    /// 0 for none. (FreeBSD keeps a flag, which any CPU-mode context's
+    /// teardown clears, even one that never ran.)
     cpu_mode: AtomicU32,
 }
 
@@ -567,7 +569,13 @@ impl HwtBackend for PtBackend {
     }
 
     fn enable_smp(&self, ctx: &HwtContext) -> KResult<()> {
-        if self.pt.cpu_mode.swap(1, Ordering::SeqCst) != 0 {
+        let me = ctx.ident() as u32 + 1;
+        if self
+            .pt
+            .cpu_mode
+            .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
             return Err(EBUSY);
         }
         for cpu in ctx.cpu_map().iter() {
@@ -585,7 +593,14 @@ impl HwtBackend for PtBackend {
     }
 
     fn disable_smp(&self, ctx: &HwtContext) -> KResult<()> {
-        if self.pt.cpu_mode.swap(0, Ordering::SeqCst) == 0 {
+        let me = ctx.ident() as u32 + 1;
+        if self
+            .pt
+            .cpu_mode
+            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            // Not the context that runs.
             return Ok(());
         }
         for cpu in ctx.cpu_map().iter() {

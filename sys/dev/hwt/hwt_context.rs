@@ -302,10 +302,32 @@ impl HwtContext {
                 }
             }
         } else {
-            // A running thread of the context is switched out before
-            // its CPU traces anything else: the switch-out hook disables
-            // the unit then, and the state keeps switch-ins from
-            // enabling it again.
+            // Threads on a CPU now: the unit of that CPU stops there (on
+            // FreeBSD the binding moves this thread to the CPU, and the
+            // traced thread is off it by then or switched out under it).
+            let running: KVec<KArc<HwtThread>> = {
+                let n = self.locked.lock().threads.len();
+                let mut v = match KVec::with_capacity(n, Wait::WaitOk) {
+                    Ok(v) => v,
+                    Err(_) => return,
+                };
+                let l = self.locked.lock();
+                for t in l.threads.iter() {
+                    if t.active_cpu().is_some() && v.spare_capacity() > 0 {
+                        let _ = v.push_within_capacity(t.clone());
+                    }
+                }
+                v
+            };
+            for t in running.iter() {
+                let Some(cpu) = t.active_cpu() else { continue };
+                let _bind = kpi::cpu::bind(cpu);
+                let _crit = kpi::sync::CriticalSection::enter();
+                if t.active_on(cpu) {
+                    backend.ops.disable(self, cpu);
+                    t.set_active(None);
+                }
+            }
         }
     }
 }

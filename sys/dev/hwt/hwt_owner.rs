@@ -92,9 +92,10 @@ pub(crate) fn ctx_teardown(hwt: &KArc<Hwt>, ctx: KArc<HwtContext>) {
     while KArc::count(&ctx) > 1 {
         kpi::cpu::spinwait();
     }
-    if ctx.cpu_mode() || !ctx.locked.lock().threads.is_empty() {
-        ctx.disable_everywhere(&ctx.backend);
-    }
+    // Units still tracing for it (a thread on a CPU now, the CPUs of a
+    // running CPU-mode context) stop before its buffers go: FreeBSD frees
+    // them under a running unit.
+    let _ = ctx.backend.stop(&ctx);
     ctx.backend.ops.deinit(&ctx);
     ctx.free_members();
     hwt.ident_free(ctx.ident);

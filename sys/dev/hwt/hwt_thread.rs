@@ -86,6 +86,12 @@ impl HwtThread {
             .store(cpu.unwrap_or(NO_CPU), Ordering::Relaxed);
     }
 
+    /// The CPU whose unit traces this thread, if any.
+    pub(crate) fn active_cpu(&self) -> Option<u32> {
+        let c = self.active_cpu.load(Ordering::Relaxed);
+        (c != NO_CPU).then_some(c)
+    }
+
     /// Whether the unit of `cpu` traces this thread.
     pub(crate) fn active_on(&self, cpu: u32) -> bool {
         self.active_cpu.load(Ordering::Relaxed) == cpu

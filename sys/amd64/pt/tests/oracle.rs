@@ -657,3 +657,39 @@ fn stop_ends_the_trace_of_a_running_thread() {
     );
     sim.unload();
 }
+
+#[test]
+fn the_owner_exiting_while_its_thread_is_traced_stops_the_unit() {
+    let sim = Sim::new(1_000);
+    let (pid, tid) = sim.m.spawn(Cred::root(), "sort");
+    let s = sim.session(HWT_MODE_THREAD, pid, &[], 4, &pt_config(USER_BRANCHES, &[]));
+    let _rec = sim.exec(pid, "sort", &["sort", "1"]);
+    sim.m.switch_in(0, tid);
+    for _ in 0..3 {
+        sim.m.tick(0);
+    }
+    // The owner goes while the traced thread runs on CPU 0: its context
+    // and buffers are freed, and the unit must not write to them after.
+    sim.m.exit(s.owner.0);
+    for _ in 0..20 {
+        sim.m.tick(0);
+    }
+    sim.m.switch_out(0);
+    assert!(sim.alive(pid), "sort still runs");
+    sim.unload();
+}
+
+#[test]
+fn a_cpu_mode_context_that_never_ran_leaves_the_running_one_alone() {
+    let sim = Sim::new(2_000);
+    let running = sim.session(HWT_MODE_CPU, 0, &[0], 4, &pt_config(USER_BRANCHES, &[]));
+    // Another owner's CPU-mode context, never started, goes with its
+    // owner: the running one stays the only one.
+    let idle = sim.configured(HWT_MODE_CPU, 0, &[1], 4, &pt_config(USER_BRANCHES, &[]));
+    sim.m.exit(idle.owner.0);
+    let third = sim.configured(HWT_MODE_CPU, 0, &[1], 4, &pt_config(USER_BRANCHES, &[]));
+    assert_eq!(sim.start(&third), Err(16), "EBUSY while the first runs");
+    sim.m.exit(running.owner.0);
+    assert_eq!(sim.start(&third), Ok(()));
+    sim.unload();
+}

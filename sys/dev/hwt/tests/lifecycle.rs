@@ -367,3 +367,26 @@ fn allocation_failures_leave_nothing_behind() {
     assert!(failures > 20, "the injector hit ALLOC {failures} times");
     s.unload_clean();
 }
+
+#[test]
+fn teardown_stops_the_unit_of_a_thread_on_a_cpu() {
+    use hwt::BackendOps;
+    // A backend without a stop operation: the framework disables the
+    // unit of the CPU the thread runs on, there.
+    let s = Sim::with(ksim::MachineConfig::default(), BackendOps::THREAD_DATA);
+    let owner = s.root();
+    let target = s.root();
+    let (_, ident) = s.alloc_thread(owner, target.pid);
+    let fd = s.open(owner, &format!("/dev/hwt_{ident}_{}", target.pid));
+    s.simple(owner, &fd, HWT_IOC_START).unwrap();
+    s.m.switch_in(1, target.tid);
+    s.take_calls();
+    s.m.exit(owner.pid);
+    let calls = s.take_calls();
+    assert_eq!(calls[0], Call::Disable { cpu: 1, curcpu: 1 }, "{calls:?}");
+    assert!(calls.contains(&Call::Deinit { ident }), "{calls:?}");
+    // The thread's switch-out then finds nothing to stop.
+    s.m.switch_out(1);
+    assert_eq!(s.take_calls(), vec![]);
+    s.unload_clean();
+}
