@@ -8,23 +8,12 @@
 #![no_std]
 
 use core::ffi::{c_int, c_void};
-use core::fmt::Write;
 use core::panic::PanicInfo;
-use core::sync::atomic::{AtomicPtr, Ordering};
 
-use kpi::malloc::{KBox, Wait};
+use kpi::kmod::{EOPNOTSUPP, Loaded, MOD_LOAD, MOD_QUIESCE, MOD_SHUTDOWN, MOD_UNLOAD};
 
-// `modeventtype_t` of sys/module.h.
-const MOD_LOAD: c_int = 0;
-const MOD_UNLOAD: c_int = 1;
-const MOD_SHUTDOWN: c_int = 2;
-const MOD_QUIESCE: c_int = 3;
-/// `EOPNOTSUPP` of sys/errno.h: the answer to events a module ignores.
-const EOPNOTSUPP: c_int = 45;
-
-/// The loaded driver, between MOD_LOAD and MOD_UNLOAD. The kernel sends
-/// module events one at a time, so a swap is enough.
-static DRIVER: AtomicPtr<Option<hwpmc::Module>> = AtomicPtr::new(core::ptr::null_mut());
+/// The loaded driver, between MOD_LOAD and MOD_UNLOAD.
+static DRIVER: Loaded<hwpmc::Module> = Loaded::new();
 
 /// The module event handler (`modeventhand_t`), chained behind
 /// `syscall_module_handler`, which has registered the system call on
@@ -36,30 +25,10 @@ pub extern "C" fn hwpmc_rs_modevent(
     _arg: *mut c_void,
 ) -> c_int {
     match event {
-        MOD_LOAD => {
-            // The slot first, so that a loaded driver always has a home.
-            // Module events may sleep: M_WAITOK.
-            let mut slot = match KBox::try_new(None, Wait::WaitOk) {
-                Ok(slot) => slot,
-                Err(e) => return e.get(),
-            };
-            match hwpmc::Module::load() {
-                Ok(module) => {
-                    *slot = Some(module);
-                    DRIVER.store(KBox::into_raw(slot), Ordering::Release);
-                    0
-                }
-                Err(e) => e.get(),
-            }
-        }
+        MOD_LOAD => DRIVER.load(hwpmc::Module::load),
         MOD_UNLOAD | MOD_SHUTDOWN => {
-            let raw = DRIVER.swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if !raw.is_null() {
-                // SAFETY: made by KBox::into_raw at MOD_LOAD and taken once.
-                let slot = unsafe { KBox::from_raw(raw) };
-                if let Some(module) = slot.into_inner() {
-                    module.unload();
-                }
+            if let Some(module) = DRIVER.take() {
+                module.unload();
             }
             0
         }
@@ -70,18 +39,5 @@ pub extern "C" fn hwpmc_rs_modevent(
 
 #[panic_handler]
 fn panic(info: &PanicInfo<'_>) -> ! {
-    // A fixed buffer: panicking must not allocate.
-    let mut out = kpi::LineBuf::<192>::new();
-    // Truncation is the only failure and is wanted.
-    let _ = match info.location() {
-        Some(loc) => write!(
-            out,
-            "hwpmc: {} at {}:{}",
-            info.message(),
-            loc.file(),
-            loc.line()
-        ),
-        None => write!(out, "hwpmc: {}", info.message()),
-    };
-    kpi::kernel_panic(out.as_str())
+    kpi::kmod::panic("hwpmc", info)
 }

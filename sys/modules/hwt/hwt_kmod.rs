@@ -18,20 +18,11 @@
 #![no_std]
 
 use core::ffi::{c_int, c_void};
-use core::fmt::Write;
 use core::panic::PanicInfo;
-use core::sync::atomic::{AtomicPtr, Ordering};
 
 use hwt::{BackendTag, HwtBackend};
+use kpi::kmod::{EOPNOTSUPP, Loaded, MOD_LOAD, MOD_QUIESCE, MOD_SHUTDOWN, MOD_UNLOAD};
 use kpi::malloc::{KBox, Wait};
-
-// `modeventtype_t` of sys/module.h.
-const MOD_LOAD: c_int = 0;
-const MOD_UNLOAD: c_int = 1;
-const MOD_SHUTDOWN: c_int = 2;
-const MOD_QUIESCE: c_int = 3;
-/// `EOPNOTSUPP` of sys/errno.h.
-const EOPNOTSUPP: c_int = 45;
 /// `ENXIO`: no framework loaded.
 const ENXIO: c_int = 6;
 /// `EINVAL`.
@@ -39,34 +30,18 @@ const EINVAL: c_int = 22;
 
 /// The loaded framework between MOD_LOAD and MOD_UNLOAD (events come one
 /// at a time; backends cannot outlive it, by their MODULE_DEPEND).
-static FRAMEWORK: AtomicPtr<hwt::Module> = AtomicPtr::new(core::ptr::null_mut());
+static FRAMEWORK: Loaded<hwt::Module> = Loaded::new();
 
 /// The module event handler (`modeventhand_t`).
 #[unsafe(no_mangle)]
 pub extern "C" fn hwt_rs_modevent(_module: *mut c_void, event: c_int, _arg: *mut c_void) -> c_int {
     match event {
-        MOD_LOAD => {
-            let module = match hwt::Module::load() {
-                Ok(m) => m,
-                Err(e) => return e.get(),
-            };
-            match KBox::try_new(module, Wait::WaitOk) {
-                Ok(b) => {
-                    FRAMEWORK.store(KBox::into_raw(b), Ordering::Release);
-                    0
-                }
-                // Dropping the module unloads it again.
-                Err(e) => e.get(),
-            }
-        }
+        MOD_LOAD => FRAMEWORK.load(hwt::Module::load),
         // A static kernel sends MOD_SHUTDOWN only; tearing down at
         // shutdown is what FreeBSD's hwt does not do, so it is ignored.
         MOD_UNLOAD => {
-            let raw = FRAMEWORK.swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if !raw.is_null() {
-                // SAFETY: made by KBox::into_raw at MOD_LOAD, taken once.
-                drop(unsafe { KBox::from_raw(raw) });
-            }
+            // Dropping the module unloads it.
+            drop(FRAMEWORK.take());
             0
         }
         MOD_SHUTDOWN | MOD_QUIESCE => 0,
@@ -105,10 +80,9 @@ pub unsafe extern "C" fn hwt_rs_backend_register(
     let Ok(name) = core::str::from_utf8(bytes) else {
         return EINVAL;
     };
-    let raw = FRAMEWORK.load(Ordering::Acquire);
     // SAFETY: the framework lives until MOD_UNLOAD, which the backend's
     // dependency on hwt holds off while the backend is loaded.
-    let Some(module) = (unsafe { raw.as_ref() }) else {
+    let Some(module) = (unsafe { FRAMEWORK.get() }) else {
         return ENXIO;
     };
     let registered = module
@@ -139,18 +113,5 @@ pub unsafe extern "C" fn hwt_rs_backend_unregister(tag: *mut BackendTag) {
 
 #[panic_handler]
 fn panic(info: &PanicInfo<'_>) -> ! {
-    // A fixed buffer: panicking must not allocate.
-    let mut out = kpi::LineBuf::<192>::new();
-    // Truncation is the only failure and is wanted.
-    let _ = match info.location() {
-        Some(loc) => write!(
-            out,
-            "hwt: {} at {}:{}",
-            info.message(),
-            loc.file(),
-            loc.line()
-        ),
-        None => write!(out, "hwt: {}", info.message()),
-    };
-    kpi::kernel_panic(out.as_str())
+    kpi::kmod::panic("hwt", info)
 }

@@ -12,21 +12,12 @@
 #![no_std]
 
 use core::ffi::{c_int, c_void};
-use core::fmt::Write;
 use core::panic::PanicInfo;
-use core::sync::atomic::{AtomicPtr, Ordering};
 
 use hwt::{BackendTag, HwtBackend};
 use kpi::errno::{EDOOFUS, Errno};
+use kpi::kmod::{EOPNOTSUPP, Loaded, MOD_LOAD, MOD_QUIESCE, MOD_SHUTDOWN, MOD_UNLOAD};
 use kpi::malloc::{KBox, Wait};
-
-// `modeventtype_t` of sys/module.h.
-const MOD_LOAD: c_int = 0;
-const MOD_UNLOAD: c_int = 1;
-const MOD_SHUTDOWN: c_int = 2;
-const MOD_QUIESCE: c_int = 3;
-/// `EOPNOTSUPP` of sys/errno.h.
-const EOPNOTSUPP: c_int = 45;
 
 // hwt.ko's exports (sys/modules/hwt/hwt_kmod.rs), with their signatures.
 // The pointers are thin (to sized Rust types) and the pointees are only
@@ -80,32 +71,16 @@ fn register(
 
 /// The loaded backend between MOD_LOAD and MOD_UNLOAD (events come one
 /// at a time).
-static BACKEND: AtomicPtr<intel_pt::Module<Registration>> = AtomicPtr::new(core::ptr::null_mut());
+static BACKEND: Loaded<intel_pt::Module<Registration>> = Loaded::new();
 
 /// The module event handler (`modeventhand_t`).
 #[unsafe(no_mangle)]
 pub extern "C" fn pt_rs_modevent(_module: *mut c_void, event: c_int, _arg: *mut c_void) -> c_int {
     match event {
-        MOD_LOAD => {
-            let module = match intel_pt::Module::load_with(register) {
-                Ok(m) => m,
-                Err(e) => return e.get(),
-            };
-            match KBox::try_new(module, Wait::WaitOk) {
-                Ok(b) => {
-                    BACKEND.store(KBox::into_raw(b), Ordering::Release);
-                    0
-                }
-                // Dropping the module unregisters it again.
-                Err(e) => e.get(),
-            }
-        }
+        MOD_LOAD => BACKEND.load(|| intel_pt::Module::load_with(register)),
         MOD_UNLOAD => {
-            let raw = BACKEND.swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if !raw.is_null() {
-                // SAFETY: made by KBox::into_raw at MOD_LOAD, taken once.
-                drop(unsafe { KBox::from_raw(raw) });
-            }
+            // Dropping the module unregisters it.
+            drop(BACKEND.take());
             0
         }
         // FreeBSD's pt does nothing at shutdown or quiesce either.
@@ -116,18 +91,5 @@ pub extern "C" fn pt_rs_modevent(_module: *mut c_void, event: c_int, _arg: *mut 
 
 #[panic_handler]
 fn panic(info: &PanicInfo<'_>) -> ! {
-    // A fixed buffer: panicking must not allocate.
-    let mut out = kpi::LineBuf::<192>::new();
-    // Truncation is the only failure and is wanted.
-    let _ = match info.location() {
-        Some(loc) => write!(
-            out,
-            "pt: {} at {}:{}",
-            info.message(),
-            loc.file(),
-            loc.line()
-        ),
-        None => write!(out, "pt: {}", info.message()),
-    };
-    kpi::kernel_panic(out.as_str())
+    kpi::kmod::panic("pt", info)
 }

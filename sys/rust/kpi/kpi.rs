@@ -62,6 +62,7 @@ pub mod exterr;
 pub mod file;
 pub mod hooks;
 pub mod intr;
+pub mod kmod;
 pub mod kproc;
 pub mod malloc;
 pub mod nmi;

@@ -121,8 +121,11 @@ void	vrele(struct vnode *vp);
 #define	KPI_NAME_MAX	64	/* sysctl leaf names, kenv names */
 #define	KPI_KENV_MAX	128	/* KENV_MNAMELEN */
 
-/* Copies a name passed by length into a NUL-terminated buffer. */
-static int
+/*
+ * Copies a name passed by length into a NUL-terminated buffer (also
+ * kpi_glue_pmc.c's).
+ */
+int
 kpi_cstr(char *dst, size_t dstlen, const char *src, size_t len)
 {
 	size_t i;

@@ -16,6 +16,9 @@
 
 #include <sys/types.h>
 
+/* A name passed by length into a NUL-terminated buffer (the C glue's). */
+int	kpi_cstr(char *dst, size_t dstlen, const char *src, size_t len);
+
 /* Console and tracing. */
 void	kpi_printf(const char *line, size_t len);
 void	kpi_ktr(const char *line, size_t len);

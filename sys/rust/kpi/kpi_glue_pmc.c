@@ -33,22 +33,6 @@
 
 #define	KPI_NAME_MAX	64	/* as kpi_glue.c's */
 
-/* Copies a name passed by length into a NUL-terminated buffer. */
-static int
-kpi_cstr(char *dst, size_t dstlen, const char *src, size_t len)
-{
-	size_t i;
-
-	if (len >= dstlen)
-		return (ENAMETOOLONG);
-	for (i = 0; i < len; i++) {
-		if (src[i] == '\0')
-			return (EINVAL);
-		dst[i] = src[i];
-	}
-	dst[len] = '\0';
-	return (0);
-}
 
 /*
  * The sysent slot that hwpmc_glue.c's SYSCALL module data fills in
