@@ -227,6 +227,11 @@ pub struct Analysis {
     pub log_version: Option<u32>,
     /// The current sample's PCs (kept to reuse its memory).
     chain: Vec<u64>,
+    /// Changes with every record other than a sample, any of which may
+    /// change how a PC resolves (a map, an exec, a fork, an exit): what
+    /// a plugin remembers of earlier resolutions holds while it is the
+    /// same.
+    pub maps_generation: u64,
 }
 
 impl Analysis {
@@ -379,6 +384,9 @@ impl Analysis {
         let Some(body) = ev.body() else {
             return;
         };
+        if !matches!(body, PmclogBody::Callchain { .. }) {
+            self.maps_generation += 1;
+        }
         match body {
             PmclogBody::Initialize { version, .. } => {
                 self.log_version = Some(version);

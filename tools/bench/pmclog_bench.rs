@@ -7,11 +7,13 @@
 //!   pmclog-bench feed FILE        mmap the log, give it whole to
 //!                                 pmclog_feed, pmclog_read every record
 //!   pmclog-bench plain FILE       read(2) the file in 1 MiB chunks
-//!   pmclog-bench profile FILE N ELF PATH
+//!   pmclog-bench profile FILE N ELF PATH [DISTINCT]
 //!                                 write a log of N call chain samples of
 //!                                 the program ELF (exec'd as PATH): 18
 //!                                 frames each, PCs inside its functions
-//!                                 (nm(1)'s), for pmcstat's analysis
+//!                                 (nm(1)'s), for pmcstat's analysis; a
+//!                                 quarter of them from 64 chains, the
+//!                                 rest from DISTINCT (16384)
 //!
 //! Each reading mode prints one line: records (or 0), bytes, seconds, and
 //! the peak resident set size (VmHWM) in KiB.
@@ -186,7 +188,7 @@ fn generate(path: &str, mib: u64) {
 /// each frame a PC inside one of its functions, chosen by a fixed
 /// generator (64 hot chains and 16384 others), so that an analysis
 /// resolves every frame.
-fn profile(path: &str, samples: u64, elf: &str, exec_path: &str) {
+fn profile(path: &str, samples: u64, elf: &str, exec_path: &str, distinct: u64) {
     let nm = std::process::Command::new("nm")
         .args(["-n", "-S", "--defined-only", elf])
         .output()
@@ -248,12 +250,13 @@ fn profile(path: &str, samples: u64, elf: &str, exec_path: &str) {
     };
     let mut pcs = [0usize; 18];
     for i in 0..samples {
-        // One chain in four is one of 64 hot ones, the rest one of 16384
-        // (a program's distinct stacks are a few thousand, not millions).
+        // One chain in four is one of 64 hot ones, the rest one of
+        // `distinct` (a program's distinct stacks are a few thousand, not
+        // millions: 16384 unless asked).
         let seed = if i % 4 == 0 {
             next() % 64
         } else {
-            next() % 16384
+            next() % distinct
         };
         let mut y = seed | 1;
         for pc in &mut pcs {
@@ -368,11 +371,20 @@ fn main() {
         ["read", path] => read_log(path),
         ["feed", path] => feed_log(path),
         ["plain", path] => read_plain(path),
-        ["profile", path, n, elf, exec] => profile(path, n.parse().expect("samples"), elf, exec),
+        ["profile", path, n, elf, exec] => {
+            profile(path, n.parse().expect("samples"), elf, exec, 16384)
+        }
+        ["profile", path, n, elf, exec, distinct] => profile(
+            path,
+            n.parse().expect("samples"),
+            elf,
+            exec,
+            distinct.parse::<u64>().expect("distinct chains").max(1),
+        ),
         _ => {
             eprintln!(
                 "usage: pmclog-bench gen FILE MIB | read FILE | feed FILE | plain FILE | \
-                 profile FILE SAMPLES ELF PATH"
+                 profile FILE SAMPLES ELF PATH [DISTINCT]"
             );
             std::process::exit(64);
         }

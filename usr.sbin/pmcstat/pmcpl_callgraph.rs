@@ -57,7 +57,54 @@ pub struct CallGraph {
     /// A node's caller by (node, image, function).
     callers: HashMap<(u32, ImageId, u64), u32>,
     opts: CgOptions,
+    /// Chains already added, by their key ([`CallGraph::chain_key`]):
+    /// the nodes each went through. A chain seen again adds to the same
+    /// nodes without resolving its PCs again, as long as no record
+    /// changed the maps since ([`Analysis::maps_generation`]).
+    paths: HashMap<Box<[u64]>, ChainPath>,
+    paths_generation: u64,
+    /// Look-ups and hits since `paths` filled up; `paths_off` once they
+    /// showed that it does not pay (see [`CallGraph::add`]).
+    full_lookups: u32,
+    full_hits: u32,
+    paths_off: bool,
+    /// Never remember (the tests' reference).
+    forget: bool,
+    /// The key of the current sample and the nodes it went through
+    /// (kept to reuse their memory).
+    key: Vec<u64>,
+    path: Vec<u32>,
+    /// Chains resolved PC by PC (not found in `paths`).
+    resolutions: u64,
 }
+
+/// What adding a chain did, to do again for the same chain.
+#[derive(Debug)]
+struct ChainPath {
+    /// The top-level node, then each caller's; none when no map held the
+    /// sampled PC (a dubious frame).
+    nodes: Box<[u32]>,
+    /// The sampled PC was in no function (`samples_unknown_function`).
+    unknown_function: bool,
+}
+
+impl ChainPath {
+    fn dubious() -> ChainPath {
+        ChainPath {
+            nodes: Box::default(),
+            unknown_function: false,
+        }
+    }
+}
+
+/// The most chains remembered: memory stays bounded whatever the log
+/// (about 8 MiB of 16-frame chains). Once full, only the chains already
+/// remembered are (the first seen, which in a profile are mostly the
+/// hot ones), so that a log of ever new chains pays one failed look-up
+/// per sample, not an allocation and a clear.
+const MAX_PATHS: usize = 1 << 15;
+/// How many look-ups in a full memory decide whether it still pays.
+const JUDGE_EVERY: u32 = 1 << 16;
 
 impl CallGraph {
     /// An empty graph.
@@ -71,6 +118,7 @@ impl CallGraph {
     /// Options for the samples to come.
     pub fn set_options(&mut self, opts: CgOptions) {
         self.opts = opts;
+        self.paths.clear();
     }
 
     fn node(&mut self, image: ImageId, func: u64) -> u32 {
@@ -121,16 +169,48 @@ impl CallGraph {
         if s.pcs.is_empty() {
             return;
         }
+        if self.paths_generation != a.maps_generation {
+            self.paths.clear();
+            self.paths_generation = a.maps_generation;
+            (self.full_lookups, self.full_hits, self.paths_off) = (0, 0, self.forget);
+        }
+        let depth = self.opts.depth.max(1);
+        if !self.paths_off && self.remembered(a, s, depth) {
+            return;
+        }
+        let resolved = self.resolve(a, s, depth);
+        if !self.paths_off && self.paths.len() < MAX_PATHS {
+            let path = match resolved {
+                Some(unknown_function) => ChainPath {
+                    nodes: self.path.as_slice().into(),
+                    unknown_function,
+                },
+                None => ChainPath::dubious(),
+            };
+            self.paths.insert(self.key.as_slice().into(), path);
+        }
+    }
+
+    /// Adds a chain by resolving each of its PCs, leaving the nodes it
+    /// went through in `self.path`; whether the sampled PC was in no
+    /// function, or None for a chain whose sampled PC no map holds.
+    /// (Out of line: inlined into [`CallGraph::add`], the loop ran a
+    /// quarter slower.)
+    #[inline(never)]
+    fn resolve(&mut self, a: &mut Analysis, s: &Sample<'_>, depth: usize) -> Option<bool> {
+        self.resolutions += 1;
         let pmcid = a.pmcs[s.pmc].pmcid;
+        let unknown_before = a.stats.samples_unknown_function;
         let Some(mut parent) = self.top_node(a, s, pmcid) else {
             a.stats.callchain_dubious_frames += 1;
             a.pmcs[s.pmc].dubious_frames += 1;
-            return;
+            return None;
         };
+        self.path.clear();
+        self.path.push(parent);
         self.nodes[parent as usize].count += 1;
         // A kernel chain that goes on into user frames (a full capture)
         // is resolved against the process from there on.
-        let depth = self.opts.depth.max(1);
         for (pc, map) in a.chain_maps(s).take(depth).skip(1) {
             let Some(map) = map else { continue };
             let mut func = a.image_offset(&map, pc);
@@ -139,8 +219,67 @@ impl CallGraph {
             }
             let child = self.caller(parent, map.image, func);
             self.nodes[child as usize].count += 1;
+            self.path.push(child);
             parent = child;
         }
+        Some(a.stats.samples_unknown_function != unknown_before)
+    }
+
+    /// Adds a chain seen before along its path; false if it is new.
+    /// When the memory is full and under half of the chains since were
+    /// in it (a log of ever new chains), it is dropped and no longer
+    /// looked in until the maps change: there it would cost a look-up
+    /// per sample and crowd the graph out of the processor's caches.
+    fn remembered(&mut self, a: &mut Analysis, s: &Sample<'_>, depth: usize) -> bool {
+        self.chain_key(s, depth);
+        let full = self.paths.len() >= MAX_PATHS;
+        let Some(path) = self.paths.get(self.key.as_slice()) else {
+            if full {
+                self.full_lookups += 1;
+                self.judge_paths();
+            }
+            return false;
+        };
+        if path.nodes.is_empty() {
+            a.stats.callchain_dubious_frames += 1;
+            a.pmcs[s.pmc].dubious_frames += 1;
+        }
+        for &n in path.nodes.iter() {
+            self.nodes[n as usize].count += 1;
+        }
+        if path.unknown_function {
+            a.stats.samples_unknown_function += 1;
+        }
+        if full {
+            self.full_lookups += 1;
+            self.full_hits += 1;
+            self.judge_paths();
+        }
+        true
+    }
+
+    /// After every [`JUDGE_EVERY`] look-ups in a full memory: whether it
+    /// still pays.
+    fn judge_paths(&mut self) {
+        if self.full_lookups < JUDGE_EVERY {
+            return;
+        }
+        if self.full_hits < self.full_lookups / 2 {
+            self.paths = HashMap::default();
+            self.paths_off = true;
+        }
+        (self.full_lookups, self.full_hits) = (0, 0);
+    }
+
+    /// The key of a sample's chain in [`CallGraph::paths`]: its PMC
+    /// record, process and mode, and the PCs that the graph uses (the
+    /// first `depth`).
+    fn chain_key(&mut self, s: &Sample<'_>, depth: usize) {
+        self.key.clear();
+        self.key.push(s.pmc as u64);
+        self.key
+            .push(u64::from(s.pid as u32) << 1 | u64::from(s.usermode));
+        self.key.extend_from_slice(&s.pcs[..depth.min(s.pcs.len())]);
     }
 
     /// The top-level nodes of `pmcid`, the most sampled first (ties in
@@ -286,5 +425,158 @@ mod tests {
         assert_eq!(percent(19998, 20000), "99.99% ");
         // 99.995% rounds up to six characters, as C's %05.2f gives it.
         assert_eq!(percent(19999, 20000), "100.00% ");
+    }
+
+    use libpmcstat::libpmcstat_logging::Options;
+    use pmc::pmclog::{PMCLOG_FD_NONE, Parser, PmclogEv, PmclogState};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use uapi::pmclog::{PcList, PmclogBody as B, PmclogRecord};
+
+    struct Shared(Rc<RefCell<CallGraph>>);
+    type NodeValues = (u32, u64, u32, Vec<u32>);
+    impl Plugin for Shared {
+        fn process(&mut self, a: &mut Analysis, s: &Sample<'_>) {
+            self.0.borrow_mut().add(a, s);
+        }
+    }
+
+    /// An analysis whose call graph remembers chains, or not.
+    struct Run {
+        a: Analysis,
+        graph: Rc<RefCell<CallGraph>>,
+        plugins: Vec<Box<dyn Plugin>>,
+    }
+    impl Run {
+        fn new(remember: bool) -> Run {
+            let mut g = CallGraph::new(CgOptions {
+                depth: 6,
+                ..CgOptions::default()
+            });
+            (g.paths_off, g.forget) = (!remember, !remember);
+            let graph = Rc::new(RefCell::new(g));
+            Run {
+                a: Analysis::new(Options::default()),
+                plugins: vec![Box::new(Shared(graph.clone()))],
+                graph,
+            }
+        }
+        fn feed(&mut self, record: &[u8]) {
+            let mut parser = Parser::new(PMCLOG_FD_NONE);
+            parser.feed(record);
+            let mut ev = PmclogEv::zeroed();
+            assert_eq!(parser.read(&mut ev), PmclogState::Ok);
+            self.a.process_event(&ev, &mut self.plugins);
+        }
+        /// The graph as comparable values (each node, the top-level
+        /// order), and the statistics.
+        fn result(&self) -> (Vec<NodeValues>, Vec<(u32, u32)>, String) {
+            let g = self.graph.borrow();
+            let nodes = g
+                .nodes
+                .iter()
+                .map(|n| (n.image, n.func, n.count, n.children.clone()))
+                .collect();
+            (nodes, g.top_order.clone(), format!("{:?}", self.a.stats))
+        }
+    }
+
+    /// The same records to both runs.
+    struct Both(Run, Run);
+    impl Both {
+        fn feed(&mut self, body: B<'_>) {
+            let rec = PmclogRecord { tsc: 1, body };
+            let mut b = vec![0u8; rec.encoded_len()];
+            rec.encode(&mut b).unwrap();
+            self.0.feed(&b);
+            self.1.feed(&b);
+        }
+        /// `n` samples of `pid` from chains of a few seeds: PCs in
+        /// `text`, some callers' past it (in no map until something is
+        /// mapped there), one in sixteen in kernel mode (in no map).
+        fn samples(&mut self, n: u32, pid: u32, text: (usize, usize), x: &mut u64) {
+            for _ in 0..n {
+                *x = x.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(1);
+                let mut y = ((*x >> 40) % 24) | 1;
+                let pcs: Vec<usize> = (0..8)
+                    .map(|i| {
+                        y = y
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let span = if i > 0 && y >> 60 < 2 { 0x20_0000 } else { 0 };
+                        text.0 + ((y >> 20) as usize) % (text.1 - text.0 + span)
+                    })
+                    .collect();
+                self.feed(B::Callchain {
+                    pid,
+                    tid: 1,
+                    pmcid: 0x100,
+                    cpuflags: u32::from((*x >> 30) % 16 != 0),
+                    pcs: PcList::from_words(&pcs),
+                });
+            }
+        }
+    }
+
+    /// Chains met again are added from memory; across execs, maps in and
+    /// out and forks the graph and the statistics stay exactly what
+    /// resolving every PC gives.
+    #[test]
+    fn remembered_chains_add_what_resolving_them_adds() {
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap().as_bytes();
+        let base = 0x1000_0000usize;
+        let mut both = Both(Run::new(true), Run::new(false));
+        both.feed(B::Pmcallocatedyn {
+            pmcid: 0x100,
+            event: 0,
+            flags: 0,
+            evname: b"ev",
+        });
+        both.feed(B::Procexec {
+            pid: 42,
+            pmcid: 0x100,
+            base: 0,
+            dyn_base: base,
+            pathname: exe,
+        });
+        let text = {
+            let m = both.0.a.procs[&42].maps[0];
+            (m.low as usize, m.high as usize)
+        };
+        let mut x = 7u64;
+        both.samples(300, 42, text, &mut x);
+        both.feed(B::MapIn {
+            pid: 42,
+            start: text.1,
+            pathname: b"/lib/x86_64-linux-gnu/libc.so.6",
+        });
+        both.samples(300, 42, text, &mut x);
+        both.feed(B::MapOut {
+            pid: 42,
+            start: text.0,
+            end: text.0 + (text.1 - text.0) / 2,
+        });
+        both.samples(300, 42, text, &mut x);
+        both.feed(B::Procfork {
+            oldpid: 42,
+            newpid: 43,
+        });
+        both.samples(300, 43, text, &mut x);
+        both.feed(B::Procexec {
+            pid: 42,
+            pmcid: 0x100,
+            base: 0,
+            dyn_base: base + 0x1000,
+            pathname: exe,
+        });
+        both.samples(300, 42, text, &mut x);
+        assert_eq!(both.0.result(), both.1.result());
+        // The memory served: far fewer chains were resolved PC by PC.
+        let (r, f) = (
+            both.0.graph.borrow().resolutions,
+            both.1.graph.borrow().resolutions,
+        );
+        assert!(f > 1200 && r < f / 4, "resolved {r} of {f}");
     }
 }
