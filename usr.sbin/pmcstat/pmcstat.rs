@@ -436,11 +436,20 @@ fn add_spec(a: &mut Args, opt: char, spec: &str) -> Result<(), Exit> {
     Ok(())
 }
 
+/// The share in percent under which the top views leave nodes out,
+/// unless `-f threshold=` says otherwise.
+const DEFAULT_THRESHOLD: f64 = 0.5;
+
 fn parse(argv: &[OsString]) -> Result<Args, Exit> {
     let mut a = Args {
         callchain: true,
         interval: DEFAULT_WAIT_INTERVAL,
         verbosity: 1,
+        analysis: pmcstat_analysis::AnalysisArgs {
+            // pmcstat_log.c's pmcstat_threshold.
+            threshold: DEFAULT_THRESHOLD,
+            ..Default::default()
+        },
         ..Args::default()
     };
     let mut opts = Getopt::new(PROGRAM, argv, OPTIONS);
