@@ -223,23 +223,69 @@ impl Image {
     /// [`Image::vaddr`]), from the file's DWARF line table, read the
     /// first time it is asked for.
     pub fn source_line(&mut self, strings: &StringPool, offset: u64) -> Option<SourceLine> {
-        if let LineTable::NotRead = self.lines {
-            self.lines = self
-                .fullpath
-                .and_then(|p| read_lines(strings.get(p)))
-                .map_or(LineTable::Absent, |l| LineTable::Read(Box::new(l)));
-        }
-        let LineTable::Read(lines) = &self.lines else {
-            return None;
-        };
+        let vaddr = self.vaddr;
+        let lines = self.line_table(strings)?;
         let loc = lines
-            .find_location(self.vaddr.wrapping_add(offset))
+            .find_location(vaddr.wrapping_add(offset))
             .ok()
             .flatten()?;
         Some(SourceLine {
             file: loc.file?.to_owned(),
             line: loc.line.unwrap_or(0),
         })
+    }
+}
+
+/// What `addr2line -f` (without `-i`) says of an address, as FreeBSD's
+/// pmcstat reads it from its pipe: the function the address lies in,
+/// which is the innermost inlined one when the address is in code
+/// inlined into another function, and the source position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionLine {
+    /// The function's name from the DWARF information (`??` when there
+    /// is none).
+    pub function: String,
+    /// The source file and line of the address (the line is never 0).
+    pub place: SourceLine,
+}
+
+impl Image {
+    /// The DWARF information, read the first time it is asked for.
+    fn line_table(&mut self, strings: &StringPool) -> Option<&Lines> {
+        if let LineTable::NotRead = self.lines {
+            self.lines = self
+                .fullpath
+                .and_then(|p| read_lines(strings.get(p)))
+                .map_or(LineTable::Absent, |l| LineTable::Read(Box::new(l)));
+        }
+        match &self.lines {
+            LineTable::Read(lines) => Some(lines),
+            _ => None,
+        }
+    }
+
+    /// `pmcstat_image_addr2line`: the function and source position of the
+    /// image offset `offset`, or None when the DWARF information has no
+    /// line for it (FreeBSD's gives up on a line 0 as well).
+    pub fn function_line(&mut self, strings: &StringPool, offset: u64) -> Option<FunctionLine> {
+        let probe = self.vaddr.wrapping_add(offset);
+        let lines = self.line_table(strings)?;
+        let loc = lines.find_location(probe).ok().flatten()?;
+        let place = SourceLine {
+            file: loc.file?.to_owned(),
+            line: loc.line.filter(|&l| l != 0)?,
+        };
+        // The first frame is the innermost: the inlined function when
+        // the address is in inlined code, else the function itself.
+        let function = lines
+            .find_frames(probe)
+            .skip_all_loads()
+            .ok()
+            .and_then(|mut frames| frames.next().ok().flatten())
+            .and_then(|f| f.function)
+            .and_then(|f| f.demangle().ok().map(|n| n.into_owned()))
+            .unwrap_or_else(|| "??".to_owned());
+        Some(FunctionLine { function, place })
     }
 }
 

@@ -308,6 +308,20 @@ fn strtod(arg: &str) -> Option<f64> {
     arg.trim_start().parse::<f64>().ok()
 }
 
+/// atoi(3): the decimal number at the start of `arg`, 0 when there is
+/// none.
+fn atoi(arg: &str) -> i64 {
+    let t = arg.trim_start();
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let v = t[..end].parse::<i64>().unwrap_or(0);
+    if neg { -v } else { v }
+}
+
 /// atof(3): the number at the start of `arg`, 0 when there is none.
 fn atof(arg: &str) -> f64 {
     let arg = arg.trim_start();
@@ -436,11 +450,20 @@ fn add_spec(a: &mut Args, opt: char, spec: &str) -> Result<(), Exit> {
     Ok(())
 }
 
+/// The share in percent under which the top views leave nodes out,
+/// unless `-f threshold=` says otherwise.
+const DEFAULT_THRESHOLD: f64 = 0.5;
+
 fn parse(argv: &[OsString]) -> Result<Args, Exit> {
     let mut a = Args {
         callchain: true,
         interval: DEFAULT_WAIT_INTERVAL,
         verbosity: 1,
+        analysis: pmcstat_analysis::AnalysisArgs {
+            // pmcstat_log.c's pmcstat_threshold.
+            threshold: DEFAULT_THRESHOLD,
+            ..Default::default()
+        },
         ..Args::default()
     };
     let mut opts = Getopt::new(PROGRAM, argv, OPTIONS);
@@ -615,8 +638,13 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
                 }
                 if let Some(t) = v.strip_prefix("threshold=") {
                     a.analysis.threshold = atof(t);
+                } else if let (Some(n), pmcstat_analysis::PluginKind::CallTree) =
+                    (v.strip_prefix("skiplink="), a.analysis.plugin)
+                {
+                    // The calltree's one option (pmcpl_ct_configure).
+                    a.analysis.skiplink = atoi(n) != 0;
                 } else {
-                    // The call graph takes no other option.
+                    // The other plugins take no other option.
                     return Err(err(EX_USAGE, format!("ERROR: unknown option <{v}>."), 0));
                 }
             }
@@ -940,6 +968,9 @@ struct TopArgs {
     opts: libpmcstat::libpmcstat_logging::Options,
     cg: pmcpl_callgraph::CgOptions,
     threshold: f64,
+    /// The view to start with: the plugin the options chose last.
+    view: pmcstat_top::View,
+    skiplink: bool,
 }
 
 impl TopArgs {
@@ -959,13 +990,22 @@ impl TopArgs {
                 skip_top_resolution: a.analysis.skip_top_resolution,
             },
             threshold: a.analysis.threshold,
+            view: if a.analysis.plugin == pmcstat_analysis::PluginKind::CallTree {
+                pmcstat_top::View::CallTree
+            } else {
+                pmcstat_top::View::CallGraph
+            },
+            skiplink: a.analysis.skiplink,
         }
     }
 
     /// The view, drawn into `out`.
     fn top(self, out: PrintFile) -> pmcstat_top::Top {
         let tty = pmcstat_top::terminal_size(out.fd());
-        pmcstat_top::Top::new(self.opts, self.cg, self.threshold, Box::new(out), tty)
+        let mut top = pmcstat_top::Top::new(self.opts, self.cg, self.threshold, Box::new(out), tty);
+        top.set_view(self.view);
+        top.set_skiplink(self.skiplink);
+        top
     }
 }
 

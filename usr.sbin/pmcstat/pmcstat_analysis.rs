@@ -64,6 +64,9 @@ pub struct AnalysisArgs {
     pub kerneldir: Option<String>,
     /// `-f threshold=`: the share below which outputs leave nodes out.
     pub threshold: f64,
+    /// `-f skiplink=N` after `-F`: the calltree view shows functions
+    /// under the threshold as `.`.
+    pub skiplink: bool,
     /// `-x file`: folded stacks (an extension).
     pub folded: Option<String>,
     /// `-X file`: a flame graph SVG (an extension).
@@ -136,7 +139,7 @@ pub fn plugins(
     }
     if a.plugin == PluginKind::CallTree {
         let path = a.graphfile.as_deref().unwrap_or("-");
-        v.push(Box::new(CalltreePlugin::new(output(path, print)?)));
+        v.push(Box::new(CalltreePlugin::new(output(path, print)?, print())));
     }
     if a.plugin == PluginKind::Gprof {
         let dir = a.samplesdir.as_deref().unwrap_or(".");

@@ -1,25 +1,34 @@
-//! Top mode (`-T`; pmcstat_log.c's display and keys, pmcpl_callgraph.c's
-//! top view): the sampled functions of one PMC, the most sampled first,
-//! with their image and their callers, redrawn every `-w` seconds from
-//! the log as it comes (live, through a pipe) or once from a log read
-//! with `-R`.
+//! Top mode (`-T`; pmcstat_log.c's display and keys, the top views of
+//! pmcpl_callgraph.c and pmcpl_calltree.c): the samples of one PMC,
+//! redrawn every `-w` seconds from the log as it comes (live, through a
+//! pipe) or once from a log read with `-R`, in one of two views that `n`
+//! switches between, as FreeBSD's plugins with a top display: the call
+//! graph (the sampled functions, the most sampled first, with their
+//! image and their callers) and the calltree (the paths from the root of
+//! the calltree, [`crate::pmcpl_calltree`]).
 //!
 //! The layout is FreeBSD's: `PMC: NAME Samples: N (P%) , U unresolved`, a
-//! blank line (where a key's answer shows), the header
+//! blank line (where a key's answer shows), then the view. The call
+//! graph's has the header
 //! `%SAMP IMAGE      FUNCTION                       CALLERS`, then a row
 //! per function (`%5.5s %-10.10s %-30.30s` and its callers, with their
-//! shares when there are several). On a terminal the screen is redrawn
-//! in place (ANSI escape sequences; FreeBSD's uses curses) and the
-//! keys are read without echo: `q` quits, space pauses, `c` then `d` or
-//! another key chooses delta or accumulated counts, `p` the next PMC,
-//! `m` merging of PMCs of one event, `A` and `I` what the function
-//! column shows. Elsewhere each redraw is written out and ends with
-//! `---`. Shares at or above 10, 5 and 2.5 percent are red, yellow and
-//! green (bold without colours).
+//! shares when there are several); the calltree's the header
+//! `%SAMP CALLTREE` and a row per path. On a terminal the screen is
+//! redrawn in place (ANSI escape sequences; FreeBSD's uses curses) and
+//! the keys are read without echo: `q` quits, space pauses, `c` then `d`
+//! or another key chooses delta or accumulated counts, `p` the next PMC,
+//! `m` merging of PMCs of one event, `A` and `I` what the call graph's
+//! function column shows, `n` the next view (which starts from no
+//! samples, as FreeBSD's plugins start again), `f` in the calltree
+//! whether functions under the threshold show as `.`. Elsewhere each
+//! redraw is written out and ends with `---`. Shares at or above 10, 5
+//! and 2.5 percent are red, yellow and green (bold without colours).
 //!
 //! Mended on purpose: a log read with `-R` is shown once it has been
-//! read (FreeBSD's shows nothing for a file); the man page's Ctrl+A and
-//! Ctrl+D are accepted for accumulate and delta as well as `c`.
+//! read (FreeBSD's shows nothing for a file), and from then on it is
+//! the whole log that each view shows, whatever the mode or the view
+//! (there are no samples to come); the man page's Ctrl+A and Ctrl+D are
+//! accepted for accumulate and delta as well as `c`.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -31,14 +40,43 @@ use libpmcstat::libpmcstat_logging::{Analysis, Options, Plugin, Sample};
 use pmc::pmclog::{Parser, PmclogEv, PmclogState};
 
 use crate::pmcpl_callgraph::{CallGraph, CgOptions};
+use crate::pmcpl_calltree::{CallTree, TopStyle};
 
-/// The call graph the top view draws, shared with the plugin that fills
-/// it.
-struct Sink(Rc<RefCell<CallGraph>>);
+/// The call graph and the calltree the views draw, shared with the
+/// plugin that fills them.
+struct Sink(Rc<RefCell<CallGraph>>, Rc<RefCell<CallTree>>);
 
 impl Plugin for Sink {
     fn process(&mut self, a: &mut Analysis, s: &Sample<'_>) {
         self.0.borrow_mut().add(a, s);
+        self.1.borrow_mut().add(a, s);
+    }
+}
+
+/// FreeBSD's plugins with a top display, in the order of its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// `callgraph`.
+    CallGraph,
+    /// `calltree`.
+    CallTree,
+}
+
+impl View {
+    /// The plugin's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            View::CallGraph => "callgraph",
+            View::CallTree => "calltree",
+        }
+    }
+
+    /// The next one with a top display, as `n` finds it.
+    fn next(self) -> View {
+        match self {
+            View::CallGraph => View::CallTree,
+            View::CallTree => View::CallGraph,
+        }
     }
 }
 
@@ -46,6 +84,12 @@ impl Plugin for Sink {
 pub struct Top {
     analysis: Analysis,
     graph: Rc<RefCell<CallGraph>>,
+    tree: Rc<RefCell<CallTree>>,
+    view: View,
+    /// The calltree's `.` for functions under the threshold.
+    skiplink: bool,
+    /// The log has been read to its end: no samples are to come.
+    ended: bool,
     plugins: Vec<Box<dyn Plugin>>,
     cg: CgOptions,
     out: Box<dyn Write>,
@@ -83,14 +127,20 @@ impl Top {
         tty: Option<(usize, usize)>,
     ) -> Top {
         let graph = Rc::new(RefCell::new(CallGraph::new(cg)));
+        // Top mode keeps no instructions (`pa_ctdumpinstr` is 0).
+        let tree = Rc::new(RefCell::new(CallTree::new(false)));
         let (height, width) = tty.unwrap_or((256, 1024));
         Top {
             analysis: Analysis::new(Options {
                 merge_pmcs: true,
                 ..opts
             }),
-            plugins: vec![Box::new(Sink(graph.clone()))],
+            plugins: vec![Box::new(Sink(graph.clone(), tree.clone()))],
             graph,
+            tree,
+            view: View::CallGraph,
+            skiplink: false,
+            ended: false,
             cg,
             out,
             tty: tty.is_some(),
@@ -104,6 +154,23 @@ impl Top {
             message: String::new(),
             choosing_mode: false,
         }
+    }
+
+    /// Starts with `view` rather than the call graph (the plugin the
+    /// options chose last, as FreeBSD's does).
+    pub fn set_view(&mut self, view: View) {
+        self.view = view;
+    }
+
+    /// The calltree's `skiplink` (`-f skiplink=N`).
+    pub fn set_skiplink(&mut self, on: bool) {
+        self.skiplink = on;
+    }
+
+    /// The log has ended: the samples read are all there will be, and
+    /// they are kept from now on.
+    pub fn end_of_log(&mut self) {
+        self.ended = true;
     }
 
     /// One event of the log.
@@ -127,6 +194,7 @@ impl Top {
 
     fn reset(&mut self) {
         *self.graph.borrow_mut() = CallGraph::new(self.cg);
+        *self.tree.borrow_mut() = CallTree::new(false);
         for p in &mut self.analysis.pmcs {
             p.samples = 0;
             p.dubious_frames = 0;
@@ -180,7 +248,7 @@ impl Top {
             self.redraw()?;
             self.message.clear();
         }
-        if self.delta {
+        if self.delta && !self.ended {
             self.reset();
         }
         Ok(())
@@ -208,7 +276,20 @@ impl Top {
         s.push_str(&format!(" , {} unresolved\n", pr.dubious_frames));
         s.push_str(&self.message);
         s.push('\n');
-        s.push_str(&self.top_display(pr.pmcid));
+        match self.view {
+            View::CallGraph => s.push_str(&self.top_display(pr.pmcid)),
+            View::CallTree => {
+                let attr = |v: f64, text: &str| self.attr(v, text);
+                let style = TopStyle {
+                    height: self.height,
+                    width: self.width,
+                    threshold: self.threshold,
+                    skiplink: self.skiplink,
+                    attr: &attr,
+                };
+                s.push_str(&self.tree.borrow().top_display(a, pr.index as usize, &style));
+            }
+        }
         s
     }
 
@@ -357,10 +438,25 @@ impl Top {
                 self.message
                     .push_str(&format!("switching to PMC {name}.{}", self.filter));
             }
-            // The call graph is the only top view here.
+            // The next view starts from no samples, as FreeBSD's plugin
+            // does, unless the log has ended.
             b'n' => {
-                self.reset();
-                self.message.push_str("switching to plugin callgraph");
+                self.view = self.view.next();
+                if !self.ended {
+                    self.reset();
+                }
+                self.message
+                    .push_str(&format!("switching to plugin {}", self.view.name()));
+            }
+            // The plugin's own keys (pmcpl_ct_topkeypress; the call
+            // graph has none).
+            b'f' if self.view == View::CallTree => {
+                self.skiplink = !self.skiplink;
+                self.message.push_str(if self.skiplink {
+                    "skip empty link on"
+                } else {
+                    "skip empty link off"
+                });
             }
             _ => {}
         }
@@ -490,6 +586,7 @@ pub fn run(top: &mut Top, fd: RawFd, interval: Duration, hold: bool) -> std::io:
             fresh = true;
             if !top.read_available(&mut parser, &mut ev) {
                 log_open = false;
+                top.end_of_log();
             }
         }
         if n > 0 && fds[1].revents != 0 {

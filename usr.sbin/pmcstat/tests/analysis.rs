@@ -1,18 +1,20 @@
 //! pmcstat's analysis of a log (-R with -G, -g, -x) on a log of a real
-//! program: ksim's `sort` sampled on the retired instructions of a
-//! simulated Skylake, its files written by the machine (LIBPMC_SIM_FILES)
-//! for `-r`. The judges are independent of the code under test: the
-//! sampled PCs come from the -R text dump, the functions from binutils'
-//! nm(1), and the gmon.out files are read by GNU gprof(1).
+//! program: ksim's `sort` (C, built with clang -O2 -g, which inlines
+//! insertion_sort into the hot quick_sort and fnv1a into main) sampled
+//! on the retired instructions of a simulated Skylake, its files written
+//! by the machine (LIBPMC_SIM_FILES) for `-r`. The judges are
+//! independent of the code under test: the sampled PCs come from the -R
+//! text dump, the functions from binutils' nm(1), inlined code from
+//! addr2line(1) -i, and the gmon.out files are read by GNU gprof(1), the
+//! calltree by valgrind's callgrind_annotate.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{function_of, functions, samples, text};
 
 fn pmcstat(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pmcstat"))
@@ -50,52 +52,6 @@ fn run() -> &'static Run {
     })
 }
 
-/// nm(1)'s function symbols of `path`: (start, end, name), sorted.
-fn functions(path: &Path) -> Vec<(u64, u64, String)> {
-    let o = Command::new("nm")
-        .args(["-n", "-S", "--defined-only"])
-        .arg(path)
-        .output()
-        .expect("nm (binutils) is installed");
-    assert!(o.status.success());
-    text(&o.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() != 4 || !matches!(f[2], "T" | "t") {
-                return None;
-            }
-            let start = u64::from_str_radix(f[0], 16).ok()?;
-            let size = u64::from_str_radix(f[1], 16).ok()?;
-            Some((start, start + size, f[3].to_owned()))
-        })
-        .collect()
-}
-
-/// The samples of the -R text dump: (pid, mode, PCs).
-fn samples(log: &str) -> Vec<(String, char, Vec<u64>)> {
-    let o = pmcstat(&["-R", log]);
-    assert!(o.status.success());
-    let dump = text(&o.stdout);
-    let mut out = Vec::new();
-    let mut lines = dump.lines().peekable();
-    while let Some(l) = lines.next() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.first() != Some(&"callchain") {
-            continue;
-        }
-        let n: usize = f[4].parse().unwrap();
-        let pcs = (0..n)
-            .map(|_| {
-                let pc = lines.next().unwrap().split_whitespace().nth(1).unwrap();
-                u64::from_str_radix(pc.trim_start_matches("0x"), 16).unwrap()
-            })
-            .collect();
-        out.push((f[1].to_owned(), f[5].chars().next().unwrap(), pcs));
-    }
-    out
-}
-
 /// pmcstat's quiet analysis of the run's log into `outputs` (such as
 /// `["-x", "-"]`): its standard output, the run having succeeded.
 fn analyse(r: &Run, outputs: &[&str]) -> String {
@@ -128,11 +84,89 @@ fn expected_self_counts(r: &Run) -> BTreeMap<String, u64> {
     for (_, mode, pcs) in samples(&r.log) {
         assert_eq!(mode, 'u', "sort runs in user mode only");
         let pc = pcs[0];
-        let f = funcs
-            .iter()
-            .find(|(s, e, _)| (*s..*e).contains(&pc))
-            .map_or("?".to_owned(), |f| f.2.clone());
+        let f = function_of(&funcs, pc).map_or("?".to_owned(), |f| f.2.clone());
         *counts.entry(f).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// addr2line(1)'s frames of addresses: (function, file:line), the
+/// innermost first, by address.
+type Frames = BTreeMap<u64, Vec<(String, String)>>;
+
+/// nm(1)'s functions: (start, end, name).
+type Functions = Vec<(u64, u64, String)>;
+
+/// addr2line(1) -a -f -i's frames of each address of `binary`.
+fn inline_frames(binary: &Path, pcs: &[u64]) -> Frames {
+    let o = Command::new("addr2line")
+        .args(["-a", "-f", "-i", "-e"])
+        .arg(binary)
+        .args(pcs.iter().map(|pc| format!("{pc:#x}")))
+        .output()
+        .expect("addr2line (binutils) is installed");
+    assert!(o.status.success());
+    let out = text(&o.stdout);
+    let mut frames = Frames::new();
+    let mut lines = out.lines();
+    let mut current = 0;
+    while let Some(l) = lines.next() {
+        // -a: each address's frames follow it, written as 0x and 16
+        // hexadecimal digits.
+        if l.len() == 18 && l.starts_with("0x") {
+            current = u64::from_str_radix(&l[2..], 16).unwrap();
+            frames.insert(current, Vec::new());
+            continue;
+        }
+        let place = lines.next().unwrap();
+        let place = place.split(" (discriminator").next().unwrap();
+        frames
+            .get_mut(&current)
+            .unwrap()
+            .push((l.to_owned(), place.to_owned()));
+    }
+    frames
+}
+
+/// Where the calltree puts a sample whose PC is `pc`, by addr2line(1)'s
+/// account: `inner@outer` when the innermost function addr2line names
+/// at the PC is not the one it names at the function's start (and both
+/// have a line), else the function's own name; with the nm function.
+fn calltree_place(funcs: &Functions, frames: &Frames, pc: u64) -> (String, String) {
+    let f = function_of(funcs, pc).unwrap();
+    let has_line = |place: &str| !(place.ends_with(":?") || place.ends_with(":0"));
+    let at_pc = &frames[&pc][0];
+    let at_start = &frames[&f.0][0];
+    if has_line(&at_pc.1) && has_line(&at_start.1) && at_pc.0 != at_start.0 {
+        (format!("{}@{}", at_pc.0, at_start.0), f.2.clone())
+    } else {
+        (f.2.clone(), f.2.clone())
+    }
+}
+
+/// The sampled PCs of `sort` with addr2line's frames of them and of
+/// their functions' starts.
+fn sampled_frames(r: &Run) -> (Functions, Vec<u64>, Frames) {
+    let binary = Path::new(&r.root).join("usr/bin/sort");
+    let funcs = functions(&binary);
+    let pcs: Vec<u64> = samples(&r.log).iter().map(|(_, _, c)| c[0]).collect();
+    let mut asked: Vec<u64> = pcs.clone();
+    asked.extend(pcs.iter().map(|&pc| function_of(&funcs, pc).unwrap().0));
+    asked.sort_unstable();
+    asked.dedup();
+    let frames = inline_frames(&binary, &asked);
+    (funcs, pcs, frames)
+}
+
+/// Samples per calltree node of the sampled PC: its function's, or the
+/// `inner@outer` node of the code inlined there.
+fn expected_calltree_self_counts(r: &Run) -> BTreeMap<String, u64> {
+    let (funcs, pcs, frames) = sampled_frames(r);
+    let mut counts = BTreeMap::new();
+    for pc in pcs {
+        *counts
+            .entry(calltree_place(&funcs, &frames, pc).0)
+            .or_insert(0) += 1;
     }
     counts
 }
@@ -365,8 +399,12 @@ fn missing_images_and_bad_arguments() {
 #[test]
 fn callgrind_annotate_reads_the_calltree() {
     let r = run();
-    let expected = expected_self_counts(r);
+    let expected = expected_calltree_self_counts(r);
     let total: u64 = expected.values().sum();
+    assert!(
+        expected.contains_key("insertion_sort@quick_sort"),
+        "the hot inlined code is sampled: {expected:?}"
+    );
     let out = r.dir.join("calltree.out");
     analyse(r, &["-F", out.to_str().unwrap()]);
     let file = std::fs::read_to_string(&out).unwrap();
@@ -407,6 +445,92 @@ fn callgrind_annotate_reads_the_calltree() {
     }
     assert_eq!(program_total, Some(total), "{report}");
     assert_eq!(seen, expected, "{report}");
+}
+
+#[test]
+fn the_calltree_moves_inlined_code_to_inner_at_outer_nodes() {
+    let r = run();
+    let (funcs, pcs, frames) = sampled_frames(r);
+    // (node, PC) -> samples, and the inlined PCs with their names.
+    let mut expected: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut warnings = BTreeMap::new();
+    for &pc in &pcs {
+        let (node, function) = calltree_place(&funcs, &frames, pc);
+        if node != function {
+            let (inner, outer) = node.split_once('@').unwrap();
+            warnings.insert(pc, format!("{inner} in {outer}"));
+        }
+        *expected.entry((node, pc)).or_insert(0) += 1;
+    }
+    assert!(!warnings.is_empty());
+    // At verbosity 2, a warning on the print file for each instruction
+    // moved, before the statistics.
+    let out = r.dir.join("inline.out");
+    let o = pmcstat(&[
+        "-v",
+        "-R",
+        &r.log,
+        "-r",
+        &r.root,
+        "-F",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let printed = text(&o.stdout);
+    let mut seen_warnings = BTreeMap::new();
+    for l in printed.lines() {
+        if let Some(rest) = l.strip_prefix("WARNING: inlined function at 0x") {
+            let (pc, names) = rest.split_once(' ').unwrap();
+            let pc = u64::from_str_radix(pc, 16).unwrap();
+            assert!(seen_warnings.insert(pc, names.to_owned()).is_none(), "{l}");
+        }
+    }
+    assert_eq!(seen_warnings, warnings);
+    assert!(printed.find("WARNING").unwrap() < printed.find("CONVERSION STATISTICS").unwrap());
+    // At the default verbosity, none.
+    assert!(!analyse(r, &["-F", "/dev/null"]).contains("WARNING"));
+    // The records: each function's and each inlined node's cost lines
+    // (address, line, samples), and its calls.
+    let file = std::fs::read_to_string(&out).unwrap();
+    let mut seen: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    let mut calls: BTreeMap<(String, String), (String, u64)> = BTreeMap::new();
+    let mut function = String::new();
+    let mut lines = file.lines();
+    while let Some(l) = lines.next() {
+        if let Some(name) = l.strip_prefix("fn=") {
+            function = name.to_owned();
+        } else if let Some(callee) = l.strip_prefix("cfn=") {
+            let call = lines.next().unwrap();
+            let cost = lines.next().unwrap();
+            let n = cost.rsplit(' ').next().unwrap().parse().unwrap();
+            calls.insert((function.clone(), callee.to_owned()), (call.to_owned(), n));
+        } else if let Some(rest) = l.strip_prefix("0x") {
+            let f: Vec<&str> = rest.split(' ').collect();
+            let n: u64 = f[2].parse().unwrap();
+            if n > 0 && function != "root" {
+                let pc = u64::from_str_radix(f[0], 16).unwrap();
+                seen.insert((function.clone(), pc), n);
+            }
+        }
+    }
+    assert_eq!(seen, expected);
+    // The function calls each of its inlined nodes once, from its start
+    // (line 0), with all of the node's samples.
+    let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
+    for ((node, _), n) in &expected {
+        if node.contains('@') {
+            *per_node.entry(node.clone()).or_insert(0) += n;
+        }
+    }
+    for (node, n) in per_node {
+        let outer = node.split_once('@').unwrap().1;
+        let start = funcs.iter().find(|f| f.2 == outer).unwrap().0;
+        assert_eq!(
+            calls.get(&(outer.to_owned(), node.clone())),
+            Some(&(format!("calls=1 {start:#x} 0"), n)),
+            "{node}"
+        );
+    }
 }
 
 #[test]
