@@ -604,6 +604,55 @@ fn folded(r: &Run) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// The stacks that the -G text holds, read the way the folded-stack
+/// collapsers for pmcstat read it: each line's indentation is its depth
+/// below the sampled function, and a line with no deeper line under it
+/// ends a stack, with that line's count; the stack is the lines above it
+/// on its path, the outermost caller first.
+fn stacks_of_callgraph_text(text: &str) -> BTreeMap<String, u64> {
+    let mut stacks = BTreeMap::new();
+    let mut path: Vec<String> = Vec::new();
+    let mut last: Option<(usize, u64)> = None;
+    let mut flush = |path: &[String], last: Option<(usize, u64)>, next: Option<usize>| {
+        if let Some((depth, n)) = last {
+            if next.is_none_or(|d| d <= depth) {
+                let stack: Vec<&str> = path[..=depth].iter().rev().map(String::as_str).collect();
+                *stacks.entry(stack.join(";")).or_insert(0) += n;
+            }
+        }
+    };
+    for line in text.lines() {
+        let depth = line.len() - line.trim_start().len();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let is_node = fields.len() >= 3
+            && fields[0].ends_with('%')
+            && fields[1].starts_with('[')
+            && fields[1].ends_with(']');
+        if !is_node {
+            continue;
+        }
+        let n: u64 = fields[1][1..fields[1].len() - 1].parse().unwrap();
+        flush(&path, last, Some(depth));
+        path.truncate(depth);
+        path.push(fields[2].to_owned());
+        assert_eq!(path.len(), depth + 1, "one space a level: {line}");
+        last = Some((depth, n));
+    }
+    flush(&path, last, None);
+    stacks
+}
+
+/// The -G text read as the collapsers read it gives exactly the folded
+/// stacks of -x: the indentation, names and counts carry the chains.
+#[test]
+fn the_call_graph_text_collapses_into_the_folded_stacks() {
+    let r = run();
+    let graph = analyse(r, &["-G", "-"]);
+    let collapsed = stacks_of_callgraph_text(&graph);
+    assert!(collapsed.len() > 5, "{graph}");
+    assert_eq!(collapsed, folded(r));
+}
+
 #[test]
 fn the_pprof_profile_decodes_with_googles_runtime() {
     let r = run();
