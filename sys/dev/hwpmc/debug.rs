@@ -116,16 +116,26 @@ impl DebugFlags {
 /// points run in interrupt context too).
 pub(crate) type Line = kpi::LineBuf<160>;
 
+/// Writes one trace line to ktr(4). Out of line and cold: the trace
+/// points sit on the hot paths (the context switch's), which then keep
+/// only the flag test, not the line's buffer and formatting.
+#[cold]
+#[inline(never)]
+pub(crate) fn trace(major: &str, minor: &str, args: core::fmt::Arguments<'_>) {
+    use core::fmt::Write;
+    let mut line = Line::new();
+    let _ = write!(line, "{major}:{minor}: ");
+    let _ = line.write_fmt(args);
+    kpi::sysctl::ktr(line.as_str());
+}
+
 /// `PMCDBG`: a trace entry for `major`/`minor` when enabled.
 macro_rules! pmcdbg {
     ($flags:expr, $major:literal, $minor:literal, $($fmt:tt)+) => {{
         const MAJOR: usize = $crate::debug::major($major);
         const MINOR: u32 = $crate::debug::minor($minor);
         if $flags.enabled(MAJOR, MINOR) {
-            let mut line = $crate::debug::Line::new();
-            let _ = core::fmt::Write::write_fmt(&mut line, format_args!("{}:{}: ", $major, $minor));
-            let _ = core::fmt::Write::write_fmt(&mut line, format_args!($($fmt)+));
-            kpi::sysctl::ktr(line.as_str());
+            $crate::debug::trace($major, $minor, format_args!($($fmt)+));
         }
     }};
 }
