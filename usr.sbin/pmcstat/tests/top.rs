@@ -126,21 +126,7 @@ fn the_top_view_in_a_terminal() {
 
 #[test]
 fn the_top_view_of_a_log_written_to_a_file() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("pmcstat-top-log-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("log");
-    let root = dir.join("root");
-    let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
-        .args(["-n", "20000", "-S", "instructions", "-l", "1", "-O"])
-        .arg(&log)
-        .env("LIBPMC_TRANSPORT", "sim")
-        .env("LIBPMC_SIM_CPUS", "1")
-        .env("LIBPMC_SIM_WORKLOAD", "sort:100000")
-        .env("LIBPMC_SIM_FILES", &root)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    let (dir, log, root) = sort_log("top-log");
     let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
         .arg("-R")
         .arg(&log)
