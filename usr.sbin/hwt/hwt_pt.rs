@@ -804,6 +804,49 @@ mod tests {
     }
 
     #[test]
+    fn cpu_mode_lines_name_the_cpu_and_have_no_offset() {
+        let (images, dir) = images("cpu");
+        let text = Style {
+            columns: None,
+            json: false,
+        };
+        let mut n = 0;
+        for o in &images.objects {
+            for pc in (o.start..o.end).step_by(7) {
+                let found = images.lookup_range(pc).map(|(found, _)| found);
+                let mut out = Vec::new();
+                Line::of(Id::Cpu(3), pc, found)
+                    .write(&mut out, &text, &mut true)
+                    .unwrap();
+                // Thread mode's line, with `CPU 3` for `thr 3` and
+                // without the offset after the PC.
+                let thread = reference(&images, 3, pc);
+                let f: Vec<&str> = thread.split('\t').collect();
+                let pc_alone = f[1].split(' ').take(2).collect::<Vec<_>>().join(" ");
+                let want = format!("CPU 3\t{pc_alone}\t{}\t{}", f[2], f[3]);
+                assert_eq!(String::from_utf8(out).unwrap(), want);
+                n += 1;
+            }
+        }
+        assert!(n > 100);
+        // libxo's JSON: the CPU's number as the id.
+        let o = &images.objects[0];
+        let mut out = Vec::new();
+        let json = Style {
+            columns: Some(vec![Column::Id, Column::Pc]),
+            json: true,
+        };
+        Line::of(Id::Cpu(1), o.start, None)
+            .write(&mut out, &json, &mut true)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("{{\"id\":1,\"pc\":\"{:#x}\"}}", o.start)
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
     fn a_lookup_holds_over_its_range() {
         let (images, dir) = images("ranges");
         for o in &images.objects {
