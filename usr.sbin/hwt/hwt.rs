@@ -2,7 +2,7 @@
 //! instructions they executed, decoded from the Intel PT trace with
 //! libipt (or, with -r, saves the raw trace).
 //!
-//! The flow of FreeBSD's tool: the command is created held before its
+//! Thread mode, FreeBSD's flow: the command is created held before its
 //! exec; /dev/hwt allocates a thread-mode context for it; its first
 //! thread's buffer is mapped; the configuration (user-mode branch tracing,
 //! and with -i/-f an address range on one function) is set; tracing
@@ -11,6 +11,11 @@
 //! ring: the new bytes are taken from the ring then. When more was
 //! written since the last look than the ring holds, the oldest part is
 //! lost: a warning says how much, and decoding resumes at the next PSB.
+//!
+//! CPU mode (-s): a context for a set of CPUs; its records name the
+//! kernel and its modules, in which the function of -i/-f is looked up;
+//! the units trace that function in kernel mode until SIGINT or SIGTERM,
+//! and each CPU's trace is decoded (or saved) on its own.
 
 mod hwt_dev;
 mod hwt_pt;
@@ -43,7 +48,7 @@ struct Options {
     pid: Option<u32>,
     root: String,
     raw: bool,
-    cpus: Option<String>,
+    cpus: Option<Vec<u32>>,
     thread: Option<i32>,
     output: Option<String>,
     command: Vec<String>,
@@ -137,7 +142,7 @@ fn parse(args: &[OsString]) -> Result<Options, Exit> {
             }
             Opt::Opt(b'R', v) => o.root = text(v),
             Opt::Opt(b'r', _) => o.raw = true,
-            Opt::Opt(b's', v) => o.cpus = Some(text(v)),
+            Opt::Opt(b's', v) => o.cpus = Some(parse_cpus(&text(v))?),
             Opt::Opt(b't', v) => {
                 let s = text(v);
                 o.thread = Some(
@@ -173,15 +178,54 @@ fn parse(args: &[OsString]) -> Result<Options, Exit> {
         return Err(PROG.errx(EX_USAGE, "-i and -f go together"));
     }
     if o.cpus.is_some() {
-        return Err(PROG.errx(EX_USAGE, "-s: CPU mode is not supported by this hwt yet"));
+        if o.thread.is_some() {
+            return Err(PROG.errx(1, "-t chooses a thread: thread mode only, not with -s"));
+        }
+        if o.pid.is_some() {
+            return Err(PROG.errx(EX_USAGE, "-s and -P: CPU mode traces CPUs, not a process"));
+        }
+        if !o.command.is_empty() {
+            return Err(PROG.errx(EX_USAGE, "-s: CPU mode takes no command"));
+        }
+        if o.func.is_none() {
+            return Err(PROG.errx(EX_USAGE, "-s: CPU mode needs -i and -f"));
+        }
     }
     if o.backend != "pt" {
         return Err(PROG.errx(EX_USAGE, format!("unknown backend \"{}\"", o.backend)));
     }
-    if o.command.is_empty() == o.pid.is_none() {
+    if o.cpus.is_none() && o.command.is_empty() == o.pid.is_none() {
         return Err(usage());
     }
     Ok(o)
+}
+
+/// The CPUs of -s: numbers separated by commas, blanks or tabs, in
+/// increasing order, each once.
+fn parse_cpus(list: &str) -> Result<Vec<u32>, Exit> {
+    let mut cpus = Vec::new();
+    for word in list.split([',', ' ', '\t']).filter(|w| !w.is_empty()) {
+        let cpu = word
+            .parse::<u32>()
+            .ok()
+            .filter(|&c| (c as usize) < hwt_record::CPUSET_SIZE * 8)
+            .ok_or_else(|| {
+                PROG.errx(
+                    EX_USAGE,
+                    format!(
+                        "-s: invalid CPU \"{word}\": a number from 0 to {}",
+                        hwt_record::CPUSET_SIZE * 8 - 1
+                    ),
+                )
+            })?;
+        cpus.push(cpu);
+    }
+    if cpus.is_empty() {
+        return Err(PROG.errx(EX_USAGE, format!("-s: no CPU in \"{list}\"")));
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
 }
 
 fn main() -> ExitCode {
@@ -253,7 +297,32 @@ fn host_cpu() -> hwt_pt::Cpu {
     }
 }
 
+/// SIGINT or SIGTERM came (CPU mode's end).
+static SIGNALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    SIGNALLED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// SIGINT and SIGTERM set [`SIGNALLED`] (system calls restart).
+fn catch_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction is valid; the handler only stores to
+        // an atomic, which is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
 fn run(o: &Options) -> Result<(), Exit> {
+    if let Some(cpus) = &o.cpus {
+        return run_cpus(o, cpus);
+    }
     let k = kernel()?;
     let procs: Box<dyn ProcessControl + '_> = match &k {
         #[cfg(feature = "sim")]
@@ -284,12 +353,7 @@ fn run(o: &Options) -> Result<(), Exit> {
     }
     session.poll()?;
     session.finish();
-    let mut out: Box<dyn Write> = match &o.output {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|e| PROG.errx(1, format!("{path}: {e}")))?,
-        )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-    };
+    let mut out = output(o.output.as_deref())?;
     if o.raw {
         for t in &session.threads {
             out.write_all(&t.trace.concat())
@@ -324,5 +388,88 @@ fn run(o: &Options) -> Result<(), Exit> {
     if summary.insns == 0 && session.filter.is_none() {
         return Err(PROG.errx(EX_DATAERR, "no instruction decoded"));
     }
+    Ok(())
+}
+
+/// The file `path`, or the standard output.
+fn output(path: Option<&str>) -> Result<Box<dyn Write>, Exit> {
+    Ok(match path {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| PROG.errx(1, format!("{path}: {e}")))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    })
+}
+
+/// How often CPU mode looks at the records and rings.
+const CPU_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// CPU mode: traces `cpus` until SIGINT or SIGTERM, then decodes (or
+/// saves) each CPU's trace: to `path<cpu>` with -w, else to the standard
+/// output.
+fn run_cpus(o: &Options, cpus: &[u32]) -> Result<(), Exit> {
+    catch_signals();
+    let k = kernel()?;
+    let mut session = hwt_record::Session::cpus(&k, cpus, o)?;
+    while !SIGNALLED.load(std::sync::atomic::Ordering::Relaxed) {
+        session.poll()?;
+        k.pause(CPU_POLL);
+    }
+    session.stop()?;
+    session.poll()?;
+    session.finish();
+    let werr = |e: std::io::Error| PROG.errx(1, format!("write: {e}"));
+    if o.raw {
+        // -r needs -w.
+        let path = o.output.as_deref().unwrap_or_default();
+        for t in &session.threads {
+            let mut out = output(Some(&format!("{path}{}", t.id)))?;
+            out.write_all(&t.trace.concat()).map_err(werr)?;
+            out.flush().map_err(werr)?;
+        }
+        return Ok(());
+    }
+    let cpu = cpu(&k);
+    let decode = |out: &mut dyn Write, t: &hwt_record::Thread, summary: &mut hwt_pt::Summary| {
+        for piece in &t.trace {
+            hwt_pt::decode_as(
+                out,
+                &o.style,
+                hwt_pt::Id::Cpu(t.id),
+                piece,
+                &session.images,
+                cpu,
+                session.filter,
+                summary,
+            )?;
+        }
+        Ok(())
+    };
+    match &o.output {
+        // A file, a document, for each CPU.
+        Some(path) => {
+            for t in &session.threads {
+                let mut out = output(Some(&format!("{path}{}", t.id)))?;
+                let mut summary = hwt_pt::Summary::default();
+                hwt_pt::begin(&mut *out, &o.style).map_err(werr)?;
+                decode(&mut *out, t, &mut summary).map_err(werr)?;
+                hwt_pt::end(&mut *out, &o.style).map_err(werr)?;
+                out.flush().map_err(werr)?;
+            }
+        }
+        // The CPUs one after the other.
+        None => {
+            let mut out = output(None)?;
+            let mut summary = hwt_pt::Summary::default();
+            hwt_pt::begin(&mut *out, &o.style).map_err(werr)?;
+            for t in &session.threads {
+                decode(&mut *out, t, &mut summary).map_err(werr)?;
+            }
+            hwt_pt::end(&mut *out, &o.style).map_err(werr)?;
+            out.flush().map_err(werr)?;
+        }
+    }
+    // Decoding no instruction is no error here: the function may not
+    // have run.
     Ok(())
 }

@@ -141,6 +141,16 @@ impl Kernel {
         }
     }
 
+    /// Lets `d` pass: sleeps here; on the simulated machine, lets its
+    /// clock go on (its CPUs run meanwhile).
+    pub fn pause(&self, d: std::time::Duration) {
+        match self {
+            Kernel::Host => std::thread::sleep(d),
+            #[cfg(feature = "sim")]
+            Kernel::Sim(sim) => sim.sleep(d),
+        }
+    }
+
     /// mmap(2) of the `len` bytes of `dev`'s buffer, read-only.
     pub fn map(&self, dev: &Dev, len: usize) -> Result<Mapping, i32> {
         match (self, dev) {

@@ -53,9 +53,32 @@ impl Images {
     /// it was linked). None, with the reason, when it cannot be used.
     pub fn add(&mut self, path: &str, file: &str, mapped: u64) -> Result<&Object, String> {
         let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
-        let mut image = Image::new(self.pool.intern(path), false);
+        self.add_bytes(path, file, &bytes, mapped, false)
+    }
+
+    /// Reads the kernel object `file` (a KERNEL record's `path` under the
+    /// root) that the kernel loaded at `addr`: the kernel itself, an
+    /// executable, runs where it was linked; a module is placed at
+    /// `addr`.
+    pub fn add_kernel(&mut self, path: &str, file: &str, addr: u64) -> Result<&Object, String> {
+        let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
+        let executable = object::File::parse(&*bytes)
+            .is_ok_and(|f| object::Object::kind(&f) == object::ObjectKind::Executable);
+        let mapped = if executable { 0 } else { addr };
+        self.add_bytes(path, file, &bytes, mapped, true)
+    }
+
+    fn add_bytes(
+        &mut self,
+        path: &str,
+        file: &str,
+        bytes: &[u8],
+        mapped: u64,
+        kernel: bool,
+    ) -> Result<&Object, String> {
+        let mut image = Image::new(self.pool.intern(path), kernel);
         let mut warnings = ImageWarnings::default();
-        image.read_bytes(&mut self.pool, file, &bytes, 0, &mut warnings);
+        image.read_bytes(&mut self.pool, file, bytes, 0, &mut warnings);
         if image.end <= image.start {
             return Err(format!("{file}: no text to decode"));
         }
@@ -250,9 +273,36 @@ pub struct Style {
     pub json: bool,
 }
 
+/// Whose trace a line comes from: a thread's (thread mode) or a CPU's
+/// (CPU mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Id {
+    Thread(i32),
+    Cpu(i32),
+}
+
+impl Id {
+    /// The number alone.
+    pub fn number(self) -> i32 {
+        match self {
+            Id::Thread(n) | Id::Cpu(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Id {
+    /// The id column: `thr N` or `CPU N`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Id::Thread(n) => write!(f, "thr {n}"),
+            Id::Cpu(n) => write!(f, "CPU {n}"),
+        }
+    }
+}
+
 /// One decoded instruction, as its columns say it.
 struct Line<'a> {
-    thread: i32,
+    id: Id,
     pc: u64,
     offset: Option<u64>,
     image: &'a str,
@@ -261,10 +311,10 @@ struct Line<'a> {
 
 impl Line<'_> {
     /// The line of the instruction at `pc`, which `found` is in.
-    fn of(thread: i32, pc: u64, found: Option<Found<'_>>) -> Line<'_> {
+    fn of(id: Id, pc: u64, found: Option<Found<'_>>) -> Line<'_> {
         match found {
             Some((o, sym)) => Line {
-                thread,
+                id,
                 pc,
                 offset: Some(pc.wrapping_sub(o.start)),
                 image: o.path.rsplit('/').next().unwrap_or(&o.path),
@@ -274,7 +324,7 @@ impl Line<'_> {
                 },
             },
             None => Line {
-                thread,
+                id,
                 pc,
                 offset: None,
                 image: "?",
@@ -285,7 +335,7 @@ impl Line<'_> {
 
     fn text(&self, c: Column) -> String {
         match c {
-            Column::Id => format!("thr {}", self.thread),
+            Column::Id => self.id.to_string(),
             Column::Pc => format!("pc {:#010x}", self.pc),
             Column::Offset => self.offset.map_or("(?)".into(), |o| format!("({o:x})")),
             Column::Image => format!("{:>12}", self.image),
@@ -295,7 +345,7 @@ impl Line<'_> {
 
     fn json(&self, c: Column) -> String {
         let v = match c {
-            Column::Id => return format!("\"id\":{}", self.thread),
+            Column::Id => return format!("\"id\":{}", self.id.number()),
             Column::Pc => format!("{:#x}", self.pc),
             Column::Offset => self.offset.map_or("?".into(), |o| format!("{o:#x}")),
             Column::Image => self.image.to_string(),
@@ -333,6 +383,17 @@ impl Line<'_> {
             };
             let sep = if std::mem::take(first) { "" } else { ",\n" };
             return write!(out, "{sep}{{{}}}", fields.join(","));
+        }
+        if style.columns.is_none() && matches!(self.id, Id::Cpu(_)) {
+            // CPU mode's line: the PC without the offset in its image.
+            return writeln!(
+                out,
+                "{}\t{}\t{}\t{}",
+                self.text(Column::Id),
+                self.text(Column::Pc),
+                self.text(Column::Image),
+                self.text(Column::Symbol)
+            );
         }
         if style.columns.is_none() {
             // FreeBSD's line: the offset follows the PC, in one column.
@@ -505,6 +566,31 @@ pub fn decode(
     filter: Option<(u64, u64)>,
     summary: &mut Summary,
 ) -> std::io::Result<()> {
+    decode_as(
+        out,
+        style,
+        Id::Thread(thread),
+        trace,
+        images,
+        cpu,
+        filter,
+        summary,
+    )
+}
+
+/// Decodes one contiguous piece of the trace of `id`, a thread or a CPU
+/// (whose lines are `CPU N<TAB>pc 0x...<TAB>image<TAB>sym+0x..`).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_as(
+    out: &mut dyn Write,
+    style: &Style,
+    id: Id,
+    trace: &[u8],
+    images: &Images,
+    cpu: Cpu,
+    filter: Option<(u64, u64)>,
+    summary: &mut Summary,
+) -> std::io::Result<()> {
     if trace.is_empty() {
         return Ok(());
     }
@@ -521,8 +607,9 @@ pub fn decode(
     };
     // FreeBSD's default line is written by hand; -o's columns and libxo's
     // JSON go through `Line`.
-    let fast = style.columns.is_none() && !style.json;
-    let prefix = Blocks::of(&[format!("thr {thread}\tpc 0x").as_bytes()]);
+    // CPU mode's default line has no offset: through `Line` too.
+    let fast = style.columns.is_none() && !style.json && matches!(id, Id::Thread(_));
+    let prefix = Blocks::of(&[format!("{id}\tpc 0x").as_bytes()]);
     // The tail of the lines of the last lookup's symbol.
     let mut tail_of_last = Blocks::default();
     let mut buf: Vec<u8> = Vec::with_capacity(OUT_CHUNK + 512);
@@ -552,7 +639,7 @@ pub fn decode(
                         buf.clear();
                     }
                 } else {
-                    Line::of(thread, pc, found).write(out, style, &mut summary.first)?;
+                    Line::of(id, pc, found).write(out, style, &mut summary.first)?;
                 }
             }
             ipt::Item::Lost { error, at, resync } => {
@@ -560,7 +647,11 @@ pub fn decode(
                 out.write_all(&buf)?;
                 buf.clear();
                 eprintln!(
-                    "hwt: thread {thread}: decoding failed at offset {} ({}); resumed at {}",
+                    "hwt: {}: decoding failed at offset {} ({}); resumed at {}",
+                    match id {
+                        Id::Thread(n) => format!("thread {n}"),
+                        Id::Cpu(n) => format!("CPU {n}"),
+                    },
                     at.map_or("?".into(), |a| format!("{a:#x}")),
                     error.text(),
                     resync.map_or("the end".into(), |r| format!("{r:#x}"))
@@ -588,7 +679,7 @@ mod tests {
             Some(o) => {
                 let rel = pc.wrapping_sub(o.bias).wrapping_sub(o.image.vaddr);
                 Line {
-                    thread,
+                    id: Id::Thread(thread),
                     pc,
                     offset: Some(pc.wrapping_sub(o.start)),
                     image: o.path.rsplit('/').next().unwrap_or(&o.path),
@@ -599,7 +690,7 @@ mod tests {
                 }
             }
             None => Line {
-                thread,
+                id: Id::Thread(thread),
                 pc,
                 offset: None,
                 image: "?",
@@ -708,6 +799,49 @@ mod tests {
         assert_eq!(
             String::from_utf8(buf).unwrap(),
             format!("thr 0\tpc {:#010x} (5)\t{:>12}\t?\n", o.start + 5, "calls")
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn cpu_mode_lines_name_the_cpu_and_have_no_offset() {
+        let (images, dir) = images("cpu");
+        let text = Style {
+            columns: None,
+            json: false,
+        };
+        let mut n = 0;
+        for o in &images.objects {
+            for pc in (o.start..o.end).step_by(7) {
+                let found = images.lookup_range(pc).map(|(found, _)| found);
+                let mut out = Vec::new();
+                Line::of(Id::Cpu(3), pc, found)
+                    .write(&mut out, &text, &mut true)
+                    .unwrap();
+                // Thread mode's line, with `CPU 3` for `thr 3` and
+                // without the offset after the PC.
+                let thread = reference(&images, 3, pc);
+                let f: Vec<&str> = thread.split('\t').collect();
+                let pc_alone = f[1].split(' ').take(2).collect::<Vec<_>>().join(" ");
+                let want = format!("CPU 3\t{pc_alone}\t{}\t{}", f[2], f[3]);
+                assert_eq!(String::from_utf8(out).unwrap(), want);
+                n += 1;
+            }
+        }
+        assert!(n > 100);
+        // libxo's JSON: the CPU's number as the id.
+        let o = &images.objects[0];
+        let mut out = Vec::new();
+        let json = Style {
+            columns: Some(vec![Column::Id, Column::Pc]),
+            json: true,
+        };
+        Line::of(Id::Cpu(1), o.start, None)
+            .write(&mut out, &json, &mut true)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("{{\"id\":1,\"pc\":\"{:#x}\"}}", o.start)
         );
         std::fs::remove_dir_all(dir).unwrap();
     }

@@ -1,9 +1,11 @@
-//! The context of a traced process and its records (hwt_record.c): the
-//! images the process maps, its threads' buffers, and the trace taken out
-//! of each ring as the unit goes round it.
+//! A trace context and its records (hwt_record.c): in thread mode the
+//! images the traced process maps and its threads' buffers, in CPU mode
+//! the kernel's objects and each CPU's buffer; and the trace taken out of
+//! each ring as the unit goes round it.
 
 use pmctool::Exit;
 use uapi::hwt::*;
+use uapi::pt::{PtCpuConfig, RTIT_CTL_BRANCHEN, RTIT_CTL_OS, RTIT_CTL_USER};
 
 use crate::hwt_dev::{Dev, Kernel, Mapping, Region};
 use crate::hwt_pt::Images;
@@ -12,13 +14,30 @@ use hwt_ring::{ENTRY, Record, Ring, parse_record};
 
 /// Records read at once.
 const BATCH: usize = 256;
-/// RTIT_CTL.OS, .USER and .BranchEn.
-const RTIT_CTL_USER: u64 = 1 << 3;
-const RTIT_CTL_BRANCHEN: u64 = 1 << 13;
+/// Bytes of the CPU set ALLOC is given (FreeBSD's `cpuset_t`, 1024
+/// CPUs).
+pub const CPUSET_SIZE: usize = 128;
 
-/// A traced thread's buffer and the trace taken from it.
+/// `struct pt_cpu_config` for SET_CONFIG: RTIT_CTL's tracing bits and,
+/// when given, one IP range (inclusive) to trace alone.
+pub fn pt_config(rtit_ctl: u64, filter: Option<(u64, u64)>) -> Vec<u8> {
+    use std::mem::{offset_of, size_of};
+    let mut cfg = vec![0u8; size_of::<PtCpuConfig>()];
+    let at = offset_of!(PtCpuConfig, rtit_ctl);
+    cfg[at..at + 8].copy_from_slice(&rtit_ctl.to_ne_bytes());
+    if let Some((a, b)) = filter {
+        let at = offset_of!(PtCpuConfig, nranges);
+        cfg[at..at + 4].copy_from_slice(&1i32.to_ne_bytes());
+        let at = offset_of!(PtCpuConfig, ip_ranges);
+        cfg[at..at + 8].copy_from_slice(&a.to_ne_bytes());
+        cfg[at + 8..at + 16].copy_from_slice(&b.to_ne_bytes());
+    }
+    cfg
+}
+
+/// A traced thread's or CPU's buffer and the trace taken from it.
 pub struct Thread {
-    /// Its thread id in the context.
+    /// Its thread id in the context, or its CPU.
     pub id: i32,
     dev: Dev,
     map: Mapping,
@@ -27,11 +46,13 @@ pub struct Thread {
     pub trace: Vec<Vec<u8>>,
 }
 
-/// The context of one traced process.
+/// A context: of one traced process, or of a set of CPUs.
 pub struct Session<'k> {
     k: &'k Kernel,
     ident: i32,
     pid: u32,
+    /// CPU mode: the buffers are the CPUs'.
+    cpu_mode: bool,
     bufsize: u64,
     root: String,
     pub threads: Vec<Thread>,
@@ -48,14 +69,57 @@ impl<'k> Session<'k> {
     /// ALLOC of a thread-mode context for `pid`, its first buffer mapped,
     /// SET_CONFIG (with the -i/-f range) and START.
     pub fn new(k: &'k Kernel, pid: u32, o: &Options) -> Result<Session<'k>, Exit> {
+        let mut s = Session::alloc(k, o, HWT_MODE_THREAD, pid, &[])?;
+        s.add_thread(0)?;
+        if let (Some(image), Some(func)) = (&o.image, &o.func) {
+            s.filter = Some(s.resolve(o, image, func)?);
+        }
+        s.configure_and_start(RTIT_CTL_USER | RTIT_CTL_BRANCHEN)?;
+        Ok(s)
+    }
+
+    /// ALLOC of a CPU-mode context for `cpus`, each CPU's buffer mapped,
+    /// the kernel's objects read from its records and the function of
+    /// -i/-f looked up in them, SET_CONFIG (kernel-mode branch tracing of
+    /// that function) and START.
+    pub fn cpus(k: &'k Kernel, cpus: &[u32], o: &Options) -> Result<Session<'k>, Exit> {
+        let mut s = Session::alloc(k, o, HWT_MODE_CPU, 0, cpus)?;
+        for &cpu in cpus {
+            s.add_thread(cpu as i32)?;
+        }
+        // The KERNEL records, queued at ALLOC.
+        s.poll_records()?;
+        let (Some(image), Some(func)) = (&o.image, &o.func) else {
+            return Err(PROG.errx(EX_USAGE, "-s: CPU mode needs -i and -f"));
+        };
+        let (a, b) = s.images.function(image, func).ok_or_else(|| {
+            PROG.errx(
+                EX_USAGE,
+                format!("function \"{func}\" not found in {image}"),
+            )
+        })?;
+        s.filter = Some((a, b.saturating_sub(1)));
+        s.configure_and_start(RTIT_CTL_OS | RTIT_CTL_BRANCHEN)?;
+        Ok(s)
+    }
+
+    /// HWT_IOC_ALLOC of a context of `mode`: for process `pid` or for the
+    /// CPUs `cpus`.
+    fn alloc(
+        k: &'k Kernel,
+        o: &Options,
+        mode: i32,
+        pid: u32,
+        cpus: &[u32],
+    ) -> Result<Session<'k>, Exit> {
         let ctl = k.open("/dev/hwt").map_err(|e| os_err("/dev/hwt", e))?;
         let mut arg = vec![0u8; 64];
         arg[0..8].copy_from_slice(&(o.bufsize as u64).to_ne_bytes());
-        arg[8..12].copy_from_slice(&HWT_MODE_THREAD.to_ne_bytes());
+        arg[8..12].copy_from_slice(&mode.to_ne_bytes());
         arg[12..16].copy_from_slice(&(pid as i32).to_ne_bytes());
         let mut name = o.backend.as_bytes().to_vec();
         name.push(0);
-        let mut regions = [
+        let mut regions = vec![
             Region {
                 at: 32,
                 bytes: name,
@@ -65,35 +129,40 @@ impl<'k> Session<'k> {
                 bytes: (-1i32).to_ne_bytes().to_vec(),
             },
         ];
+        if mode == HWT_MODE_CPU {
+            let mut set = vec![0u8; CPUSET_SIZE];
+            for &c in cpus {
+                set[c as usize / 8] |= 1 << (c % 8);
+            }
+            regions.push(Region { at: 16, bytes: set });
+            arg[24..32].copy_from_slice(&(CPUSET_SIZE as u64).to_ne_bytes());
+        }
         arg[48..52].copy_from_slice(&(-1i32).to_ne_bytes());
         k.ioctl(&ctl, HWT_IOC_ALLOC, &mut arg, &mut regions)
             .map_err(|e| os_err("HWT_IOC_ALLOC", e))?;
         let ident = i32::from_ne_bytes(regions[1].bytes[..4].try_into().expect("4 bytes"));
-        let mut s = Session {
+        Ok(Session {
             k,
             ident,
             pid,
+            cpu_mode: mode == HWT_MODE_CPU,
             bufsize: o.bufsize as u64,
             root: o.root.clone(),
             threads: Vec::new(),
             images: Images::new(),
             filter: None,
-        };
-        s.add_thread(0)?;
-        if let (Some(image), Some(func)) = (&o.image, &o.func) {
-            s.filter = Some(s.resolve(o, image, func)?);
-        }
-        let mut cfg = vec![0u8; 72];
-        cfg[0..8].copy_from_slice(&(RTIT_CTL_USER | RTIT_CTL_BRANCHEN).to_ne_bytes());
-        if let Some((a, b)) = s.filter {
-            cfg[16..20].copy_from_slice(&1i32.to_ne_bytes());
-            cfg[24..32].copy_from_slice(&a.to_ne_bytes());
-            cfg[32..40].copy_from_slice(&b.to_ne_bytes());
-        }
+        })
+    }
+
+    /// SET_CONFIG of `rtit_ctl` with the filter, then START, on the
+    /// first buffer's device (the context's control).
+    fn configure_and_start(&mut self, rtit_ctl: u64) -> Result<(), Exit> {
+        let k = self.k;
+        let cfg = pt_config(rtit_ctl, self.filter);
         let mut arg = vec![0u8; 32];
         arg[16..24].copy_from_slice(&(cfg.len() as u64).to_ne_bytes());
         arg[24..28].copy_from_slice(&1i32.to_ne_bytes());
-        let dev = &s.threads[0].dev;
+        let dev = &self.threads[0].dev;
         k.ioctl(
             dev,
             HWT_IOC_SET_CONFIG,
@@ -103,8 +172,15 @@ impl<'k> Session<'k> {
         .map_err(|e| PROG.err(EX_DATAERR, "HWT_IOC_SET_CONFIG", e))?;
         let mut arg = vec![0u8; 16];
         k.ioctl(dev, HWT_IOC_START, &mut arg, &mut [])
-            .map_err(|e| os_err("HWT_IOC_START", e))?;
-        Ok(s)
+            .map_err(|e| os_err("HWT_IOC_START", e))
+    }
+
+    /// HWT_IOC_STOP: the units stop writing.
+    pub fn stop(&mut self) -> Result<(), Exit> {
+        let mut arg = vec![0u8; 16];
+        self.k
+            .ioctl(&self.threads[0].dev, HWT_IOC_STOP, &mut arg, &mut [])
+            .map_err(|e| os_err("HWT_IOC_STOP", e))
     }
 
     /// The range of function `func` of image `image`: the command's own
@@ -139,9 +215,11 @@ impl<'k> Session<'k> {
         Ok((a, b.saturating_sub(1)))
     }
 
-    /// Maps the buffer of thread `id`.
+    /// Maps the buffer of thread `id`, or of CPU `id` in CPU mode.
     fn add_thread(&mut self, id: i32) -> Result<(), Exit> {
-        let path = if id == 0 {
+        let path = if self.cpu_mode {
+            format!("/dev/hwt_{}_{id}", self.ident)
+        } else if id == 0 {
             format!("/dev/hwt_{}_{}", self.ident, self.pid)
         } else {
             format!("/dev/hwt_{}_{}_{id}", self.ident, self.pid)
@@ -164,6 +242,17 @@ impl<'k> Session<'k> {
     /// Reads the records there are, then takes from each ring what its
     /// unit wrote since the last time.
     pub fn poll(&mut self) -> Result<(), Exit> {
+        self.poll_records()?;
+        for i in 0..self.threads.len() {
+            let at = self.bufptr(i)?;
+            self.saw(i, at);
+            self.take(i);
+        }
+        Ok(())
+    }
+
+    /// Reads and handles the records there are.
+    fn poll_records(&mut self) -> Result<(), Exit> {
         loop {
             let recs = self.records()?;
             let n = recs.len();
@@ -171,15 +260,9 @@ impl<'k> Session<'k> {
                 self.record(&r)?;
             }
             if n < BATCH {
-                break;
+                return Ok(());
             }
         }
-        for i in 0..self.threads.len() {
-            let at = self.bufptr(i)?;
-            self.saw(i, at);
-            self.take(i);
-        }
-        Ok(())
     }
 
     /// Nothing more: the last bytes of each ring.
@@ -226,6 +309,16 @@ impl<'k> Session<'k> {
                 }
                 let file = format!("{}{path}", self.root);
                 if let Err(e) = self.images.add(&path, &file, addr) {
+                    PROG.warnx(format!("{e}: its code will not be decoded"));
+                }
+            }
+            // A kernel object (CPU mode): the kernel or a module.
+            Some(Record::Kernel { path, addr }) => {
+                if self.images.objects.iter().any(|o| o.path == path) {
+                    return Ok(());
+                }
+                let file = format!("{}{path}", self.root);
+                if let Err(e) = self.images.add_kernel(&path, &file, addr) {
                     PROG.warnx(format!("{e}: its code will not be decoded"));
                 }
             }
@@ -287,8 +380,10 @@ impl<'k> Session<'k> {
         };
         if taken.lost > 0 {
             eprintln!(
-                "hwt: thread {}: buffer wrapped: {} bytes of trace lost",
-                t.id, taken.lost
+                "hwt: {} {}: buffer wrapped: {} bytes of trace lost",
+                if self.cpu_mode { "CPU" } else { "thread" },
+                t.id,
+                taken.lost
             );
             t.trace.push(Vec::new());
         }

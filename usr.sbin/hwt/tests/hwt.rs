@@ -11,9 +11,10 @@
     clippy::disallowed_methods
 )]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ksim::cpu::Arch;
 use ksim::programs;
@@ -248,5 +249,300 @@ fn columns_and_libxo_json_say_the_same_instructions() {
         &["--libxo", "yaml", "calls"][..],
     ] {
         assert_eq!(hwt(&files, bad).status.code(), Some(64), "{bad:?}");
+    }
+}
+
+// CPU mode (-s): a private machine of two CPUs that runs `calls` while
+// hwt traces the kernel; stopped with a signal, as one stops hwt there.
+
+/// The simulated machine's environment for CPU mode: two CPUs, a
+/// workload, its files written to `files`.
+fn cpu_mode_command(files: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hwt"));
+    c.args(args)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_FILES", files)
+        .env("LIBPMC_SIM_CPUS", "2")
+        .env("LIBPMC_SIM_WORKLOAD", "calls:100000")
+        .env_remove("LIBPMC_SIM_SOCKET");
+    c
+}
+
+/// Runs hwt in CPU mode with `args` until it runs (the machine wrote its
+/// files), lets it trace for a while and sends it `signal`.
+fn hwt_until_signal(files: &Path, args: &[&str], signal: libc::c_int) -> Output {
+    let kernel = files.join("boot/kernel/kernel");
+    let _ = std::fs::remove_file(&kernel);
+    let child = cpu_mode_command(files, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hwt runs");
+    let start = Instant::now();
+    while !kernel.exists() && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(kernel.exists(), "the machine booted and wrote its files");
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: kill(2) of our own child, which has not been waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+    child.wait_with_output().expect("hwt exits")
+}
+
+/// A function of the simulated kernel, as nm(1) reads the kernel that
+/// the machine wrote to `files` (a run that fails on a function the
+/// kernel lacks writes it), with its address.
+fn kernel_function(files: &Path) -> (String, u64) {
+    let out = cpu_mode_command(
+        files,
+        &["-s", "0", "-i", "kernel", "-f", "hwt_test_no_such_function"],
+    )
+    .output()
+    .expect("hwt runs");
+    assert_eq!(out.status.code(), Some(64));
+    let nm = Command::new("nm")
+        .arg(files.join("boot/kernel/kernel"))
+        .output()
+        .expect("nm runs");
+    assert!(nm.status.success());
+    let text = String::from_utf8(nm.stdout).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == "T")
+                .then(|| (f[2].to_string(), u64::from_str_radix(f[0], 16).unwrap()))
+        })
+        .find(|(name, _)| name.starts_with("sys_"))
+        .expect("the kernel has a sys_ function")
+}
+
+/// A PSB: 02 82 eight times.
+const PSB: [u8; 16] = [
+    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+];
+
+/// The packets of `trace`, which must decode to its end without an error.
+fn packets(trace: &[u8]) -> Vec<ipt::Packet> {
+    let cfg = ipt::Config::new(trace);
+    let mut dec = ipt::PacketDecoder::new(&cfg).unwrap();
+    let (packets, error) = dec.dump();
+    assert_eq!(error, None, "{packets:?}");
+    packets
+}
+
+#[test]
+fn cpu_mode_saves_each_cpus_raw_trace() {
+    let files = scratch("cpu-raw");
+    let root = files.to_str().unwrap();
+    let (func, addr) = kernel_function(&files);
+    let raw = files.join("raw");
+    let out = hwt_until_signal(
+        &files,
+        &[
+            "-b",
+            "1048576",
+            "-s",
+            "0,1",
+            "-R",
+            root,
+            "-i",
+            "kernel",
+            "-f",
+            &func,
+            "-r",
+            "-w",
+            raw.to_str().unwrap(),
+        ],
+        libc::SIGINT,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr, "", "no warning");
+    assert!(!raw.exists(), "a file per CPU, none for the context");
+    for cpu in 0..2 {
+        let trace = std::fs::read(files.join(format!("raw{cpu}")))
+            .unwrap_or_else(|e| panic!("raw{cpu}: {e}"));
+        // The unit's enable: a PSB+ at the very start.
+        assert!(
+            trace.starts_with(&PSB),
+            "CPU {cpu}: {:x?}",
+            &trace[..trace.len().min(32)]
+        );
+        let p = packets(&trace);
+        assert_eq!((p[0].offset, p[0].name), (0, "psb"));
+        let end = p.iter().position(|p| p.name == "psbend").expect("a PSBEND");
+        // RTIT_CTL.OS: the PSB+ tells the CR3 (PIP), which it does only
+        // when the kernel is traced.
+        assert!(
+            p[..end].iter().any(|p| p.name == "pip"),
+            "CPU {cpu}: OS traced: {p:?}"
+        );
+        // The kernel runs no instructions there and the user code that
+        // runs is not traced (USER clear, and outside the filter): no
+        // packet of traced code.
+        for p in &p {
+            assert!(
+                !matches!(
+                    p.name,
+                    "tip.pge" | "tip.pgd" | "tip" | "fup" | "tnt.8" | "tnt.64"
+                ),
+                "CPU {cpu}: {p}"
+            );
+        }
+        // Decoded with the function's range as the filter, against the
+        // kernel: nothing executed and no error.
+        let kernel = files.join("boot/kernel/kernel");
+        let mut image = ipt::Image::new("kernel");
+        let bytes = std::fs::read(&kernel).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        for seg in object::Object::segments(&elf) {
+            use object::ObjectSegment;
+            let (off, size) = seg.file_range();
+            image.add_file(&kernel, off, size, seg.address()).unwrap();
+        }
+        let cfg = ipt::Config::new(&trace).addr_filter(1, &[(addr, addr + 0xff)]);
+        let mut dec = ipt::InsnDecoder::new(&cfg, &mut image).unwrap();
+        let items = dec.decode_all();
+        assert!(
+            items.iter().all(|i| matches!(i, ipt::Item::Event(_))),
+            "CPU {cpu}: {items:?}"
+        );
+    }
+    // The CPU the workload and hwt ran on switched between them: a PIP
+    // for each switch, after the PSB+.
+    let switches: usize = (0..2)
+        .map(|cpu| {
+            let p = packets(&std::fs::read(files.join(format!("raw{cpu}"))).unwrap());
+            let end = p.iter().position(|p| p.name == "psbend").unwrap();
+            p[end..].iter().filter(|p| p.name == "pip").count()
+        })
+        .sum();
+    assert!(switches > 0, "context switches traced");
+}
+
+#[test]
+fn cpu_mode_decodes_each_cpu_to_a_file_of_its_own() {
+    let files = scratch("cpu-decode");
+    let root = files.to_str().unwrap();
+    let (func, _) = kernel_function(&files);
+    let out_path = files.join("out");
+    let out = hwt_until_signal(
+        &files,
+        &[
+            "-b",
+            "1048576",
+            "-s",
+            "0 1",
+            "-R",
+            root,
+            "-i",
+            "kernel",
+            "-f",
+            &func,
+            "-w",
+            out_path.to_str().unwrap(),
+        ],
+        libc::SIGTERM,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr, "", "no decoding error, no warning");
+    assert!(out.stdout.is_empty());
+    assert!(!out_path.exists());
+    for cpu in 0..2 {
+        // The simulated kernel executes nothing: each CPU's decode is
+        // empty (a trace that decoded to instructions would have lines).
+        let text = std::fs::read_to_string(files.join(format!("out{cpu}")))
+            .unwrap_or_else(|e| panic!("out{cpu}: {e}"));
+        assert_eq!(text, "", "CPU {cpu}");
+    }
+    assert!(!files.join("out2").exists());
+    // Without -w, the standard output: a JSON document with no
+    // instruction.
+    let json = hwt_until_signal(
+        &files,
+        &[
+            "--libxo", "json", "-b", "1048576", "-s", "1", "-R", root, "-i", "kernel", "-f", &func,
+        ],
+        libc::SIGINT,
+    );
+    assert_eq!(json.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(json.stdout).unwrap(),
+        "{\"hwt\": {\"instruction\": [\n\n]}}\n"
+    );
+}
+
+#[test]
+fn cpu_mode_command_lines_are_checked() {
+    let files = scratch("cpu-usage");
+    let root = files.to_str().unwrap();
+    for (args, code, message) in [
+        (
+            &["-s", "0", "-i", "kernel", "-f", "hardclock", "calls"][..],
+            64,
+            "hwt: -s: CPU mode takes no command\n",
+        ),
+        (
+            &["-s", "0", "-i", "kernel", "-f", "hardclock", "-P", "1"][..],
+            64,
+            "hwt: -s and -P: CPU mode traces CPUs, not a process\n",
+        ),
+        (&["-s", "0"][..], 64, "hwt: -s: CPU mode needs -i and -f\n"),
+        (
+            &["-s", "0", "-i", "kernel", "-f", "hardclock", "-t", "0"][..],
+            1,
+            "hwt: -t chooses a thread: thread mode only, not with -s\n",
+        ),
+        (
+            &["-s", "0,x1", "-i", "kernel", "-f", "hardclock"][..],
+            64,
+            "hwt: -s: invalid CPU \"x1\": a number from 0 to 1023\n",
+        ),
+        (
+            &["-s", "0\t1024", "-i", "kernel", "-f", "hardclock"][..],
+            64,
+            "hwt: -s: invalid CPU \"1024\": a number from 0 to 1023\n",
+        ),
+        (
+            &["-s", "-1", "-i", "kernel", "-f", "hardclock"][..],
+            64,
+            "hwt: -s: invalid CPU \"-1\": a number from 0 to 1023\n",
+        ),
+        (
+            &["-s", ", \t", "-i", "kernel", "-f", "hardclock"][..],
+            64,
+            "hwt: -s: no CPU in \", \t\"\n",
+        ),
+        (
+            &[
+                "-s",
+                "0, 1",
+                "-R",
+                root,
+                "-i",
+                "kernel",
+                "-f",
+                "no_such_function",
+            ][..],
+            64,
+            "hwt: function \"no_such_function\" not found in kernel\n",
+        ),
+        (
+            &["-s", "1", "-R", root, "-i", "nosuch.ko", "-f", "hardclock"][..],
+            64,
+            "hwt: function \"hardclock\" not found in nosuch.ko\n",
+        ),
+    ] {
+        let out = cpu_mode_command(&files, args).output().expect("hwt runs");
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).as_ref()
+            ),
+            (Some(code), message),
+            "{args:?}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
