@@ -283,7 +283,8 @@ fn hwt_until_signal(files: &Path, args: &[&str], signal: libc::c_int) -> Output 
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(kernel.exists(), "the machine booted and wrote its files");
-    std::thread::sleep(Duration::from_millis(700));
+    // Long enough for its set-up and a few context switches on a busy host.
+    std::thread::sleep(Duration::from_millis(2000));
     // SAFETY: kill(2) of our own child, which has not been waited for.
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
     child.wait_with_output().expect("hwt exits")
