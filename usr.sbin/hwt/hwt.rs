@@ -4,9 +4,11 @@
 //!
 //! Thread mode, FreeBSD's flow: the command is created held before its
 //! exec; /dev/hwt allocates a thread-mode context for it; its first
-//! thread's buffer is mapped; the configuration (user-mode branch tracing,
-//! and with -i/-f an address range on one function) is set; tracing
-//! starts and the command runs. Records tell the images the process maps
+//! thread's buffer is mapped; the configuration (user-mode branch
+//! tracing) is set; tracing starts and the command runs. With -i/-f the
+//! configuration asks for the pause after exec and mmap instead: at each
+//! pause the records' images are loaded and the function looked up, and
+//! once found its range is set, tracing starts and the command goes on. Records tell the images the process maps
 //! (decoded against) and, one per filled page, where the unit is in its
 //! ring: the new bytes are taken from the ring then. When more was
 //! written since the last look than the ring holds, the oldest part is
@@ -344,6 +346,9 @@ fn run(o: &Options) -> Result<(), Exit> {
             .start_process(pid as libpmcstat::Pid)
             .map_err(|e| PROG.errx(EX_SOFTWARE, format!("cannot start {}: {e:?}", o.command[0])))?;
     }
+    session.await_function(o, &|| procs.exited(pid as libpmcstat::Pid), &|| {
+        procs.wait(std::time::Duration::from_millis(2))
+    })?;
     loop {
         session.poll()?;
         if procs.exited(pid as libpmcstat::Pid) {

@@ -67,15 +67,70 @@ fn os_err(what: &str, e: i32) -> Exit {
 
 impl<'k> Session<'k> {
     /// ALLOC of a thread-mode context for `pid`, its first buffer mapped,
-    /// SET_CONFIG (with the -i/-f range) and START.
+    /// SET_CONFIG and START; with -i/-f, SET_CONFIG asks for the pause at
+    /// exec and mmap instead, and tracing starts in
+    /// [`Session::await_function`] once the function is known.
     pub fn new(k: &'k Kernel, pid: u32, o: &Options) -> Result<Session<'k>, Exit> {
         let mut s = Session::alloc(k, o, HWT_MODE_THREAD, pid, &[])?;
         s.add_thread(0)?;
-        if let (Some(image), Some(func)) = (&o.image, &o.func) {
-            s.filter = Some(s.resolve(o, image, func)?);
+        if o.func.is_some() {
+            if o.pid.is_some() {
+                return Err(PROG.errx(
+                    EX_USAGE,
+                    "-i/-f need a command: the images of a running process are not known",
+                ));
+            }
+            s.set_config(RTIT_CTL_USER | RTIT_CTL_BRANCHEN, true)?;
+        } else {
+            s.configure_and_start(RTIT_CTL_USER | RTIT_CTL_BRANCHEN)?;
         }
-        s.configure_and_start(RTIT_CTL_USER | RTIT_CTL_BRANCHEN)?;
         Ok(s)
+    }
+
+    /// The pause protocol of -i/-f (the command released, paused after
+    /// its exec and each mmap): at each pause the new records' images
+    /// are loaded and the function looked up; once found, SET_CONFIG with
+    /// its range and without the pause, START, and WAKEUP; until then,
+    /// WAKEUP alone. An error if the command ends first.
+    /// `exited` says whether the command ended; `wait` lets time pass.
+    pub fn await_function(
+        &mut self,
+        o: &Options,
+        exited: &dyn Fn() -> bool,
+        wait: &dyn Fn(),
+    ) -> Result<(), Exit> {
+        let (Some(image), Some(func)) = (&o.image, &o.func) else {
+            return Ok(());
+        };
+        let mut seen = 0;
+        loop {
+            self.poll_records()?;
+            if let Some((a, b)) = self.images.function(image, func) {
+                // The range is inclusive.
+                self.filter = Some((a, b.saturating_sub(1)));
+                self.configure_and_start(RTIT_CTL_USER | RTIT_CTL_BRANCHEN)?;
+                return self.wakeup();
+            }
+            if self.images.objects.len() > seen {
+                seen = self.images.objects.len();
+                self.wakeup()?;
+            }
+            if exited() {
+                return Err(PROG.errx(
+                    EX_USAGE,
+                    format!("function \"{func}\" not found in {image}"),
+                ));
+            }
+            wait();
+        }
+    }
+
+    /// HWT_IOC_WAKEUP: the traced thread paused at exec or mmap goes on.
+    fn wakeup(&mut self) -> Result<(), Exit> {
+        let mut arg = vec![0u8; 16];
+        self.k
+            .ioctl(&self.threads[0].dev, HWT_IOC_WAKEUP, &mut arg, &mut [])
+            .map_err(|e| os_err("HWT_IOC_WAKEUP", e))
     }
 
     /// ALLOC of a CPU-mode context for `cpus`, each CPU's buffer mapped,
@@ -157,22 +212,29 @@ impl<'k> Session<'k> {
     /// SET_CONFIG of `rtit_ctl` with the filter, then START, on the
     /// first buffer's device (the context's control).
     fn configure_and_start(&mut self, rtit_ctl: u64) -> Result<(), Exit> {
-        let k = self.k;
+        self.set_config(rtit_ctl, false)?;
+        let mut arg = vec![0u8; 16];
+        self.k
+            .ioctl(&self.threads[0].dev, HWT_IOC_START, &mut arg, &mut [])
+            .map_err(|e| os_err("HWT_IOC_START", e))
+    }
+
+    /// SET_CONFIG of `rtit_ctl` with the filter; `pause`: the thread
+    /// pauses after its exec and each mmap until WAKEUP.
+    fn set_config(&mut self, rtit_ctl: u64, pause: bool) -> Result<(), Exit> {
         let cfg = pt_config(rtit_ctl, self.filter);
         let mut arg = vec![0u8; 32];
+        arg[0..4].copy_from_slice(&i32::from(pause).to_ne_bytes());
         arg[16..24].copy_from_slice(&(cfg.len() as u64).to_ne_bytes());
         arg[24..28].copy_from_slice(&1i32.to_ne_bytes());
-        let dev = &self.threads[0].dev;
-        k.ioctl(
-            dev,
-            HWT_IOC_SET_CONFIG,
-            &mut arg,
-            &mut [Region { at: 8, bytes: cfg }],
-        )
-        .map_err(|e| PROG.err(EX_DATAERR, "HWT_IOC_SET_CONFIG", e))?;
-        let mut arg = vec![0u8; 16];
-        k.ioctl(dev, HWT_IOC_START, &mut arg, &mut [])
-            .map_err(|e| os_err("HWT_IOC_START", e))
+        self.k
+            .ioctl(
+                &self.threads[0].dev,
+                HWT_IOC_SET_CONFIG,
+                &mut arg,
+                &mut [Region { at: 8, bytes: cfg }],
+            )
+            .map_err(|e| PROG.err(EX_DATAERR, "HWT_IOC_SET_CONFIG", e))
     }
 
     /// HWT_IOC_STOP: the units stop writing.
@@ -181,38 +243,6 @@ impl<'k> Session<'k> {
         self.k
             .ioctl(&self.threads[0].dev, HWT_IOC_STOP, &mut arg, &mut [])
             .map_err(|e| os_err("HWT_IOC_STOP", e))
-    }
-
-    /// The range of function `func` of image `image`: the command's own
-    /// executable, read before it runs (a library would need the pause on
-    /// its mmap).
-    fn resolve(&mut self, o: &Options, image: &str, func: &str) -> Result<(u64, u64), Exit> {
-        let Some(cmd) = o.command.first() else {
-            return Err(PROG.errx(EX_USAGE, "-i/-f need a command"));
-        };
-        let path = if cmd.starts_with('/') {
-            cmd.clone()
-        } else {
-            format!("/usr/bin/{cmd}")
-        };
-        if path.rsplit('/').next() != Some(image) {
-            return Err(PROG.errx(
-                EX_USAGE,
-                format!("-i {image}: only the command's own image can be filtered on so far"),
-            ));
-        }
-        let file = format!("{}{path}", self.root);
-        self.images
-            .add(&path, &file, 0)
-            .map_err(|e| PROG.errx(EX_USAGE, e))?;
-        let (a, b) = self.images.function(image, func).ok_or_else(|| {
-            PROG.errx(
-                EX_USAGE,
-                format!("function \"{func}\" not found in {image}"),
-            )
-        })?;
-        // The range is inclusive.
-        Ok((a, b.saturating_sub(1)))
     }
 
     /// Maps the buffer of thread `id`, or of CPU `id` in CPU mode.

@@ -51,6 +51,11 @@ struct BatonState {
     asleep: Vec<Option<Sleeper>>,
     /// Processes sent a signal that no PCATCH sleep has taken yet.
     pending_signals: Vec<u32>,
+    /// Outside a race, a PCATCH sleep ends at once as if a signal had
+    /// come, instead of being reported as a sleep nothing could end
+    /// ([`Machine::set_unraced_sleeps_interrupted`]); and how many did.
+    interrupt_unraced: bool,
+    interrupted_unraced: u64,
 }
 
 /// A piece asleep on a wait channel.
@@ -192,6 +197,12 @@ pub fn sleep(chan: usize, catch: bool, pid: u32, wmesg: &str, unlock: impl FnOnc
     {
         let mut b = baton.lock();
         let Some(me) = me.filter(|_| b.active) else {
+            if catch && b.interrupt_unraced {
+                b.interrupted_unraced += 1;
+                drop(b);
+                unlock();
+                return Wake::Signal;
+            }
             drop(b);
             panic!("a thread sleeps on \"{wmesg}\" outside a race: nothing could wake it");
         };
@@ -290,15 +301,44 @@ pub fn task() -> Option<usize> {
 pub type Piece<'a> = Box<dyn FnOnce() + Send + 'a>;
 
 impl Machine {
+    /// For a machine that serves requests one after another (ksimd),
+    /// where a thread that sleeps outside a race could not be kept asleep
+    /// until a later request wakes it: a PCATCH sleep there ends at once,
+    /// as if the thread had been sent a signal. Off by default: a test
+    /// that sleeps outside a race is told so.
+    pub fn set_unraced_sleeps_interrupted(&self, on: bool) {
+        self.0.baton.lock().interrupt_unraced = on;
+    }
+
+    /// How many PCATCH sleeps [`Machine::set_unraced_sleeps_interrupted`]
+    /// ended.
+    pub fn unraced_sleeps_interrupted(&self) -> u64 {
+        self.0.baton.lock().interrupted_unraced
+    }
+
     /// Runs `pieces` as concurrent kernel work, interleaved at kpi's
     /// scheduling points as `seed` decides; returns the number of
     /// hand-overs once every piece has finished. A panic in a piece is
     /// raised again here.
     pub fn race(&self, seed: u64, pieces: Vec<Piece<'_>>) -> u64 {
-        let n = pieces.len();
-        if n == 0 {
+        if pieces.is_empty() {
             return 0;
         }
+        self.race_inner(seed, pieces, None::<fn()>)
+    }
+
+    /// As [`Machine::race`], with the calling thread as one more piece,
+    /// running `here` (which need not be `Send`: a daemon's own loop, say,
+    /// that serves requests while another piece sleeps in the kernel; see
+    /// [`run_others`]). Returns what `here` returned.
+    pub fn race_here<R>(&self, seed: u64, others: Vec<Piece<'_>>, here: impl FnOnce() -> R) -> R {
+        let mut out = None;
+        self.race_inner(seed, others, Some(|| out = Some(here())));
+        out.expect("the piece ran")
+    }
+
+    fn race_inner<F: FnOnce()>(&self, seed: u64, pieces: Vec<Piece<'_>>, here: Option<F>) -> u64 {
+        let n = pieces.len() + usize::from(here.is_some());
         let start = self.0.st().take_task_ctx();
         {
             let mut b = self.0.baton.lock();
@@ -315,6 +355,8 @@ impl Machine {
                 switches: 0,
                 asleep: vec![None; n],
                 pending_signals: Vec::new(),
+                interrupt_unraced: b.interrupt_unraced,
+                interrupted_unraced: b.interrupted_unraced,
             };
             let ctx = std::mem::take(&mut b.saved[first]);
             self.0.st().put_task_ctx(ctx);
@@ -327,43 +369,15 @@ impl Machine {
                     let m = self.clone();
                     scope.spawn(move || {
                         let _e = m.enter();
-                        TASK.with(|t| t.set(Some(k)));
-                        let baton = &m.0.baton;
-                        {
-                            let b = baton.lock();
-                            drop(
-                                baton
-                                    .cv
-                                    .wait_while(b, |b| b.current != k)
-                                    .unwrap_or_else(PoisonError::into_inner),
-                            );
-                        }
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(piece));
-                        let mut b = baton.lock();
-                        b.done[k] = true;
-                        // Pieces still asleep with nothing left to wake
-                        // them are deadlocked: one is woken to say so.
-                        if Baton::pick_other(&mut b, k).is_none() {
-                            if let Some(s) = b.asleep.iter_mut().flatten().next() {
-                                s.woken = Some(Wake::Stuck);
-                            }
-                        }
-                        if let Some(next) = Baton::pick_other(&mut b, k) {
-                            b.saved[k] = TaskCtx::default();
-                            let ctx = std::mem::take(&mut b.saved[next]);
-                            m.0.st().put_task_ctx(ctx);
-                            b.current = next;
-                        }
-                        baton.cv.notify_all();
-                        drop(b);
-                        TASK.with(|t| t.set(None));
-                        r
+                        run_piece(&m, k, piece)
                     })
                 })
                 .collect();
+            let mine = here.map(|f| run_piece(self, n - 1, f));
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(Err))
+                .chain(mine)
                 .collect::<Vec<_>>()
         });
         let switches = {
@@ -378,5 +392,67 @@ impl Machine {
             }
         }
         switches
+    }
+}
+
+/// Piece `k` of the race on `m`, on the calling thread: it waits for its
+/// turn, runs, and hands the machine on when it has finished.
+fn run_piece(
+    m: &Machine,
+    k: usize,
+    piece: impl FnOnce(),
+) -> Result<(), Box<dyn std::any::Any + Send>> {
+    TASK.with(|t| t.set(Some(k)));
+    let baton = &m.0.baton;
+    {
+        let b = baton.lock();
+        drop(
+            baton
+                .cv
+                .wait_while(b, |b| b.current != k)
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(piece));
+    let mut b = baton.lock();
+    b.done[k] = true;
+    // Pieces still asleep with nothing left to wake them are deadlocked:
+    // one is woken to say so.
+    if Baton::pick_other(&mut b, k).is_none() {
+        if let Some(s) = b.asleep.iter_mut().flatten().next() {
+            s.woken = Some(Wake::Stuck);
+        }
+    }
+    if let Some(next) = Baton::pick_other(&mut b, k) {
+        b.saved[k] = TaskCtx::default();
+        let ctx = std::mem::take(&mut b.saved[next]);
+        m.0.st().put_task_ctx(ctx);
+        b.current = next;
+    }
+    baton.cv.notify_all();
+    drop(b);
+    TASK.with(|t| t.set(None));
+    r
+}
+
+/// The running piece lets the other pieces that can run do so, until
+/// none can (each has finished or sleeps): what a piece that waits for
+/// work from outside the machine does before it waits, so that a piece
+/// its last work woke gets the machine.
+pub fn run_others() {
+    let Some(me) = TASK.with(Cell::get) else {
+        return;
+    };
+    let Some(m) = try_current() else { return };
+    let baton = &m.0.baton;
+    loop {
+        let mut b = baton.lock();
+        if !b.active {
+            return;
+        }
+        match Baton::pick_other(&mut b, me) {
+            Some(next) => baton.hand_over(&m, me, next, b),
+            None => return,
+        }
     }
 }

@@ -46,6 +46,7 @@ mod errno {
     pub const ENOENT: i32 = 2;
     pub const ENODEV: i32 = 19;
     pub const ENOEXEC: i32 = 8;
+    pub const EBUSY: i32 = 16;
 }
 
 /// What the simulated machine looks like.
@@ -463,6 +464,13 @@ struct Host {
     clock_start: Instant,
     clock_ticks: u64,
     last_scan: Instant,
+    /// The work the connection threads and the clock send.
+    work: Receiver<Work>,
+    /// A traced command's exec that may pause in hwt(4)'s hook is on
+    /// (see [`Host::run_traced_program`]).
+    exec_on: bool,
+    /// A shutdown that came meanwhile, for the machine's loop.
+    shutdown: Option<Sender<Outcome>>,
 }
 
 /// A handle on a running machine: what connection threads and the clock
@@ -615,34 +623,22 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
         clock_start: Instant::now(),
         clock_ticks: 0,
         last_scan: Instant::now(),
+        work: rx,
+        exec_on: false,
+        shutdown: None,
     };
+    // Requests are served one after another: a thread that sleeps in the
+    // kernel outside a race could not be woken by a later one, so such a
+    // sleep (a PCATCH one) ends as if by a signal rather than stopping
+    // the daemon.
+    host.m.set_unraced_sleeps_interrupted(true);
     let _ = ready.send(Ok(()));
     let shutdown = loop {
-        let Ok(w) = rx.recv() else { break None };
-        match w {
-            Work::Request {
-                conn,
-                cred,
-                req,
-                fd,
-                reply,
-            } => {
-                host.m.retry_host_writers();
-                let r = host.serve(conn, cred, req, fd, &reply);
-                let pass = host.reply_fd.take();
-                if let Some(r) = r {
-                    let _ = reply.send((r, pass));
-                }
-                host.pump_notifications();
-            }
-            Work::Disconnect { conn } => host.disconnect(conn),
-            Work::Clock => {
-                host.clock();
-                host.pump_notifications();
-            }
-            Work::Shutdown { reply } => break Some(reply),
+        let Ok(w) = host.work.recv() else { break None };
+        host.handle(w);
+        if let Some(reply) = host.shutdown.take() {
+            break Some(reply);
         }
-        host.scan_hosts();
     };
     let outcome = host.stop();
     if let Some(reply) = shutdown {
@@ -729,6 +725,34 @@ fn host_process(pid: u32) -> Option<(u32, u64)> {
 }
 
 impl Host {
+    /// One piece of work from a connection thread or the clock.
+    fn handle(&mut self, w: Work) {
+        match w {
+            Work::Request {
+                conn,
+                cred,
+                req,
+                fd,
+                reply,
+            } => {
+                self.m.retry_host_writers();
+                let r = self.serve(conn, cred, req, fd, &reply);
+                let pass = self.reply_fd.take();
+                if let Some(r) = r {
+                    let _ = reply.send((r, pass));
+                }
+                self.pump_notifications();
+            }
+            Work::Disconnect { conn } => self.disconnect(conn),
+            Work::Clock => {
+                self.clock();
+                self.pump_notifications();
+            }
+            Work::Shutdown { reply } => self.shutdown = Some(reply),
+        }
+        self.scan_hosts();
+    }
+
     fn status(&self) -> Status {
         Status {
             clients: self.conns.len() as u32,
@@ -829,7 +853,7 @@ impl Host {
                 pid: job,
                 name,
                 args,
-            } => self.run_program(pid, job, &name, &args),
+            } => return self.run_program(pid, job, &name, &args, reply),
             Request::Bye => {
                 self.leaving.insert(conn);
                 Reply::Done
@@ -935,13 +959,22 @@ impl Host {
 
     /// Makes held child `job` of client `pid` exec program `name` and
     /// hands it to the scheduler until it exits.
-    fn run_program(&mut self, pid: u32, job: u32, name: &str, args: &[String]) -> Reply {
+    /// RunProgram; None when the reply went already (a traced command,
+    /// [`Host::run_traced_program`]).
+    fn run_program(
+        &mut self,
+        pid: u32,
+        job: u32,
+        name: &str,
+        args: &[String],
+        reply: &ReplyTx,
+    ) -> Option<Reply> {
         if !self.is_child(pid, job) {
-            return Reply::Error(errno::EINVAL);
+            return Some(Reply::Error(errno::EINVAL));
         }
         let arch = ksim::cpu::Arch::X86_64;
         let Ok(image) = programs::image(arch, name) else {
-            return Reply::Error(errno::ENOENT);
+            return Some(Reply::Error(errno::ENOENT));
         };
         if name == "mapobj" {
             if let Ok(object) = programs::image(arch, programs::SECOND_OBJECT) {
@@ -950,13 +983,30 @@ impl Host {
         }
         let mut argv = vec![name];
         argv.extend(args.iter().map(String::as_str));
-        if self
-            .m
-            .exec_program(job, &format!("/usr/bin/{name}"), &image, &argv)
-            .is_err()
-        {
-            return Reply::Error(errno::ENOEXEC);
+        let path = format!("/usr/bin/{name}");
+        if self.m.proc_flag2(job) & ksim::P2_HWT != 0 {
+            if self.exec_on {
+                return Some(Reply::Error(errno::EBUSY));
+            }
+            // The tracer goes on at once: the exec may pause in hwt(4)'s
+            // hook until the tracer's WAKEUP, a request still to come.
+            let _ = reply.send((Reply::Done, None));
+            if self.run_traced_program(job, &path, &image, &argv) {
+                self.add_job(job);
+            } else {
+                self.m.exit(job);
+            }
+            return None;
         }
+        if self.m.exec_program(job, &path, &image, &argv).is_err() {
+            return Some(Reply::Error(errno::ENOEXEC));
+        }
+        self.add_job(job);
+        Some(Reply::Done)
+    }
+
+    /// The program `job` execs runs from now on, as the scheduler's job.
+    fn add_job(&mut self, job: u32) {
         let threads = self.m.proc_info(job).map(|p| p.threads).unwrap_or_default();
         self.sched.jobs.push(Job {
             pid: job,
@@ -964,7 +1014,48 @@ impl Host {
             ends_at: None,
             exited: false,
         });
-        Reply::Done
+    }
+
+    /// The exec of a command that hwt(4) traces, which pauses in the
+    /// exec hook when the tracer asked for it (pause-on-mmap) until its
+    /// WAKEUP: the exec is a piece of a race with this loop, which serves
+    /// the requests that come meanwhile (the tracer's records, its new
+    /// configuration, START, WAKEUP) until the exec is done; a signal to
+    /// the process (a shutdown) ends the pause. Whether the exec worked.
+    fn run_traced_program(&mut self, job: u32, path: &str, image: &[u8], argv: &[&str]) -> bool {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (done, worked) = (AtomicBool::new(false), AtomicBool::new(false));
+        let m = self.m.clone();
+        let exec = || {
+            worked.store(
+                m.exec_program(job, path, image, argv).is_ok(),
+                Ordering::Release,
+            );
+            done.store(true, Ordering::Release);
+        };
+        self.exec_on = true;
+        let machine = self.m.clone();
+        machine.race_here(u64::from(job), vec![Box::new(exec)], || {
+            loop {
+                ksim::sched::run_others();
+                if done.load(Ordering::Acquire) {
+                    break;
+                }
+                let Ok(w) = self.work.recv() else {
+                    // Nobody is left to wake it.
+                    ksim::sched::signal(job);
+                    ksim::sched::run_others();
+                    break;
+                };
+                let stop = matches!(w, Work::Shutdown { .. });
+                self.handle(w);
+                if stop {
+                    ksim::sched::signal(job);
+                }
+            }
+        });
+        self.exec_on = false;
+        worked.load(Ordering::Acquire)
     }
 
     /// Whether `child` is a live child of `parent` that is not a client.

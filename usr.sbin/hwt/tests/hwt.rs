@@ -118,11 +118,25 @@ fn a_traced_command_decodes_to_what_it_executes() {
 
 #[test]
 fn a_function_filter_keeps_that_function_only() {
-    let files = scratch("filter");
+    function_filter("run");
+}
+
+/// The filter on the entry point, whose first instructions run right
+/// after the exec: they are traced only if the command paused there
+/// (pause-on-mmap) until hwt(8) had set the filter and started.
+#[test]
+fn the_command_pauses_after_its_exec_until_the_filter_is_set() {
+    function_filter("_start");
+}
+
+/// `hwt -i calls -f FUNC calls 200` decodes to exactly the instructions
+/// of FUNC that the same program executes.
+fn function_filter(func: &str) {
+    let files = scratch(&format!("filter-{func}"));
     let root = files.to_str().unwrap();
     let out = hwt(
         &files,
-        &["-R", root, "-i", "calls", "-f", "run", "calls", "200"],
+        &["-R", root, "-i", "calls", "-f", func, "calls", "200"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -130,7 +144,7 @@ fn a_function_filter_keeps_that_function_only() {
     let got: Vec<u64> = text.lines().map(|l| parse(l).1).collect();
     let elf = programs::image(Arch::X86_64, "calls").unwrap();
     let symbols = ksim::elf::parse_symbols(&elf).unwrap();
-    let (_, start, size) = symbols.iter().find(|s| s.0 == "run").unwrap().clone();
+    let (_, start, size) = symbols.iter().find(|s| s.0 == func).unwrap().clone();
     let want: Vec<u64> = executed("calls", &["calls", "200"])
         .into_iter()
         .filter(|&pc| pc >= start && pc < start + size)
@@ -142,7 +156,7 @@ fn a_function_filter_keeps_that_function_only() {
         got.len(),
         want.len()
     );
-    assert!(text.lines().all(|l| parse(l).3 == "run"));
+    assert!(text.lines().all(|l| parse(l).3 == func));
 }
 
 #[test]
@@ -546,4 +560,146 @@ fn cpu_mode_command_lines_are_checked() {
         );
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+/// The simulated machine keeps a traced command paused after its exec
+/// (pause-on-mmap, as hwt(8)'s -i/-f sets it) however much time passes,
+/// serving the tracer meanwhile, and the command runs once WAKEUP comes.
+#[test]
+fn a_traced_exec_pauses_until_wakeup_while_time_passes() {
+    use pmc::libpmc_sim::{SimConfig, SimTransport};
+    use uapi::hwt::*;
+    use uapi::pt::{PtCpuConfig, RTIT_CTL_BRANCHEN, RTIT_CTL_USER};
+
+    let sim = SimTransport::boot(SimConfig {
+        cpus: 1,
+        comm: "hwt-pause".into(),
+        ..SimConfig::default()
+    })
+    .expect("a machine");
+    let pid = sim.fork_held().expect("a held child");
+    // ALLOC of a thread-mode context for it, as hwt(8) makes it.
+    let ctl = sim.dev_open("/dev/hwt", true).expect("/dev/hwt");
+    let mut arg = vec![0u8; 64];
+    arg[0..8].copy_from_slice(&(1u64 << 20).to_ne_bytes());
+    arg[8..12].copy_from_slice(&HWT_MODE_THREAD.to_ne_bytes());
+    arg[12..16].copy_from_slice(&(pid as i32).to_ne_bytes());
+    arg[48..52].copy_from_slice(&(-1i32).to_ne_bytes());
+    let ident_region = (-1i32).to_ne_bytes().to_vec();
+    let back = sim
+        .dev_ioctl(
+            ctl,
+            HWT_IOC_ALLOC,
+            &arg,
+            vec![(32, b"pt\0".to_vec()), (40, ident_region)],
+        )
+        .expect("ALLOC");
+    let ident = i32::from_ne_bytes(back[1][..4].try_into().unwrap());
+    let dev = sim
+        .dev_open(&format!("/dev/hwt_{ident}_{pid}"), true)
+        .expect("the context's device");
+    // SET_CONFIG with the pause, no START.
+    let mut cfg = vec![0u8; std::mem::size_of::<PtCpuConfig>()];
+    let at = std::mem::offset_of!(PtCpuConfig, rtit_ctl);
+    cfg[at..at + 8].copy_from_slice(&(RTIT_CTL_USER | RTIT_CTL_BRANCHEN).to_ne_bytes());
+    let mut arg = vec![0u8; 32];
+    arg[0..4].copy_from_slice(&1i32.to_ne_bytes());
+    arg[16..24].copy_from_slice(&(cfg.len() as u64).to_ne_bytes());
+    arg[24..28].copy_from_slice(&1i32.to_ne_bytes());
+    sim.dev_ioctl(dev, HWT_IOC_SET_CONFIG, &arg, vec![(8, cfg)])
+        .expect("SET_CONFIG");
+    sim.run_program(pid, "calls", &["1".into()])
+        .expect("the command is released");
+    // Time passes (the machine's other work would run): the command stays
+    // in its exec, not yet a job of the scheduler.
+    for _ in 0..20 {
+        sim.advance(1000);
+    }
+    assert_eq!(sim.job_exited(pid), None, "paused in its exec");
+    // Its EXECUTABLE record is there for the tracer.
+    let records = |sim: &SimTransport| {
+        let arg = vec![0u8; 32];
+        let back = sim
+            .dev_ioctl(
+                dev,
+                HWT_IOC_RECORD_GET,
+                &arg,
+                vec![
+                    (0, vec![0u8; hwt_ring::ENTRY * 16]),
+                    (8, 16i32.to_ne_bytes().to_vec()),
+                ],
+            )
+            .expect("RECORD_GET");
+        let n = i32::from_ne_bytes(back[1][..4].try_into().unwrap()) as usize;
+        back[0][..n * hwt_ring::ENTRY]
+            .chunks(hwt_ring::ENTRY)
+            .filter_map(hwt_ring::parse_record)
+            .collect::<Vec<_>>()
+    };
+    let execs = records(&sim)
+        .into_iter()
+        .filter(|r| {
+            matches!(r, hwt_ring::Record::Object { executable: true, path, .. }
+                if path == "/usr/bin/calls")
+        })
+        .count();
+    assert_eq!(execs, 1);
+    // WAKEUP: the command goes on and runs to its end.
+    sim.dev_ioctl(dev, HWT_IOC_WAKEUP, &[0u8; 16], Vec::new())
+        .expect("WAKEUP");
+    for _ in 0..200 {
+        if sim.job_exited(pid) == Some(true) {
+            break;
+        }
+        sim.advance(1000);
+    }
+    assert_eq!(sim.job_exited(pid), Some(true), "it ran after WAKEUP");
+}
+
+/// -i/-f on a function of a library the command maps at run time: hwt(8)
+/// wakes the command at each pause until an MMAP record brings the
+/// library, then traces that function alone. (The simulated machine does
+/// not hold the pause at an mmap, which it serves between requests: the
+/// calls made before hwt(8) read the record are not traced.)
+#[test]
+fn a_function_of_a_library_mapped_later_is_traced() {
+    let files = scratch("libfilter");
+    let root = files.to_str().unwrap();
+    let out = hwt(
+        &files,
+        &[
+            "-R",
+            root,
+            "-i",
+            programs::SECOND_OBJECT,
+            "-f",
+            "second_entry",
+            "mapobj",
+            "300",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<_> = text.lines().map(parse).collect();
+    assert!(!lines.is_empty(), "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.2.ends_with(programs::SECOND_OBJECT) && l.3 == "second_entry"),
+        "{text}"
+    );
+    // Whole calls, each the same instructions from the function's start.
+    let mut calls: Vec<Vec<u64>> = Vec::new();
+    for l in &lines {
+        if l.4 == 0 {
+            calls.push(Vec::new());
+        }
+        calls
+            .last_mut()
+            .expect("a call starts at offset 0")
+            .push(l.4);
+    }
+    assert!(calls.len() <= 300, "{} calls", calls.len());
+    assert!(calls.iter().all(|c| *c == calls[0]), "{calls:?}");
 }
