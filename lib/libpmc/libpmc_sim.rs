@@ -390,6 +390,16 @@ impl SimTransport {
         self.request(&Request::Kill { pid, held }).map(|_| ())
     }
 
+    /// The executable objects process `pid` has mapped, as (start, end,
+    /// path): what `kinfo_getvmmap(3)` tells of its executable vnode
+    /// entries on FreeBSD.
+    pub fn proc_maps(&self, pid: u32) -> Result<Vec<(u64, u64, String)>, c_int> {
+        match self.request(&Request::ProcMaps { pid })? {
+            Reply::Maps(list) => Ok(list),
+            _ => Err(libc::ENXIO),
+        }
+    }
+
     /// The machine's processes, as (pid, command name).
     pub fn processes(&self) -> Result<Vec<(u32, String)>, c_int> {
         match self.request(&Request::Processes)? {

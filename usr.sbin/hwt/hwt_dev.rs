@@ -151,6 +151,25 @@ impl Kernel {
         }
     }
 
+    /// The executable objects process `pid` has mapped, as (the address
+    /// where the object's start is mapped, path): `kinfo_getvmmap(3)`'s
+    /// executable vnode entries on FreeBSD, each object once.
+    pub fn proc_maps(&self, pid: u32) -> Result<Vec<(u64, String)>, i32> {
+        match self {
+            Kernel::Host => host_vmmap(pid),
+            #[cfg(feature = "sim")]
+            Kernel::Sim(sim) => {
+                let mut seen = Vec::new();
+                for (start, _, path) in sim.proc_maps(pid)? {
+                    if !seen.iter().any(|(_, p)| *p == path) {
+                        seen.push((start, path));
+                    }
+                }
+                Ok(seen)
+            }
+        }
+    }
+
     /// mmap(2) of the `len` bytes of `dev`'s buffer, read-only.
     pub fn map(&self, dev: &Dev, len: usize) -> Result<Mapping, i32> {
         match (self, dev) {
@@ -163,5 +182,163 @@ impl Kernel {
             #[cfg(feature = "sim")]
             _ => Err(libc::EBADF),
         }
+    }
+}
+
+/// `struct kinfo_vmentry`'s fields that [`parse_vmmap`] reads, at their
+/// offsets (sys/user.h), and the values it looks for.
+#[cfg_attr(not(target_os = "freebsd"), allow(dead_code))]
+mod kve {
+    pub const STRUCTSIZE: usize = 0;
+    pub const TYPE: usize = 4;
+    pub const START: usize = 8;
+    pub const OFFSET: usize = 24;
+    pub const PROTECTION: usize = 56;
+    pub const PATH: usize = 136;
+    /// `KVME_TYPE_VNODE`.
+    pub const TYPE_VNODE: i32 = 2;
+    /// `KVME_PROT_EXEC`.
+    pub const PROT_EXEC: i32 = 4;
+}
+
+/// The executable vnode entries of a `kern.proc.vmmap` answer (packed
+/// `struct kinfo_vmentry` records, each `kve_structsize` long, the path
+/// cut after its NUL), as (where the object's start is mapped: the
+/// entry's start less its offset in the file, path), each object once.
+/// A record that does not fit stops the walk.
+#[cfg_attr(not(target_os = "freebsd"), allow(dead_code))]
+pub fn parse_vmmap(buf: &[u8]) -> Vec<(u64, String)> {
+    let i32_at = |r: &[u8], o: usize| i32::from_ne_bytes(r[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |r: &[u8], o: usize| u64::from_ne_bytes(r[o..o + 8].try_into().expect("8 bytes"));
+    let mut out: Vec<(u64, String)> = Vec::new();
+    let mut rest = buf;
+    while rest.len() > kve::PATH {
+        let size = i32_at(rest, kve::STRUCTSIZE);
+        let Ok(size) = usize::try_from(size) else {
+            break;
+        };
+        if size <= kve::PATH || size > rest.len() {
+            break;
+        }
+        let r = &rest[..size];
+        rest = &rest[size..];
+        if i32_at(r, kve::TYPE) != kve::TYPE_VNODE
+            || i32_at(r, kve::PROTECTION) & kve::PROT_EXEC == 0
+        {
+            continue;
+        }
+        let path = &r[kve::PATH..];
+        let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+        if path.is_empty() {
+            continue;
+        }
+        let path = String::from_utf8_lossy(path).into_owned();
+        if out.iter().any(|(_, p)| *p == path) {
+            continue;
+        }
+        let base = u64_at(r, kve::START).wrapping_sub(u64_at(r, kve::OFFSET));
+        out.push((base, path));
+    }
+    out
+}
+
+/// `kinfo_getvmmap(3)`'s sysctl, read as [`parse_vmmap`] reads it.
+#[cfg(target_os = "freebsd")]
+fn host_vmmap(pid: u32) -> Result<Vec<(u64, String)>, i32> {
+    let mib = [
+        libc::CTL_KERN,
+        libc::KERN_PROC,
+        libc::KERN_PROC_VMMAP,
+        pid as libc::c_int,
+    ];
+    let mut len: libc::size_t = 0;
+    // SAFETY: a size query: no buffer, `len` written.
+    let rc = unsafe {
+        libc::sysctl(
+            mib.as_ptr(),
+            4,
+            std::ptr::null_mut(),
+            &mut len,
+            std::ptr::null(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(pmctool::last_errno());
+    }
+    // Room for entries made since the query, as kinfo_getvmmap leaves.
+    len = len * 4 / 3;
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` is `len` writable bytes; the kernel writes at most
+    // `len` and says how many in `len`.
+    let rc = unsafe {
+        libc::sysctl(
+            mib.as_ptr(),
+            4,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+            std::ptr::null(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(pmctool::last_errno());
+    }
+    buf.truncate(len);
+    Ok(parse_vmmap(&buf))
+}
+
+/// Elsewhere there is no FreeBSD process to ask.
+#[cfg(not(target_os = "freebsd"))]
+fn host_vmmap(_pid: u32) -> Result<Vec<(u64, String)>, i32> {
+    Err(libc::ENOSYS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `struct kinfo_vmentry` record as the kernel packs it.
+    fn entry(kind: i32, start: u64, offset: u64, prot: i32, path: &str) -> Vec<u8> {
+        let size = (kve::PATH + path.len() + 1).next_multiple_of(8);
+        let mut r = vec![0u8; size];
+        r[kve::STRUCTSIZE..kve::STRUCTSIZE + 4].copy_from_slice(&(size as i32).to_ne_bytes());
+        r[kve::TYPE..kve::TYPE + 4].copy_from_slice(&kind.to_ne_bytes());
+        r[kve::START..kve::START + 8].copy_from_slice(&start.to_ne_bytes());
+        r[kve::OFFSET..kve::OFFSET + 8].copy_from_slice(&offset.to_ne_bytes());
+        r[kve::PROTECTION..kve::PROTECTION + 4].copy_from_slice(&prot.to_ne_bytes());
+        r[kve::PATH..kve::PATH + path.len()].copy_from_slice(path.as_bytes());
+        r
+    }
+
+    #[test]
+    fn the_executable_vnode_entries_each_object_once() {
+        let mut buf = Vec::new();
+        // The program's text, after its read-only first page.
+        buf.extend(entry(2, 0x20_0000, 0, 1, "/usr/bin/calls"));
+        buf.extend(entry(2, 0x20_1000, 0x1000, 5, "/usr/bin/calls"));
+        // Anonymous memory, executable: no object.
+        buf.extend(entry(1, 0x30_0000, 0, 7, ""));
+        // A library's text, then its data (not executable).
+        buf.extend(entry(2, 0x8000_3000, 0x3000, 5, "/lib/libc.so.7"));
+        buf.extend(entry(2, 0x8010_0000, 0x10_0000, 3, "/lib/libc.so.7"));
+        // A second executable entry of the library.
+        buf.extend(entry(2, 0x8020_0000, 0x20_0000, 5, "/lib/libc.so.7"));
+        assert_eq!(
+            parse_vmmap(&buf),
+            vec![
+                (0x20_0000, "/usr/bin/calls".to_string()),
+                (0x8000_0000, "/lib/libc.so.7".to_string()),
+            ]
+        );
+        // A record longer than what is left ends the walk, a short
+        // buffer is nothing.
+        let mut cut = entry(2, 0x20_1000, 0x1000, 5, "/usr/bin/calls");
+        cut.truncate(cut.len() - 8);
+        assert_eq!(parse_vmmap(&cut), Vec::new());
+        assert_eq!(parse_vmmap(&[0u8; 16]), Vec::new());
+        let mut bad = entry(2, 0x20_1000, 0x1000, 5, "/usr/bin/calls");
+        bad[..4].copy_from_slice(&(-1i32).to_ne_bytes());
+        assert_eq!(parse_vmmap(&bad), Vec::new());
     }
 }

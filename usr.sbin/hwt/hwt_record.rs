@@ -73,13 +73,10 @@ impl<'k> Session<'k> {
     pub fn new(k: &'k Kernel, pid: u32, o: &Options) -> Result<Session<'k>, Exit> {
         let mut s = Session::alloc(k, o, HWT_MODE_THREAD, pid, &[])?;
         s.add_thread(0)?;
+        if o.pid.is_some() {
+            s.seed_images(pid);
+        }
         if o.func.is_some() {
-            if o.pid.is_some() {
-                return Err(PROG.errx(
-                    EX_USAGE,
-                    "-i/-f need a command: the images of a running process are not known",
-                ));
-            }
             s.set_config(RTIT_CTL_USER | RTIT_CTL_BRANCHEN, true)?;
         } else {
             s.configure_and_start(RTIT_CTL_USER | RTIT_CTL_BRANCHEN)?;
@@ -122,6 +119,25 @@ impl<'k> Session<'k> {
                 ));
             }
             wait();
+        }
+    }
+
+    /// -P: the images the process mapped before it was attached, which
+    /// no record will tell (kinfo_getvmmap(3)).
+    fn seed_images(&mut self, pid: u32) {
+        match self.k.proc_maps(pid) {
+            Ok(maps) => {
+                for (base, path) in maps {
+                    let file = format!("{}{path}", self.root);
+                    if let Err(e) = self.images.add(&path, &file, base) {
+                        PROG.warnx(format!("{e}: its code will not be decoded"));
+                    }
+                }
+            }
+            Err(e) => PROG.warnx(format!(
+                "the mappings of pid {pid}: {}: their code will not be decoded",
+                pmctool::strerror(e)
+            )),
         }
     }
 

@@ -138,6 +138,13 @@ pub enum Request {
         /// Its arguments after its name.
         args: Vec<String>,
     },
+    /// The executable objects process `pid` has mapped, as the kernel
+    /// sees them (`kinfo_getvmmap`'s executable vnode entries):
+    /// [`Reply::Maps`].
+    ProcMaps {
+        /// The process.
+        pid: u32,
+    },
     /// The client is done with pmc(3) (its library closes): when this was
     /// its process's last connection, the process ends on the machine, as
     /// it does when the host process is gone. A connection that closes
@@ -189,6 +196,8 @@ pub enum Reply {
     Flag(bool),
     /// (pid, command name) of every process.
     Processes(Vec<(u32, String)>),
+    /// (start, end, path) of each executable object a process mapped.
+    Maps(Vec<(u64, u64, String)>),
     /// What the daemon knows of its machine.
     Status(Status),
 }
@@ -417,6 +426,7 @@ impl Request {
                 .u64(*size)
                 .i32(*prot)
                 .done(),
+            Request::ProcMaps { pid } => Writer::new(16).u32(*pid).done(),
             Request::RunProgram { pid, name, args } => {
                 let mut w = Writer::new(15);
                 w.u32(*pid).bytes(name.as_bytes()).u32(args.len() as u32);
@@ -500,6 +510,7 @@ impl Request {
                 }
                 Request::RunProgram { pid, name, args }
             }
+            16 => Request::ProcMaps { pid: r.u32()? },
             k => return Err(DecodeError::Kind(k)),
         };
         r.end(req)
@@ -526,6 +537,14 @@ impl Reply {
                 w.u32(list.len() as u32);
                 for (pid, comm) in list {
                     w.u32(*pid).bytes(comm.as_bytes());
+                }
+                w.done()
+            }
+            Reply::Maps(list) => {
+                let mut w = Writer::new(0x8a);
+                w.u32(list.len() as u32);
+                for (start, end, path) in list {
+                    w.u64(*start).u64(*end).bytes(path.as_bytes());
                 }
                 w.done()
             }
@@ -581,6 +600,18 @@ impl Reply {
                     list.push((r.u32()?, r.text()?));
                 }
                 Reply::Processes(list)
+            }
+            0x8a => {
+                let n = r.u32()? as usize;
+                // Each entry takes at least 20 bytes.
+                if n > r.0.len() / 20 {
+                    return Err(DecodeError::TooLong(n as u64));
+                }
+                let mut list = Vec::with_capacity(n);
+                for _ in 0..n {
+                    list.push((r.u64()?, r.u64()?, r.text()?));
+                }
+                Reply::Maps(list)
             }
             0x88 => Reply::Status(Status {
                 clients: r.u32()?,
@@ -668,6 +699,7 @@ mod tests {
             Request::JobExited { pid: 9 },
             Request::Kill { pid: 9, held: true },
             Request::Processes,
+            Request::ProcMaps { pid: 42 },
             Request::Status,
             Request::Bye,
         ]
@@ -695,6 +727,10 @@ mod tests {
             Reply::Pid(55),
             Reply::Flag(true),
             Reply::Processes(vec![(1, "init".into()), (101, "pmcstat".into())]),
+            Reply::Maps(vec![
+                (0x20_0000, 0x20_5000, "/usr/bin/calls".into()),
+                (0x8000_0000, 0x8000_2000, "/usr/lib/libsecond.so".into()),
+            ]),
             Reply::Status(Status {
                 clients: 3,
                 processes: 9,

@@ -836,6 +836,7 @@ impl Host {
             }
             Request::Kill { pid: job, held } => self.kill(pid, job, held),
             Request::Processes => Reply::Processes(self.m.processes()),
+            Request::ProcMaps { pid: target } => self.proc_maps(pid, target),
             Request::DevOpen { path, write } => self.dev_open(pid, &path, write),
             Request::DevIoctl {
                 handle,
@@ -957,10 +958,9 @@ impl Host {
         }
     }
 
-    /// Makes held child `job` of client `pid` exec program `name` and
-    /// hands it to the scheduler until it exits.
-    /// RunProgram; None when the reply went already (a traced command,
-    /// [`Host::run_traced_program`]).
+    /// RunProgram: held child `job` of client `pid` execs program `name`
+    /// and goes to the scheduler until it exits. None when the reply went
+    /// already (a traced command, [`Host::run_traced_program`]).
     fn run_program(
         &mut self,
         pid: u32,
@@ -1056,6 +1056,30 @@ impl Host {
         });
         self.exec_on = false;
         worked.load(Ordering::Acquire)
+    }
+
+    /// The executable objects `target` mapped, for a caller that may
+    /// see them (`kern.proc.vmmap`'s p_candebug, simplified): the
+    /// super-user, or a process of the same real and effective user as
+    /// the target; ESRCH for no such process, EPERM otherwise.
+    fn proc_maps(&self, caller: u32, target: u32) -> Reply {
+        let (Some(me), Some(it)) = (self.m.proc_info(caller), self.m.proc_info(target)) else {
+            return Reply::Error(errno::ESRCH);
+        };
+        if it.zombie {
+            return Reply::Error(errno::ESRCH);
+        }
+        let same_user = me.cred.uid == it.cred.uid && me.cred.uid == it.cred.ruid;
+        if me.cred.uid != 0 && !same_user {
+            return Reply::Error(errno::EPERM);
+        }
+        Reply::Maps(
+            self.m
+                .mappings(target)
+                .into_iter()
+                .map(|m| (m.start, m.end, m.path))
+                .collect(),
+        )
     }
 
     /// Whether `child` is a live child of `parent` that is not a client.

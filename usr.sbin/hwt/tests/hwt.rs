@@ -703,3 +703,57 @@ fn a_function_of_a_library_mapped_later_is_traced() {
     assert!(calls.len() <= 300, "{} calls", calls.len());
     assert!(calls.iter().all(|c| *c == calls[0]), "{calls:?}");
 }
+
+/// -P: a process that runs already is traced from its attach on, and its
+/// instructions decode against the images it had mapped before (which no
+/// record tells: the machine's kinfo_getvmmap), to the tail of what the
+/// program executes.
+#[test]
+fn an_attached_process_decodes_against_the_images_it_had_mapped() {
+    let files = scratch("attach");
+    let root = files.to_str().unwrap();
+    let bin = ksimd::daemon::binary_beside(Path::new(env!("CARGO_BIN_EXE_hwt")));
+    let daemon =
+        ksimd::daemon::Daemon::start(&bin, &["-c", "1", "-r", "0", "-w", "calls:300", "-F", root])
+            .expect("ksimd");
+    let sock = daemon.socket();
+    let sim = pmc::libpmc_sim::SimTransport::connect(
+        sock.to_string_lossy().into_owned(),
+        0,
+        "hwt-test".into(),
+    )
+    .expect("a client");
+    let pid = sim
+        .processes()
+        .expect("the processes")
+        .into_iter()
+        .find(|(_, comm)| comm == "calls")
+        .expect("the workload runs")
+        .0;
+    // It runs a little before hwt attaches.
+    sim.advance(2);
+    assert_eq!(sim.job_exited(pid), Some(false), "still running");
+    drop(sim);
+    let out = Command::new(env!("CARGO_BIN_EXE_hwt"))
+        .args(["-R", root, "-P", &pid.to_string()])
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_SOCKET", &sock)
+        .output()
+        .expect("hwt runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<_> = text.lines().map(parse).collect();
+    assert!(!lines.is_empty(), "{stderr}");
+    assert!(lines.iter().all(|l| l.2 == "calls"), "{text}");
+    let got: Vec<u64> = lines.iter().map(|l| l.1).collect();
+    let want = executed("calls", &["calls", "300"]);
+    assert!(got.len() < want.len(), "the start was before the attach");
+    assert!(
+        got == want[want.len() - got.len()..],
+        "the tail of what calls executes ({} of {})",
+        got.len(),
+        want.len()
+    );
+    assert!(daemon.stop().success(), "ksimd's checks at its stop");
+}
