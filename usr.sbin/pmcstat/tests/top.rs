@@ -23,6 +23,24 @@ fn tmux(socket: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A detached session of 120 by 30 running `command`.
+fn start_session(socket: &str, command: &str) {
+    tmux(
+        socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "120",
+            "-y",
+            "30",
+            command,
+        ],
+    );
+}
+
 /// Waits until the pane shows `what`; the screen when it does.
 fn wait_for(socket: &str, what: &str) -> String {
     let start = Instant::now();
@@ -55,20 +73,7 @@ fn the_top_view_in_a_terminal() {
         pmcstat = env!("CARGO_BIN_EXE_pmcstat"),
         status = status.display(),
     );
-    tmux(
-        &socket,
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            "120",
-            "-y",
-            "30",
-            &command,
-        ],
-    );
+    start_session(&socket, &command);
     let screen = wait_for(&socket, "quick_sort");
     let lines: Vec<&str> = screen.lines().collect();
     assert!(
@@ -269,20 +274,7 @@ fn the_views_of_a_log_in_a_terminal() {
         root = root.display(),
         status = status.display(),
     );
-    tmux(
-        &socket,
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "top",
-            "-x",
-            "120",
-            "-y",
-            "30",
-            &command,
-        ],
-    );
+    start_session(&socket, &command);
     // The call graph first, then, with n, the calltree of the whole log
     // (a log that has ended keeps its samples).
     wait_for(&socket, " sort       quick_sort ");
