@@ -59,6 +59,9 @@ pub struct Session<'k> {
     pub images: Images,
     /// The address range traced (-i/-f), inclusive.
     pub filter: Option<(u64, u64)>,
+    /// EXEC and MMAP records read: with pause-on-mmap, the thread paused
+    /// after each until a WAKEUP ([`Session::await_function`]).
+    objects_recorded: u64,
 }
 
 fn os_err(what: &str, e: i32) -> Exit {
@@ -99,7 +102,13 @@ impl<'k> Session<'k> {
         let (Some(image), Some(func)) = (&o.image, &o.func) else {
             return Ok(());
         };
-        let mut seen = 0;
+        // One WAKEUP for the pauses of the records read since the last:
+        // the thread pauses once at a time, and a WAKEUP that comes
+        // before its pause ends that pause at once. Counted by record,
+        // not by image loaded: a record of an image already known or
+        // that cannot be read paused the thread too, and the images of
+        // -P came with no pause.
+        let mut woken = 0;
         loop {
             self.poll_records()?;
             if let Some((a, b)) = self.images.function(image, func) {
@@ -108,8 +117,8 @@ impl<'k> Session<'k> {
                 self.configure_and_start(RTIT_CTL_USER | RTIT_CTL_BRANCHEN)?;
                 return self.wakeup();
             }
-            if self.images.objects.len() > seen {
-                seen = self.images.objects.len();
+            if self.objects_recorded > woken {
+                woken = self.objects_recorded;
                 self.wakeup()?;
             }
             if exited() {
@@ -222,6 +231,7 @@ impl<'k> Session<'k> {
             threads: Vec::new(),
             images: Images::new(),
             filter: None,
+            objects_recorded: 0,
         })
     }
 
@@ -350,6 +360,7 @@ impl<'k> Session<'k> {
         match parse_record(r) {
             // An image to decode against.
             Some(Record::Object { path, addr, .. }) => {
+                self.objects_recorded += 1;
                 if self.images.objects.iter().any(|o| o.path == path) {
                     return Ok(());
                 }

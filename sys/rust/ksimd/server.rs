@@ -466,9 +466,10 @@ struct Host {
     last_scan: Instant,
     /// The work the connection threads and the clock send.
     work: Receiver<Work>,
-    /// A traced command's exec that may pause in hwt(4)'s hook is on
-    /// (see [`Host::run_traced_program`]).
-    exec_on: bool,
+    /// The process whose exec, traced by hwt(4), may be paused in the
+    /// hook now ([`Host::run_traced_program`]): not a job yet, but not
+    /// gone either.
+    exec_on: Option<u32>,
     /// A shutdown that came meanwhile, for the machine's loop.
     shutdown: Option<Sender<Outcome>>,
 }
@@ -624,7 +625,7 @@ fn machine_thread(cfg: SimConfig, rx: Receiver<Work>, ready: Sender<Result<(), S
         clock_ticks: 0,
         last_scan: Instant::now(),
         work: rx,
-        exec_on: false,
+        exec_on: None,
         shutdown: None,
     };
     // Requests are served one after another: a thread that sleeps in the
@@ -831,6 +832,8 @@ impl Host {
             Request::JobExited { pid: job } => {
                 match self.sched.jobs.iter().find(|j| j.pid == job) {
                     Some(j) => Reply::Flag(j.exited),
+                    // In its exec still, paused by hwt(4).
+                    None if self.exec_on == Some(job) => Reply::Flag(false),
                     None => Reply::Error(errno::ESRCH),
                 }
             }
@@ -985,7 +988,7 @@ impl Host {
         argv.extend(args.iter().map(String::as_str));
         let path = format!("/usr/bin/{name}");
         if self.m.proc_flag2(job) & ksim::P2_HWT != 0 {
-            if self.exec_on {
+            if self.exec_on.is_some() {
                 return Some(Reply::Error(errno::EBUSY));
             }
             // The tracer goes on at once: the exec may pause in hwt(4)'s
@@ -1033,7 +1036,7 @@ impl Host {
             );
             done.store(true, Ordering::Release);
         };
-        self.exec_on = true;
+        self.exec_on = Some(job);
         let machine = self.m.clone();
         machine.race_here(u64::from(job), vec![Box::new(exec)], || {
             loop {
@@ -1054,7 +1057,7 @@ impl Host {
                 }
             }
         });
-        self.exec_on = false;
+        self.exec_on = None;
         worked.load(Ordering::Acquire)
     }
 

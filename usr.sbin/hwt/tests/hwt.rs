@@ -610,12 +610,12 @@ fn a_traced_exec_pauses_until_wakeup_while_time_passes() {
         .expect("SET_CONFIG");
     sim.run_program(pid, "calls", &["1".into()])
         .expect("the command is released");
-    // Time passes (the machine's other work would run): the command stays
-    // in its exec, not yet a job of the scheduler.
+    // Time passes (the machine's other work would run; `calls 1` would
+    // end in far less): the command stays in its exec, not exited.
     for _ in 0..20 {
         sim.advance(1000);
     }
-    assert_eq!(sim.job_exited(pid), None, "paused in its exec");
+    assert_eq!(sim.job_exited(pid), Some(false), "paused in its exec");
     // Its EXECUTABLE record is there for the tracer.
     let records = |sim: &SimTransport| {
         let arg = vec![0u8; 32];
@@ -756,4 +756,49 @@ fn an_attached_process_decodes_against_the_images_it_had_mapped() {
         want.len()
     );
     assert!(daemon.stop().success(), "ksimd's checks at its stop");
+}
+
+/// -i/-f when the command's image cannot be read (not under -R): its
+/// record still paused the command, which hwt(8) wakes; the command
+/// runs to its end and hwt(8) says the function was not found, rather
+/// than both waiting for ever.
+#[test]
+fn an_unreadable_image_is_woken_past_and_the_function_not_found() {
+    let files = scratch("unreadable");
+    let empty = files.join("empty-root");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hwt"))
+        .args([
+            "-R",
+            empty.to_str().unwrap(),
+            "-i",
+            "calls",
+            "-f",
+            "run",
+            "calls",
+            "20",
+        ])
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_FILES", &files)
+        .env_remove("LIBPMC_SIM_SOCKET")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hwt runs");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("hwt and its command wait for each other");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.ends_with("hwt: function \"run\" not found in calls\n"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("its code will not be decoded"), "{stderr}");
 }
