@@ -41,6 +41,23 @@ fn start_session(socket: &str, command: &str) {
     );
 }
 
+/// Types q: pmcstat must end with status 0 (written to `status` by the
+/// session's command) within a minute; the session goes.
+fn quit(socket: &str, status: &Path) {
+    tmux(socket, &["send-keys", "-t", "top", "q"]);
+    let start = Instant::now();
+    while !status.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "q did not end pmcstat"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let code = std::fs::read_to_string(status).unwrap();
+    tmux(socket, &["kill-server"]);
+    assert_eq!(code.trim(), "0");
+}
+
 /// Waits until the pane shows `what`; the screen when it does.
 fn wait_for(socket: &str, what: &str) -> String {
     let start = Instant::now();
@@ -114,18 +131,7 @@ fn the_top_view_in_a_terminal() {
     tmux(&socket, &["send-keys", "-t", "top", " "]);
     wait_for(&socket, "Key:   => pause => press space again to continue");
     tmux(&socket, &["send-keys", "-t", "top", " "]);
-    tmux(&socket, &["send-keys", "-t", "top", "q"]);
-    let start = Instant::now();
-    while !status.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "q did not end pmcstat"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let code = std::fs::read_to_string(&status).unwrap();
-    tmux(&socket, &["kill-server"]);
-    assert_eq!(code.trim(), "0");
+    quit(&socket, &status);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -316,17 +322,6 @@ fn the_views_of_a_log_in_a_terminal() {
         "{screen}"
     );
     assert!(screen.contains(" sort       quick_sort "), "{screen}");
-    tmux(&socket, &["send-keys", "-t", "top", "q"]);
-    let start = Instant::now();
-    while !status.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "q did not end pmcstat"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let code = std::fs::read_to_string(&status).unwrap();
-    tmux(&socket, &["kill-server"]);
-    assert_eq!(code.trim(), "0");
+    quit(&socket, &status);
     std::fs::remove_dir_all(&dir).unwrap();
 }
