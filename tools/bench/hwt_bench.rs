@@ -403,8 +403,17 @@ fn decode(how: &str, dir: &Path, name: &str) {
             let mut out =
                 std::io::BufWriter::new(std::fs::File::create("/dev/null").expect("/dev/null"));
             let mut summary = hwt_pt::Summary::default();
-            hwt_pt::decode(&mut out, &TEXT, 0, &trace, &images, CPU, None, &mut summary)
-                .expect("write");
+            hwt_pt::decode_as(
+                &mut out,
+                &TEXT,
+                hwt_pt::Id::Thread(0),
+                &trace,
+                &images,
+                CPU,
+                None,
+                &mut summary,
+            )
+            .expect("write");
             out.flush().expect("flush");
             (summary.insns, 0)
         }
@@ -423,7 +432,17 @@ fn print(dir: &Path, name: &str) {
     let images = images(dir, name);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut summary = hwt_pt::Summary::default();
-    hwt_pt::decode(&mut out, &TEXT, 0, &trace, &images, CPU, None, &mut summary).expect("write");
+    hwt_pt::decode_as(
+        &mut out,
+        &TEXT,
+        hwt_pt::Id::Thread(0),
+        &trace,
+        &images,
+        CPU,
+        None,
+        &mut summary,
+    )
+    .expect("write");
     out.flush().expect("flush");
 }
 

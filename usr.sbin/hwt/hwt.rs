@@ -374,24 +374,47 @@ fn run(o: &Options) -> Result<(), Exit> {
         if o.thread.is_some_and(|want| want != t.id) {
             continue;
         }
-        for piece in &t.trace {
-            hwt_pt::decode(
-                &mut *out,
-                &o.style,
-                t.id,
-                piece,
-                &session.images,
-                cpu,
-                session.filter,
-                &mut summary,
-            )
-            .map_err(werr)?;
-        }
+        decode_trace(
+            &mut *out,
+            o,
+            hwt_pt::Id::Thread(t.id),
+            t,
+            &session,
+            cpu,
+            &mut summary,
+        )
+        .map_err(werr)?;
     }
     hwt_pt::end(&mut *out, &o.style).map_err(werr)?;
     out.flush().map_err(werr)?;
     if summary.insns == 0 && session.filter.is_none() {
         return Err(PROG.errx(EX_DATAERR, "no instruction decoded"));
+    }
+    Ok(())
+}
+
+/// The decoded lines of the trace of thread or CPU `t` (each piece, the
+/// pieces that a loss split it into, on its own).
+fn decode_trace(
+    out: &mut dyn Write,
+    o: &Options,
+    id: hwt_pt::Id,
+    t: &hwt_record::Thread,
+    session: &hwt_record::Session<'_>,
+    cpu: hwt_pt::Cpu,
+    summary: &mut hwt_pt::Summary,
+) -> std::io::Result<()> {
+    for piece in &t.trace {
+        hwt_pt::decode_as(
+            out,
+            &o.style,
+            id,
+            piece,
+            &session.images,
+            cpu,
+            session.filter,
+            summary,
+        )?;
     }
     Ok(())
 }
@@ -436,19 +459,7 @@ fn run_cpus(o: &Options, cpus: &[u32]) -> Result<(), Exit> {
     }
     let cpu = cpu(&k);
     let decode = |out: &mut dyn Write, t: &hwt_record::Thread, summary: &mut hwt_pt::Summary| {
-        for piece in &t.trace {
-            hwt_pt::decode_as(
-                out,
-                &o.style,
-                hwt_pt::Id::Cpu(t.id),
-                piece,
-                &session.images,
-                cpu,
-                session.filter,
-                summary,
-            )?;
-        }
-        Ok(())
+        decode_trace(out, o, hwt_pt::Id::Cpu(t.id), t, &session, cpu, summary)
     };
     match &o.output {
         // A file, a document, for each CPU.

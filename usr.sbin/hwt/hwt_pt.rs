@@ -553,33 +553,9 @@ fn line(buf: &mut Vec<u8>, prefix: &Blocks, pc: u64, found: Option<Found<'_>>, t
     buf.push(b'\n');
 }
 
-/// Decodes one contiguous piece of a thread's trace and prints each
-/// instruction as `thr N<TAB>pc 0x...<TAB>(rel)<TAB>image<TAB>sym+0x..`.
-#[allow(clippy::too_many_arguments)]
-pub fn decode(
-    out: &mut dyn Write,
-    style: &Style,
-    thread: i32,
-    trace: &[u8],
-    images: &Images,
-    cpu: Cpu,
-    filter: Option<(u64, u64)>,
-    summary: &mut Summary,
-) -> std::io::Result<()> {
-    decode_as(
-        out,
-        style,
-        Id::Thread(thread),
-        trace,
-        images,
-        cpu,
-        filter,
-        summary,
-    )
-}
-
-/// Decodes one contiguous piece of the trace of `id`, a thread or a CPU
-/// (whose lines are `CPU N<TAB>pc 0x...<TAB>image<TAB>sym+0x..`).
+/// Decodes one contiguous piece of the trace of `id` and prints each
+/// instruction: a thread's as `thr N<TAB>pc 0x...<TAB>(rel)<TAB>image<TAB>sym+0x..`,
+/// a CPU's as `CPU N<TAB>pc 0x...<TAB>image<TAB>sym+0x..`.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_as(
     out: &mut dyn Write,
