@@ -1028,6 +1028,7 @@ impl Host {
     fn run_traced_program(&mut self, job: u32, path: &str, image: &[u8], argv: &[&str]) -> bool {
         use std::sync::atomic::{AtomicBool, Ordering};
         let (done, worked) = (AtomicBool::new(false), AtomicBool::new(false));
+        // The machine apart from `self`, which the loop below borrows.
         let m = self.m.clone();
         let exec = || {
             worked.store(
@@ -1037,8 +1038,7 @@ impl Host {
             done.store(true, Ordering::Release);
         };
         self.exec_on = Some(job);
-        let machine = self.m.clone();
-        machine.race_here(u64::from(job), vec![Box::new(exec)], || {
+        m.race_here(u64::from(job), vec![Box::new(exec)], || {
             loop {
                 ksim::sched::run_others();
                 if done.load(Ordering::Acquire) {
