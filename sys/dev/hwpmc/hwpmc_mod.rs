@@ -458,7 +458,7 @@ impl Tunables {
 }
 
 /// A class and the first global row it owns.
-struct ClassSlot {
+pub(crate) struct ClassSlot {
     dep: KBox<dyn PmcClassDep>,
     first_ri: u32,
     /// `dep.num()`, kept: the context-switch path maps rows to classes

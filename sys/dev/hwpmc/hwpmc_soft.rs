@@ -27,6 +27,8 @@ use crate::hwpmc_class::{AllocRequest, IntrSink, PmcClassDep, RowPmcs};
 
 /// `SOFT_NPMCS`: rows per CPU.
 pub const SOFT_NPMCS: u32 = 16;
+/// The counters' width in bits.
+pub const SOFT_WIDTH: u32 = 64;
 /// `SOFT_CAPS`.
 pub const SOFT_CAPS: PmcCaps = PmcCaps::READ
     .union(PmcCaps::WRITE)
@@ -232,7 +234,7 @@ impl PmcClassDep for SoftClass {
         SOFT_CAPS
     }
     fn width(&self) -> u32 {
-        64
+        SOFT_WIDTH
     }
     fn num(&self) -> u32 {
         SOFT_NPMCS
@@ -291,6 +293,7 @@ impl PmcClassDep for SoftClass {
         self.row(cpu, ri)?.stop();
         Ok(())
     }
+    #[inline]
     fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
         // config_pmc, write_pmc and start_pmc: the row was unconfigured
         // by the last switch-out, so the start takes the event's use.
@@ -310,6 +313,7 @@ impl PmcClassDep for SoftClass {
                 .swap(u64::from(pm.event) | armed, Ordering::AcqRel),
         );
     }
+    #[inline]
     fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
         // stop_pmc, read_pmc and config_pmc(None): the row keeps only its
         // event, neither armed nor stalled.

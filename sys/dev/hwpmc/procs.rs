@@ -12,8 +12,9 @@ use kpi::proc::{Pid, Tid};
 use uapi::pmc::{PmcFlags, PmcMode, PmcState};
 use uapi::pmclog::{PmclogBody, PmclogRecord};
 
+use crate::hwpmc_class::PmcClassDep;
 use crate::ops::ARMED_AT_ZERO;
-use crate::{Core, CpuRows, Hwpmc, PhwRow, Pmc};
+use crate::{ClassSlot, Core, Hwpmc, PhwRow, Pmc, hwpmc_soft};
 
 /// One row of a target descriptor (`pp_pmcs[ri]`).
 #[derive(Debug, Default)]
@@ -243,6 +244,42 @@ impl<T> PidHash<T> {
     }
 }
 
+/// A row's class as the context-switch paths call it: the SOFT class
+/// (`classes[0]`, rows 0 to 15) by its type, as the software events' hook
+/// calls it, so that its switch-in and switch-out are inlined; the others
+/// through their class.
+enum SwitchClass<'a> {
+    Soft(&'a hwpmc_soft::SoftClass),
+    Dep(&'a ClassSlot),
+}
+
+impl SwitchClass<'_> {
+    #[inline]
+    fn switch_in(&self, cpu: u32, ri: usize, pm: &KArc<Pmc>, value: u64) {
+        match self {
+            SwitchClass::Soft(soft) => soft.switch_in(cpu, ri as u32, pm, value),
+            SwitchClass::Dep(cls) => cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value),
+        }
+    }
+
+    #[inline]
+    fn switch_out(&self, cpu: u32, ri: usize, pm: &Pmc) -> Option<u64> {
+        match self {
+            SwitchClass::Soft(soft) => soft.switch_out(cpu, ri as u32, pm),
+            SwitchClass::Dep(cls) => cls.dep.switch_out(cpu, ri as u32 - cls.first_ri, pm),
+        }
+    }
+
+    /// The mask of the counter's width.
+    #[inline]
+    fn width_mask(&self) -> u64 {
+        match self {
+            SwitchClass::Soft(_) => crate::ops::width_mask(hwpmc_soft::SOFT_WIDTH),
+            SwitchClass::Dep(cls) => cls.width_mask,
+        }
+    }
+}
+
 impl Hwpmc {
     // ----- context switches ---------------------------------------------
 
@@ -262,34 +299,20 @@ impl Hwpmc {
         if pp.msr_access {
             self.md_switch(true);
         }
-        let PmcProcess {
-            slots,
-            threads,
-            attached,
-            ..
-        } = pp;
         let mut guard = self.pcpu[cpu as usize].lock();
-        let CpuRows {
-            rows,
-            loaded,
-            occupied,
-        } = &mut *guard;
-        // Only the rows the process has a PMC on (both have npmc rows).
-        let n = slots.len().min(rows.len());
-        let (slots, rows) = (&mut slots[..n], &mut rows[..n]);
-        let mut left = *attached;
-        let mut now = 0;
+        let rows = &mut *guard;
+        // Only the rows the process has a PMC on.
+        let mut left = pp.attached;
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
-            if let (Some(slot), Some(row)) = (slots.get_mut(ri), rows.get_mut(ri)) {
-                if self.load_row(cpu, pid, ri, slot, row, threads) {
-                    now |= 1 << ri;
+            if let Some(row) = rows.rows.get_mut(ri) {
+                if self.load_row(cpu, pid, ri, pp, row) {
+                    rows.loaded |= 1 << ri;
+                    rows.occupied |= 1 << ri;
                 }
             }
         }
-        *loaded |= now;
-        *occupied |= now;
     }
 
     /// Loads the PMC of a process's row on this CPU's row `ri`.
@@ -299,15 +322,17 @@ impl Hwpmc {
         cpu: u32,
         pid: Pid,
         ri: usize,
-        slot: &mut PpSlot,
+        pp: &mut PmcProcess,
         row: &mut PhwRow,
-        threads: &mut [KBox<PmcThread>],
     ) -> bool {
-        let PpSlot { pmc, pmcval } = slot;
+        let PmcProcess { slots, threads, .. } = pp;
+        let Some(PpSlot { pmc, pmcval }) = slots.get_mut(ri) else {
+            return false;
+        };
         let Some(pm) = pmc.as_ref() else {
             return false;
         };
-        let Some(cls) = self.ri_to_slot(ri as u32) else {
+        let Some(cls) = self.switch_class(ri) else {
             return false;
         };
         let ts = pm.mode == PmcMode::Ts;
@@ -331,25 +356,34 @@ impl Hwpmc {
             return false;
         };
         if ts {
-            // A thread resumes its own count; a thread the driver has no
-            // descriptor for uses the process's.
-            let reloadcount = value;
-            let tid = kpi::proc::curthread();
-            let left = match threads.iter_mut().find(|t| t.tid == tid) {
-                Some(t) => core::mem::take(&mut t.vals[ri]),
-                None => core::mem::replace(pmcval, reloadcount),
-            };
-            value = match left {
-                ARMED_AT_ZERO => 0,
-                0 => reloadcount,
-                left => left,
-            };
+            value = Self::thread_start(ri, value, pmcval, threads);
         }
         row.saved = value;
         row.pid = pid;
         row.pmc = Some(pm.clone());
-        cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value);
+        cls.switch_in(cpu, ri, pm, value);
         true
+    }
+
+    /// Where a sampling PMC starts for the thread switching in, given its
+    /// reload count: a thread resumes its own count; a thread the driver
+    /// has no descriptor for uses the process's.
+    fn thread_start(
+        ri: usize,
+        reloadcount: u64,
+        pmcval: &mut u64,
+        threads: &mut [KBox<PmcThread>],
+    ) -> u64 {
+        let tid = kpi::proc::curthread();
+        let left = match threads.iter_mut().find(|t| t.tid == tid) {
+            Some(t) => core::mem::take(&mut t.vals[ri]),
+            None => core::mem::replace(pmcval, reloadcount),
+        };
+        match left {
+            ARMED_AT_ZERO => 0,
+            0 => reloadcount,
+            left => left,
+        }
     }
 
     /// `pmc_process_csw_out`: takes process PMCs off this CPU, adding what
@@ -361,31 +395,31 @@ impl Hwpmc {
         let pid = kpi::proc::curproc();
         pmcdbg!(self.debug, "csw", "swo", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
-        // The process's rows and threads, if it is still a target.
-        let mut pp = procs
-            .get_mut(pid)
-            .map(|pp| (&mut pp.slots[..], &mut pp.threads[..]));
+        // The process's descriptor, if it is still a target.
+        let mut pp = procs.get_mut(pid);
         let mut guard = self.pcpu[cpu as usize].lock();
+        let rows = &mut *guard;
         // Only the rows a switch-in loaded.
-        let CpuRows {
-            rows,
-            loaded,
-            occupied,
-        } = &mut *guard;
-        let mut left = core::mem::take(loaded);
-        let mut gone = 0;
+        let mut left = core::mem::take(&mut rows.loaded);
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
-            if let Some(row) = rows.get_mut(ri) {
-                let pp = pp.as_mut().map(|(s, t)| (&mut **s, &mut **t));
-                if self.unload_row(cpu, pid, ri, row, pp) {
-                    gone |= 1 << ri;
+            if let Some(row) = rows.rows.get_mut(ri) {
+                if self.unload_row(cpu, pid, ri, row, pp.as_deref_mut()) {
+                    rows.occupied &= !(1 << ri);
                 }
             }
         }
-        *occupied &= !gone;
         self.md_switch(false);
+    }
+
+    /// The class of row `ri` for the context-switch paths.
+    #[inline]
+    fn switch_class(&self, ri: usize) -> Option<SwitchClass<'_>> {
+        if ri < hwpmc_soft::SOFT_NPMCS as usize {
+            return Some(SwitchClass::Soft(&self.soft));
+        }
+        self.ri_to_slot(ri as u32).map(SwitchClass::Dep)
     }
 
     /// The machine-dependent part of a switch (`pmd_switch_in`/`_out`):
@@ -401,8 +435,8 @@ impl Hwpmc {
     }
 
     /// Takes the process PMC on this CPU's row `ri` off; true when the row
-    /// was emptied. `pp` is the process's rows and thread descriptors, if
-    /// it is still a target.
+    /// was emptied. `pp` is the process's descriptor, if it is still a
+    /// target.
     #[inline]
     fn unload_row(
         &self,
@@ -410,47 +444,51 @@ impl Hwpmc {
         pid: Pid,
         ri: usize,
         row: &mut PhwRow,
-        pp: Option<(&mut [PpSlot], &mut [KBox<PmcThread>])>,
+        pp: Option<&mut PmcProcess>,
     ) -> bool {
         // A row whose PMC was released since the switch-in is empty, and
         // may have been given to a system PMC since.
         let Some(pm) = row.pmc.take_if(|pm| pm.mode.is_virtual()) else {
             return false;
         };
-        let Some(cls) = self.ri_to_slot(ri as u32) else {
+        let Some(cls) = self.switch_class(ri) else {
             row.pmc = Some(pm);
             return false;
         };
-        let hw = cls
-            .dep
-            .switch_out(cpu, ri as u32 - cls.first_ri, &pm)
-            .unwrap_or(row.saved);
+        let hw = cls.switch_out(cpu, ri, &pm).unwrap_or(row.saved);
         // The process's own row, if this PMC is still attached to it.
-        let mine = pp.and_then(|(slots, threads)| {
-            let slot = slots
+        let mine = pp.and_then(|pp| {
+            let slot = pp
+                .slots
                 .get_mut(ri)
                 .filter(|s| s.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)))?;
-            Some((slot, threads))
+            Some((slot, &mut pp.threads))
         });
-        let delta = (pm.mode == PmcMode::Tc).then(|| hw.wrapping_sub(row.saved) & cls.width_mask);
-        // One acquisition of the PMC's lock, as FreeBSD's one
+        // One acquisition of the PMC's lock each, as FreeBSD's one
         // mtx_pool_lock_spin: the run count, and what it counted.
-        let attached = mine.is_some();
-        let (deleted, flags) = pm.update(|v| {
-            kassert!(
-                v.runcount > 0,
-                "PMC {:#x} switched out with runcount 0",
-                pm.id
-            );
-            v.runcount = v.runcount.saturating_sub(1);
-            let deleted = v.state == PmcState::Deleted;
-            if let (false, true, Some(delta)) = (deleted, attached, delta) {
-                v.savedvalue = v.savedvalue.wrapping_add(delta);
+        if pm.mode == PmcMode::Tc {
+            let delta = hw.wrapping_sub(row.saved) & cls.width_mask();
+            let attached = mine.is_some();
+            let (credited, flags) = pm.update(|v| {
+                Self::switched_out(&pm, v);
+                let credited = attached && v.state != PmcState::Deleted;
+                if credited {
+                    v.savedvalue = v.savedvalue.wrapping_add(delta);
+                }
+                (credited, v.flags)
+            });
+            if let (true, Some((slot, _))) = (credited, mine) {
+                slot.pmcval = slot.pmcval.wrapping_add(delta);
+                if flags.contains(PmcFlags::LOG_PROCCSW) {
+                    self.log_proccsw(&pm, pid, delta);
+                }
             }
-            (deleted, v.flags)
-        });
-        if let (false, Some((slot, threads))) = (deleted, mine) {
-            if pm.mode == PmcMode::Ts {
+        } else {
+            let deleted = pm.update(|v| {
+                Self::switched_out(&pm, v);
+                v.state == PmcState::Deleted
+            });
+            if let (false, Some((slot, threads))) = (deleted, mine) {
                 // The remaining count belongs to the thread.
                 let tid = kpi::proc::curthread();
                 // A counter switched out at zero samples on its next
@@ -461,14 +499,19 @@ impl Hwpmc {
                     None => slot.pmcval = saved,
                 }
             }
-            if let Some(delta) = delta {
-                slot.pmcval = slot.pmcval.wrapping_add(delta);
-                if flags.contains(PmcFlags::LOG_PROCCSW) {
-                    self.log_proccsw(&pm, pid, delta);
-                }
-            }
         }
         true
+    }
+
+    /// A switch-out's change of the run count, under the PMC's lock.
+    #[inline]
+    fn switched_out(pm: &Pmc, v: &mut crate::PmcVals) {
+        kassert!(
+            v.runcount > 0,
+            "PMC {:#x} switched out with runcount 0",
+            pm.id
+        );
+        v.runcount = v.runcount.saturating_sub(1);
     }
 
     /// A PROCCSW record of what `pm` counted for `pid` in the slice that
