@@ -303,10 +303,17 @@ impl Sim {
     }
 }
 
+/// Writes `bytes` to a file of its own, for libipt's image: libipt maps
+/// the files, and a test rewriting the file another test has mapped (the
+/// same program's) would fault that one with SIGBUS.
 fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!("pt-hwt-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+    let p = dir.join(format!(
+        "{name}.{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::write(&p, bytes).unwrap();
     p
 }
