@@ -247,8 +247,11 @@ mod tests {
 
     fn pipe() -> (i32, i32) {
         let mut fds = [0; 2];
+        // Close-on-exec: a child another test spawns meanwhile must not
+        // keep the read end open (the write would then be EAGAIN, not
+        // EPIPE).
         // SAFETY: `fds` has room for the two descriptors.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
         (fds[0], fds[1])
     }
 
@@ -272,7 +275,8 @@ mod tests {
         assert_eq!(write(w, b"x"), Err(32), "EPIPE, and no SIGPIPE killed us");
         // SAFETY: the write end this test made.
         unsafe { libc::close(w) };
-        assert_eq!(write(w, b"x"), Err(9), "EBADF once closed");
+        // Not `w` again: another test's open may have taken its number.
+        assert_eq!(write(-1, b"x"), Err(9), "EBADF");
     }
 
     #[test]
