@@ -303,16 +303,18 @@ impl Hwpmc {
         let rows = &mut *guard;
         // Only the rows the process has a PMC on.
         let mut left = pp.attached;
+        let mut now = 0;
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let Some(row) = rows.rows.get_mut(ri) {
                 if self.load_row(cpu, pid, ri, pp, row) {
-                    rows.loaded |= 1 << ri;
-                    rows.occupied |= 1 << ri;
+                    now |= 1 << ri;
                 }
             }
         }
+        rows.loaded |= now;
+        rows.occupied |= now;
     }
 
     /// Loads the PMC of a process's row on this CPU's row `ri`.
