@@ -492,6 +492,12 @@ pub(crate) struct CpuRows {
     /// classes' interrupt paths visit only those rows
     /// ([`RowPmcs::occupied`]).
     occupied: u64,
+    /// User mode may execute RDPMC on this CPU (CR4.PCE on x86) since a
+    /// switch-in of a process that asked for it; unknown, so true, at
+    /// load. The switch-out clears CR4.PCE only then, rather than at
+    /// every switch-out as FreeBSD's `core_switch_out` does: a write of
+    /// CR4 serializes the CPU.
+    user_rdpmc: bool,
 }
 
 impl PhwRow {
@@ -821,6 +827,7 @@ impl Module {
                 rows,
                 loaded: 0,
                 occupied: 0,
+                user_rdpmc: true,
             };
             for slot in classes.iter() {
                 slot.dep.pcpu_init(cpu)?;

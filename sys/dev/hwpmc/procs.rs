@@ -293,14 +293,15 @@ impl Hwpmc {
         pmcdbg!(self.debug, "csw", "swi", "cpu={cpu} pid={pid}");
         let mut procs = self.procs.lock();
         let Some(pp) = procs.get_mut(pid) else { return };
-        // The owner may read its counters with RDPMC while it runs; every
+        let mut guard = self.pcpu[cpu as usize].lock();
+        let rows = &mut *guard;
+        // The owner may read its counters with RDPMC while it runs; the
         // switch-out turns that off again (as FreeBSD's core_switch_in and
         // core_switch_out do).
         if pp.msr_access {
             self.md_switch(true);
+            rows.user_rdpmc = true;
         }
-        let mut guard = self.pcpu[cpu as usize].lock();
-        let rows = &mut *guard;
         // Only the rows the process has a PMC on.
         let mut left = pp.attached;
         let mut now = 0;
@@ -412,7 +413,9 @@ impl Hwpmc {
                 }
             }
         }
-        self.md_switch(false);
+        if core::mem::take(&mut rows.user_rdpmc) {
+            self.md_switch(false);
+        }
     }
 
     /// The class of row `ri` for the context-switch paths.

@@ -1034,6 +1034,19 @@ pub fn set_user_rdpmc(enabled: bool) {
     if let Some(v) = st.user_rdpmc.get_mut(cpu) {
         *v = enabled;
     }
+    if let Some(n) = st.user_rdpmc_writes.get_mut(cpu) {
+        *n += 1;
+    }
+}
+
+/// How many times CPU `cpu`'s CR4.PCE was written.
+pub fn user_rdpmc_writes(cpu: u32) -> u64 {
+    current()
+        .st()
+        .user_rdpmc_writes
+        .get(cpu as usize)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Whether CPU `cpu` lets user mode run `rdpmc` (CR4.PCE).

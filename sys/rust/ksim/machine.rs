@@ -805,6 +805,8 @@ pub(crate) struct State {
     pub(crate) pmus: Option<Arc<crate::x86::PmuSet>>,
     /// Per CPU: CR4.PCE.
     pub(crate) user_rdpmc: Vec<bool>,
+    /// Per CPU: writes of CR4.PCE (each a serializing CR4 write).
+    pub(crate) user_rdpmc_writes: Vec<u64>,
     /// The users of the PMC LVT entry (`pcint_refcnt` of local_apic.c):
     /// hwpmc and pt enable and disable it independently.
     pub(crate) pcint_refs: u32,
@@ -970,6 +972,7 @@ impl Machine {
             cr3s: BTreeMap::new(),
             next_cr3: FIRST_CR3,
             user_rdpmc: vec![false; cpu_count],
+            user_rdpmc_writes: vec![0; cpu_count],
             pcint_refs: 0,
             cfg,
             cpus,

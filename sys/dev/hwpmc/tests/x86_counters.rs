@@ -501,10 +501,22 @@ fn getmsr_gives_rdpmc_indices_and_user_rdpmc_only_while_the_owner_runs() {
     assert!(ksim::kern::user_rdpmc(1), "CR4.PCE on while the owner runs");
     s.m.switch_out(1);
     assert!(!ksim::kern::user_rdpmc(1), "and off after");
+    let writes = ksim::kern::user_rdpmc_writes(1);
+    // Another target, whose switches leave CR4 alone: it is clear.
     let other = s.root();
-    s.m.switch_in(1, other.tid);
-    assert!(!ksim::kern::user_rdpmc(1), "off for another process");
+    let id = user_counter(&s, other, PmcClass::Iap, 0xC0, "IAP");
+    follow(&s, other, &[id], other.pid);
+    for _ in 0..3 {
+        s.m.switch_in(1, other.tid);
+        assert!(!ksim::kern::user_rdpmc(1), "off for another process");
+        s.m.switch_out(1);
+    }
+    assert_eq!(ksim::kern::user_rdpmc_writes(1), writes, "no CR4 write");
+    // The owner again: on, and off once it leaves.
+    s.m.switch_in(1, p.tid);
     s.m.switch_out(1);
+    assert_eq!(ksim::kern::user_rdpmc_writes(1), writes + 2);
+    assert!(!ksim::kern::user_rdpmc(1));
     s.finish();
 }
 
