@@ -64,6 +64,11 @@ fn a_failed_exec_is_reported_when_the_command_starts() {
 
 #[test]
 fn an_interrupted_command_ends() {
+    // The command inherits SIGINT's disposition, as FreeBSD's pmcstat's
+    // does: a test run started where SIGINT is ignored (a shell's
+    // background job without job control) must not pass that on.
+    // SAFETY: SIG_DFL for SIGINT; no handler runs.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     let procs = HostProcesses::new();
     let pid = procs.create_process(&argv(&["sleep", "600"])).unwrap();
     procs.start_process(pid).unwrap();
