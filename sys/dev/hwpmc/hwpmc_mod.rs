@@ -807,6 +807,14 @@ impl Module {
                 row_class[ri as usize] = i as u8;
             }
         }
+        // The switch paths call rows 0 to SOFT_NPMCS - 1 as the SOFT class.
+        kassert!(
+            row_class[..hwpmc_soft::SOFT_NPMCS as usize]
+                .iter()
+                .all(|&c| c == 0),
+            "the SOFT class does not hold rows 0 to {}",
+            hwpmc_soft::SOFT_NPMCS - 1
+        );
         let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
             SpinMutex::new(c"pmc-pcpu", CpuRows::default(), Wait::WaitOk)
         })?;
