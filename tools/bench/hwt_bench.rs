@@ -400,22 +400,8 @@ fn decode(how: &str, dir: &Path, name: &str) {
         }
         "hwt" => {
             let images = images(dir, name);
-            let mut out =
-                std::io::BufWriter::new(std::fs::File::create("/dev/null").expect("/dev/null"));
-            let mut summary = hwt_pt::Summary::default();
-            hwt_pt::decode_as(
-                &mut out,
-                &TEXT,
-                hwt_pt::Id::Thread(0),
-                &trace,
-                &images,
-                CPU,
-                None,
-                &mut summary,
-            )
-            .expect("write");
-            out.flush().expect("flush");
-            (summary.insns, 0)
+            let null = std::fs::File::create("/dev/null").expect("/dev/null");
+            (hwt_text(null, &trace, &images).insns, 0)
         }
         _ => usage(),
     };
@@ -429,21 +415,26 @@ fn decode(how: &str, dir: &Path, name: &str) {
 
 fn print(dir: &Path, name: &str) {
     let trace = std::fs::read(dir.join(format!("{name}.pt"))).expect("the trace");
-    let images = images(dir, name);
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    hwt_text(std::io::stdout().lock(), &trace, &images(dir, name));
+}
+
+/// hwt(8)'s text decode of thread 0's `trace`, buffered into `out`.
+fn hwt_text(out: impl Write, trace: &[u8], images: &hwt_pt::Images) -> hwt_pt::Summary {
+    let mut out = std::io::BufWriter::new(out);
     let mut summary = hwt_pt::Summary::default();
     hwt_pt::decode_as(
         &mut out,
         &TEXT,
         hwt_pt::Id::Thread(0),
-        &trace,
-        &images,
+        trace,
+        images,
         CPU,
         None,
         &mut summary,
     )
     .expect("write");
     out.flush().expect("flush");
+    summary
 }
 
 fn usage() -> ! {

@@ -28,16 +28,21 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// Runs hwt(8) with `args` on a private simulated machine whose files go
-/// to `files`.
-fn hwt(files: &PathBuf, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hwt"))
-        .args(args)
+/// hwt(8) with `args` on a private simulated machine whose files go to
+/// `files`.
+fn hwt_command(files: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hwt"));
+    c.args(args)
         .env("LIBPMC_TRANSPORT", "sim")
         .env("LIBPMC_SIM_FILES", files)
-        .env_remove("LIBPMC_SIM_SOCKET")
-        .output()
-        .expect("hwt runs")
+        .env_remove("LIBPMC_SIM_SOCKET");
+    c
+}
+
+/// Runs hwt(8) with `args` on a private simulated machine whose files go
+/// to `files`.
+fn hwt(files: &Path, args: &[&str]) -> Output {
+    hwt_command(files, args).output().expect("hwt runs")
 }
 
 type Recorder = ksim::cpu::events::UserPcs;
@@ -272,13 +277,9 @@ fn columns_and_libxo_json_say_the_same_instructions() {
 /// The simulated machine's environment for CPU mode: two CPUs, a
 /// workload, its files written to `files`.
 fn cpu_mode_command(files: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hwt"));
-    c.args(args)
-        .env("LIBPMC_TRANSPORT", "sim")
-        .env("LIBPMC_SIM_FILES", files)
-        .env("LIBPMC_SIM_CPUS", "2")
-        .env("LIBPMC_SIM_WORKLOAD", "calls:100000")
-        .env_remove("LIBPMC_SIM_SOCKET");
+    let mut c = hwt_command(files, args);
+    c.env("LIBPMC_SIM_CPUS", "2")
+        .env("LIBPMC_SIM_WORKLOAD", "calls:100000");
     c
 }
 
@@ -767,20 +768,17 @@ fn an_unreadable_image_is_woken_past_and_the_function_not_found() {
     let files = scratch("unreadable");
     let empty = files.join("empty-root");
     std::fs::create_dir_all(&empty).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hwt"))
-        .args([
-            "-R",
-            empty.to_str().unwrap(),
-            "-i",
-            "calls",
-            "-f",
-            "run",
-            "calls",
-            "20",
-        ])
-        .env("LIBPMC_TRANSPORT", "sim")
-        .env("LIBPMC_SIM_FILES", &files)
-        .env_remove("LIBPMC_SIM_SOCKET")
+    let args = [
+        "-R",
+        empty.to_str().unwrap(),
+        "-i",
+        "calls",
+        "-f",
+        "run",
+        "calls",
+        "20",
+    ];
+    let mut child = hwt_command(&files, &args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
