@@ -183,6 +183,7 @@ pub enum Op {
 /// A notification descriptor the run made.
 #[derive(Debug)]
 struct Notified {
+    /// The PMC's owner (a descendant that inherited it may have asked).
     owner: u32,
     id: PmcId,
     file: u64,
@@ -1277,8 +1278,15 @@ impl Run {
                     let pid = self.procs[p].pid;
                     self.procs[p].fds.push(fd);
                     let file = self.m.file_of(pid, fd).expect("the new descriptor");
+                    // A descendant may ask for the PMC of the owner it
+                    // inherited (pmc_find_pmc): the descriptor is its, the
+                    // PMC the owner's.
+                    let owner = self
+                        .driver()
+                        .pmc_owner_for(pid, id)
+                        .expect("the PMC the call found");
                     self.notified.push(Notified {
-                        owner: pid,
+                        owner,
                         id,
                         file,
                         count: if bytes { 0 } else { count },

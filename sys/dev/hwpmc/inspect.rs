@@ -45,6 +45,15 @@ impl Hwpmc {
         })
     }
 
+    /// The owner of the PMC that id `id` names for process `caller`: its
+    /// own, or that of the owner whose self-attached DESCENDANTS PMC
+    /// follows it (as the operations find it).
+    pub fn pmc_owner_for(&self, caller: Pid, id: uapi::pmc::PmcId) -> Option<Pid> {
+        let core = self.core.lock_shared();
+        let at = self.find_pmc_for(&core, caller, id).ok()?;
+        Some(core.owners[at.owner].pid)
+    }
+
     /// Whether `pid` has a target descriptor (a PMC attached to it).
     pub fn is_target(&self, pid: Pid) -> bool {
         self.procs.lock().get(pid).is_some()

@@ -171,11 +171,15 @@ impl Hwpmc {
     /// self-attached DESCENDANTS PMC follows it; an unknown id of an owner
     /// gets EINVAL.
     fn find_pmc(&self, core: &Core, id: PmcId) -> KResult<At> {
+        self.find_pmc_for(core, kpi::proc::curproc(), id)
+    }
+
+    /// [`Hwpmc::find_pmc`] for process `me`.
+    pub(crate) fn find_pmc_for(&self, core: &Core, me: Pid, id: PmcId) -> KResult<At> {
         let ri = pmc_id_to_rowindex(id);
         if ri >= self.npmc {
             return Err(EINVAL);
         }
-        let me = kpi::proc::curproc();
         let owner = match Self::owner_index(core, me) {
             Some(o) => o,
             None => {
