@@ -1665,15 +1665,21 @@ pub fn run(ops: &[Op]) -> Result<(), Failure> {
             r.check().map_err(|what| Failure { step: i + 1, what })?;
             if std::env::var_os("HWPMC_RANDOM_TRACE").is_some() {
                 let _e = r.m.enter();
-                let mut running = Vec::new();
+                let mut pmcs = Vec::new();
                 r.driver().for_each_pmc(|v| {
-                    if v.state == PmcState::Running {
-                        running.push((v.mode, v.event & 0xff, v.cpu as i32, v.runcount));
-                    }
+                    pmcs.push((v.state, v.mode, v.event & 0xff, v.cpu as i32, v.runcount));
                 });
                 let on: Vec<_> = (0..NCPU as u32).map(|c| r.m.running_on(c)).collect();
+                // Each soft event in use: the kernel's count of arming,
+                // and the rows armed and stalled.
+                let soft: Vec<_> =
+                    r.m.soft_events()
+                        .iter()
+                        .map(|e| (e.code & 0xff, e.running, r.driver().rows_on_event(e.code)))
+                        .filter(|&(_, running, rows)| running != 0 || rows != (0, 0))
+                        .collect();
                 eprintln!(
-                    "{op:?} -> pmcs {} running {running:?} on-cpu {on:?}",
+                    "{op:?} -> pmcs {pmcs:?} on-cpu {on:?} soft {soft:?} ({} owned)",
                     r.pmcs.len()
                 );
             }

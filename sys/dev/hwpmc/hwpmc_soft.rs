@@ -210,10 +210,13 @@ impl SoftClass {
                 row.state
                     .swap(u64::from(pm.event) | STALLED, Ordering::AcqRel),
             );
-            // start and stop take no lock of ours: a stop since the
-            // state was read above cleared the flag before it was set.
-            // A stopped PMC's row is not left stalled.
-            if pm.state() != PmcState::Running {
+            // start and stop take no lock of ours: the stop of a system
+            // PMC since the state was read above cleared the row before
+            // the flag was set, so its row is not left stalled. A process
+            // PMC's stop leaves its rows alone (as FreeBSD's): its row
+            // stays stalled while it is loaded, for the sweep to re-arm
+            // once the PMC runs again.
+            if pm.mode.is_system() && pm.state() != PmcState::Running {
                 row.state.fetch_and(!STALLED, Ordering::AcqRel);
             }
         }

@@ -234,3 +234,59 @@ fn releasing_a_pmc_keeps_another_pmc_loaded_on_its_row() {
         panic!("{f}");
     }
 }
+
+/// A process sampler's soft event fired on its target's CPU while the
+/// owner stopped it: the sample was refused, the row stalled (giving the
+/// event back), and the hook then cleared the stall because the PMC was
+/// no longer running. But a process PMC's stop leaves its rows alone, so
+/// the row, still loaded, was neither armed nor stalled: restarted before
+/// its target's next switch-out, the PMC counted nothing there, and no
+/// sweep re-armed it.
+#[test]
+fn a_restarted_soft_sampler_of_a_running_target_is_armed() {
+    let ops = vec![
+        Op::Profile {
+            proc: 33340,
+            system: false,
+            cpu: 1,
+            target: 17759,
+            chains: true,
+        },
+        Op::SwitchIn {
+            cpu: 3,
+            proc: 52635,
+            thread: 18143,
+        },
+        Op::Fork { proc: 13271 },
+        Op::Race {
+            seed: 2415456811,
+            proc: 35771,
+            pmc: 48809,
+            call: 1,
+            cpu: 2,
+            faults: true,
+            writers: true,
+        },
+        Op::PageFault { cpu: 3, n: 1 },
+        Op::Fork { proc: 19616 },
+        Op::Race {
+            seed: 1749559240,
+            proc: 1263,
+            pmc: 28464,
+            call: 1,
+            cpu: 2,
+            faults: true,
+            writers: false,
+        },
+        Op::Race {
+            seed: 3083916796,
+            proc: 17369,
+            pmc: 63630,
+            call: 0,
+            cpu: 2,
+            faults: true,
+            writers: true,
+        },
+    ];
+    run(&ops).unwrap();
+}
