@@ -22,6 +22,7 @@ use uapi::pmc::*;
 pub mod libpmc_json;
 pub mod libpmc_pmu_util;
 pub mod pmc;
+pub mod pmc_event_tables;
 #[cfg(test)]
 mod pmc_version;
 pub mod pmclog;
@@ -531,14 +532,18 @@ pub extern "C" fn pmc_name_of_state(state: c_uint) -> *const c_char {
     name_or_einval(PmcState::from_raw(state).map(PmcState::name))
 }
 
-/// `pmc_name_of_event`: static events by their table name, soft events by
-/// the name the kernel registered (after `pmc_init`).
+/// `pmc_name_of_event`: static events by the name libpmc's tables give
+/// them on this machine's CPU type (none before `pmc_init`, as FreeBSD's
+/// library knows no CPU type then), soft events by the name the kernel
+/// registered (after `pmc_init`).
 // SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_event(event: c_uint) -> *const c_char {
     let name = match library() {
         Ok(l) => l.event_name(event),
-        Err(_) => uapi::pmc_events::event_name(event).map(|(_, n)| n),
+        Err(_) => {
+            crate::pmc_event_tables::static_event_name(event, 0).and_then(|n| n.to_str().ok())
+        }
     };
     name_or_einval(name)
 }

@@ -68,6 +68,8 @@ pub struct Pmc {
     transport: Box<dyn Transport>,
     cpuinfo: PmcOpGetcpuinfo,
     classes: Vec<ClassDescr>,
+    /// The software events the kernel registered, read by `pmc_init`.
+    soft_events: Vec<EventDescr>,
     /// The PMU event table of the CPU `kern.hwpmc.cpuid` names.
     pmu: Option<PmuTable>,
     /// The driver's `PMC_VERSION`, from PMC_OP_GETMODULEVERSION.
@@ -131,6 +133,7 @@ impl Pmc {
             transport,
             cpuinfo: PmcOpGetcpuinfo::zeroed(),
             classes: Vec::new(),
+            soft_events: Vec::new(),
             pmu: None,
             driver_version: 0,
         };
@@ -167,19 +170,29 @@ impl Pmc {
                     prefix: "SOFT-",
                     events: soft_events.clone(),
                 },
+                // libpmc's table names the one event "cycles"; "TSC" is
+                // taken too, which FreeBSD 15.0's library refuses (as
+                // "tsc" and "tsc-tsc"): its table has only "cycles".
                 PmcClass::Tsc => ClassDescr {
                     class,
                     prefix: "TSC-",
-                    events: vec![EventDescr {
-                        name: c"TSC".into(),
-                        code: PMC_EV_TSC_TSC,
-                    }],
+                    events: vec![
+                        EventDescr {
+                            name: c"cycles".into(),
+                            code: PMC_EV_TSC_TSC,
+                        },
+                        EventDescr {
+                            name: c"TSC".into(),
+                            code: PMC_EV_TSC_TSC,
+                        },
+                    ],
                 },
                 // Hardware classes get their tables with their backends.
                 _ => continue,
             };
             pmc.classes.push(descr);
         }
+        pmc.soft_events = soft_events;
         pmc.pmu = pmc
             .transport
             .sysctl_string("kern.hwpmc.cpuid")
@@ -223,23 +236,30 @@ impl Pmc {
         &self.cpuinfo
     }
 
-    /// Events of `class` on this machine (`pmc_event_names_of_class`).
+    /// Events of `class` (`pmc_event_names_of_class`): those of libpmc's
+    /// table for the class on this machine's CPU type, whether or not the
+    /// driver offers the class, or the software events the kernel
+    /// registered; EINVAL for a class libpmc has no table for.
     pub fn events_of_class(&self, class: PmcClass) -> Result<&[EventDescr], Errno> {
-        self.classes
-            .iter()
-            .find(|c| c.class == class)
-            .map(|c| &c.events[..])
-            .ok_or(libc::EINVAL)
+        if class == PmcClass::Soft {
+            return Ok(&self.soft_events);
+        }
+        crate::pmc_event_tables::class_events(class, self.cpuinfo.pm_cputype).ok_or(libc::EINVAL)
     }
 
-    /// The name of an event code, dynamic (soft) events included.
+    /// The name of an event code (`pmc_name_of_event`): a software event
+    /// by the name the kernel registered, a static one by libpmc's tables
+    /// for this machine's CPU type.
     pub fn event_name(&self, code: u32) -> Option<&str> {
-        self.classes
-            .iter()
-            .flat_map(|c| c.events.iter())
-            .find(|e| e.code == code)
-            .and_then(|e| e.name.to_str().ok())
-            .or_else(|| uapi::pmc_events::event_name(code).map(|(_, n)| n))
+        if uapi::pmc_events::is_soft_event(code) {
+            return self
+                .soft_events
+                .iter()
+                .find(|e| e.code == code)
+                .and_then(|e| e.name.to_str().ok());
+        }
+        crate::pmc_event_tables::static_event_name(code, self.cpuinfo.pm_cputype)
+            .and_then(|n| n.to_str().ok())
     }
 
     /// Parses a counter specification (`[CLASS-]EVENT[,qualifier...]`, or

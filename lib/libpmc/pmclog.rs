@@ -348,9 +348,18 @@ impl PmclogEv {
     }
 }
 
-/// The names libpmc gives static events (`pmc_name_of_event`), as C
-/// strings that live as long as the program.
-fn event_cname(code: u32) -> *const c_char {
+/// The name of a static event in an allocation record: the one libpmc's
+/// tables give it on the log's CPU type (`_pmc_name_of_event`), or, for a
+/// code they do not name (an IAF or IAP code, say, which FreeBSD's reader
+/// refuses as an "unknown event"), its `PMC_EV_` constant's name without
+/// the class; empty for a code that is neither. C strings that live as
+/// long as the program.
+fn event_cname(code: u32, cputype: Option<u32>) -> *const c_char {
+    // u32::MAX: FreeBSD's `ps_arch` of -1 before the INITIALIZE record.
+    let table = crate::pmc_event_tables::static_event_name(code, cputype.unwrap_or(u32::MAX));
+    if let Some(name) = table {
+        return name.as_ptr();
+    }
     static NAMES: OnceLock<BTreeMap<u32, CString>> = OnceLock::new();
     let names = NAMES.get_or_init(|| {
         uapi::pmc_events::PMC_EVENT_CODES
@@ -545,6 +554,9 @@ struct Progress {
     /// The PMU table of the CPU the INITIALIZE record names: it names
     /// the events of PMCs allocated with `PMC_F_EV_PMU`.
     pmu: Option<crate::libpmc_pmu_util::PmuTable>,
+    /// The CPU type of the INITIALIZE record (`ps_arch`), which chooses
+    /// the table of an ARM event's name; none before it.
+    cputype: Option<u32>,
 }
 
 /// A log parser (`struct pmclog_parse_state`).
@@ -966,6 +978,7 @@ impl Parser {
                 let i = unsafe { &mut u.pl_i };
                 i.pl_version = version;
                 i.pl_arch = cpu;
+                progress.cputype = Some(cpu);
                 i.pl_tsc_freq = tsc_freq;
                 i.pl_ts = ts;
                 copy_cstr(&mut i.pl_cpuid, cpuid);
@@ -1001,13 +1014,18 @@ impl Parser {
                 flags,
                 rate,
             } => {
-                // A PMU event's code is its index in the CPU's table.
-                let pmu_name = (flags & uapi::pmc::PmcFlags::EV_PMU.bits() != 0)
-                    .then(|| progress.pmu?.event(event as usize))
-                    .flatten()
-                    .map(|e| e.name.as_ptr());
+                // A PMU event's code is its index in the CPU's table, and
+                // is never taken for a static event's.
+                let evname = if flags & uapi::pmc::PmcFlags::EV_PMU.bits() != 0 {
+                    progress
+                        .pmu
+                        .and_then(|t| t.event(event as usize))
+                        .map_or(c"".as_ptr(), |e| e.name.as_ptr())
+                } else {
+                    event_cname(event, progress.cputype)
+                };
                 u.pl_a = PmclogEvPmcallocate {
-                    pl_evname: pmu_name.unwrap_or_else(|| event_cname(event)),
+                    pl_evname: evname,
                     pl_rate: rate,
                     pl_event: event,
                     pl_flags: flags,

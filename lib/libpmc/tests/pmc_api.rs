@@ -5,6 +5,7 @@
 use pmc::libpmc_sim::{SimConfig, SimTransport};
 use pmc::pmc::{Pmc, event_name_matches};
 use uapi::pmc::*;
+use uapi::pmc_events::{PMC_EV_K8_FIRST, PMC_EV_K8_LAST, PMC_EV_TSC_TSC};
 
 fn machine(cpus: u32) -> Pmc {
     boot(SimConfig {
@@ -75,7 +76,23 @@ fn init_reads_the_machine() {
             "{want} missing from {soft:?}"
         );
     }
-    assert_eq!(pmc.events_of_class(PmcClass::K8).unwrap_err(), libc::EINVAL);
+    // libpmc's static tables, whether or not the machine has the class
+    // (FreeBSD's pmc_event_names_of_class); none for IAP, whose events
+    // are the PMU tables'.
+    let k8 = pmc.events_of_class(PmcClass::K8).unwrap();
+    assert_eq!(k8[0].name.to_str(), Ok("FP_DISPATCHED_FPU_OPS"));
+    assert_eq!(k8.len(), (PMC_EV_K8_LAST - PMC_EV_K8_FIRST + 1) as usize);
+    let tsc: Vec<_> = pmc
+        .events_of_class(PmcClass::Tsc)
+        .unwrap()
+        .iter()
+        .map(|e| e.name.to_str().unwrap())
+        .collect();
+    assert_eq!(tsc, ["cycles"]);
+    assert_eq!(
+        pmc.events_of_class(PmcClass::Iap).unwrap_err(),
+        libc::EINVAL
+    );
     // Every row of every CPU is described.
     let rows = pmc.pmcinfo(2).unwrap();
     assert_eq!(rows.len(), ci.pm_npmc as usize);
@@ -555,6 +572,38 @@ fn a_hardware_event_without_its_class_is_refused() {
     assert_eq!(pmc.release(0).unwrap_err(), libc::ESRCH);
 }
 
+/// The TSC by the names libpmc's table gives it: "cycles" only where the
+/// PMU table does not take the name first, "TSC-cycles" everywhere; and
+/// by "TSC" and "TSC-TSC", which FreeBSD 15.0's library refuses.
+#[test]
+fn the_tsc_is_named_cycles_after_the_pmu_table() {
+    let skylake = boot(SimConfig {
+        cpus: 1,
+        comm: "pmc_api".into(),
+        ..SimConfig::default()
+    });
+    assert!(skylake.pmu().is_some());
+    let class_event = |pmc: &Pmc, spec: &str| {
+        pmc.parse_spec(spec, PmcMode::Sc, 0, 0, 0)
+            .map(|a| (PmcClass::from_raw(a.pm_class), a.pm_ev))
+    };
+    for spec in ["tsc-cycles", "TSC-CYCLES", "tsc", "tsc-tsc"] {
+        assert_eq!(
+            class_event(&skylake, spec),
+            Ok((Some(PmcClass::Tsc), PMC_EV_TSC_TSC)),
+            "{spec}"
+        );
+    }
+    let (class, _) = class_event(&skylake, "cycles").unwrap();
+    assert_eq!(class, Some(PmcClass::Iap), "the PMU table's cycles");
+    assert_eq!(
+        class_event(&skylake, "tsc-cycles,usr").unwrap_err(),
+        libc::EINVAL,
+        "no qualifiers"
+    );
+    assert_eq!(skylake.event_name(PMC_EV_TSC_TSC), Some("cycles"));
+}
+
 /// On the default Skylake the same names allocate IAP and IAF PMCs that
 /// count.
 #[test]
@@ -601,9 +650,13 @@ fn the_generic_cpu_type_has_the_generic_aliases() {
         .parse_spec("instructions", PmcMode::Sc, 0, 0, 0)
         .unwrap();
     assert_eq!((a.pm_class, a.pm_ev), (PmcClass::Soft.raw(), hard));
-    // Other names of the PMU tables are unknown there.
+    // Without a PMU table, "cycles" is the TSC's name in libpmc's table;
+    // other names of the PMU tables are unknown.
+    let a = pmc.parse_spec("cycles", PmcMode::Sc, 0, 0, 0).unwrap();
+    assert_eq!((a.pm_class, a.pm_ev), (PmcClass::Tsc.raw(), PMC_EV_TSC_TSC));
     assert_eq!(
-        pmc.parse_spec("cycles", PmcMode::Sc, 0, 0, 0).unwrap_err(),
+        pmc.parse_spec("branch-misses", PmcMode::Sc, 0, 0, 0)
+            .unwrap_err(),
         libc::EINVAL
     );
 }

@@ -160,8 +160,28 @@ fn the_c_api_on_the_simulator() {
             .collect();
         assert!(names_vec.contains(&"CLOCK.HARD"), "{names_vec:?}");
         libc::free(names.cast());
+        // A class with a table in libpmc, offered by the machine or not:
+        // the table, as FreeBSD's gives it.
         assert_eq!(
-            pmc_event_names_of_class(PmcClass::K8.raw(), &mut names, &mut n),
+            pmc_event_names_of_class(PmcClass::Iaf.raw(), &mut names, &mut n),
+            0
+        );
+        let iaf: Vec<&str> = (0..n as usize)
+            .map(|i| CStr::from_ptr(*names.add(i)).to_str().unwrap())
+            .collect();
+        assert_eq!(
+            iaf,
+            [
+                "INSTR_RETIRED_ANY",
+                "CPU_CLK_UNHALTED_CORE",
+                "CPU_CLK_UNHALTED_REF"
+            ]
+        );
+        libc::free(names.cast());
+        // One without: the Intel programmable counters' events are the
+        // PMU tables'.
+        assert_eq!(
+            pmc_event_names_of_class(PmcClass::Iap.raw(), &mut names, &mut n),
             -1
         );
         assert_eq!(errno(), libc::EINVAL);
@@ -186,7 +206,11 @@ fn the_c_api_on_the_simulator() {
         name(pmc_name_of_capability(PmcCaps::INTERRUPT.bits())),
         "INTERRUPT"
     );
-    assert_eq!(name(pmc_name_of_event(0x1000)), "TSC");
+    // libpmc's tables: the TSC's one entry is "cycles"; an IAF code has
+    // no name there.
+    assert_eq!(name(pmc_name_of_event(0x1000)), "cycles");
+    assert!(pmc_name_of_event(0x10000).is_null());
+    assert_eq!(errno(), libc::EINVAL);
     let hard = library_handle()
         .unwrap()
         .events_of_class(PmcClass::Soft)

@@ -478,6 +478,14 @@ fn logs_name_pmu_events_from_the_logged_cpu_key() {
             flags: 0,
             rate: 0,
         },
+        // With the flag, an index past the table (of fewer than 4096
+        // events) names nothing, not the static event of that code.
+        B::Pmcallocate {
+            pmcid: 3,
+            event: 0x1000,
+            flags: PmcFlags::EV_PMU.bits(),
+            rate: 0,
+        },
     ];
     let mut log = Vec::new();
     for body in bodies {
@@ -504,5 +512,8 @@ fn logs_name_pmu_events_from_the_logged_cpu_key() {
         }
     }
     assert_eq!(names[&1], "br_inst_retired.all_branches");
-    assert_eq!(names[&2], "TSC");
+    // Named by libpmc's TSC table.
+    assert_eq!(names[&2], "cycles");
+    assert!(skylake().event(0x1000).is_none());
+    assert_eq!(names[&3], "");
 }

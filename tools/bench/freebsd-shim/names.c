@@ -27,10 +27,12 @@ pmc_name_of_cputype(enum pmc_cputype cp)
 }
 
 /*
- * An event's name is its symbol without its class, as in libpmc's tables.
- * Only the classes whose table libpmc picks without knowing the CPU
- * (TSC and K8) are named; for others libpmc's choice depends on the CPU
- * type, and the benchmark's logs have none.
+ * An event's name as in libpmc.c's tables: the TSC's table is
+ * __PMC_EV_ALIAS_TSC() (its one event is named "cycles"), K8's its
+ * __PMC_EV_K8() list of symbols without their class. Only the classes
+ * whose table libpmc picks without knowing the CPU are named; for others
+ * libpmc's choice depends on the CPU type, and the benchmark's logs have
+ * none.
  */
 const char *
 _pmc_name_of_event(enum pmc_event ev, enum pmc_cputype cpu)
@@ -38,9 +40,11 @@ _pmc_name_of_event(enum pmc_event ev, enum pmc_cputype cpu)
 	(void)cpu;
 	switch ((int)ev) {
 #define __PMC_EV(C, N) case PMC_EV_##C##_##N: return (#N);
-	__PMC_EV_TSC()
+#define __PMC_EV_ALIAS(N, CODE) case PMC_EV_##CODE: return (N);
+	__PMC_EV_ALIAS_TSC()
 	__PMC_EV_K8()
 #undef __PMC_EV
+#undef __PMC_EV_ALIAS
 	}
 	return (NULL);
 }
