@@ -3,7 +3,7 @@
 //! rows (-e, -d, per CPU with -c). Options, messages, output and exit
 //! codes are FreeBSD's.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
@@ -43,16 +43,21 @@ struct Op {
     enable: bool,
 }
 
-/// strtoul(3) with base 0 over the whole argument.
-fn parse_number(s: &str) -> Option<u32> {
-    let (digits, radix) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        (h, 16)
-    } else if s.len() > 1 && s.starts_with('0') {
-        (&s[1..], 8)
-    } else {
-        (s, 10)
-    };
-    u32::from_str_radix(digits, radix).ok()
+/// A CPU or row number as FreeBSD's pmccontrol reads it: strtoul(3) with
+/// base 0 over the whole argument (leading blanks and a sign allowed, an
+/// empty one being 0), stored in an int, which must not be negative.
+fn parse_number(s: &OsStr) -> Option<u32> {
+    let text = CString::new(s.as_bytes()).ok()?;
+    let mut end: *mut libc::c_char = std::ptr::null_mut();
+    // SAFETY: `text` is a NUL-terminated string that outlives the call;
+    // strtoul stores in `end` a pointer into it.
+    let value = unsafe { libc::strtoul(text.as_ptr(), &mut end, 0) };
+    // SAFETY: `end` points into `text`, at its NUL at the latest.
+    if unsafe { *end } != 0 {
+        return None;
+    }
+    // C's conversion of the unsigned long to int keeps the low 32 bits.
+    u32::try_from(value as i32).ok()
 }
 
 fn parse(args: &[OsString]) -> Result<(Command, Vec<Op>), Exit> {
@@ -84,7 +89,7 @@ fn parse(args: &[OsString]) -> Result<(Command, Vec<Op>), Exit> {
                 let n = if v.as_bytes().starts_with(b"*") {
                     None
                 } else {
-                    let n = v.to_str().and_then(parse_number);
+                    let n = parse_number(v);
                     Some(n.ok_or_else(|| {
                         let what = if c == b'c' { "CPU" } else { "PMC" };
                         errx(
@@ -128,38 +133,31 @@ fn parse(args: &[OsString]) -> Result<(Command, Vec<Op>), Exit> {
 }
 
 fn list_events(pmc: &Pmc, out: &mut impl Write) -> Result<(), Exit> {
+    // A CPU with a PMU event table: its events, one a line after a tab,
+    // and nothing else (pmc_pmu_print_counters), as FreeBSD's does.
+    if let Some(table) = pmc.pmu() {
+        let _ = table.print_counters(None, out);
+        return Ok(());
+    }
+    // Otherwise each class of the machine and the events of libpmc's
+    // table for it (pmc_event_names_of_class).
     let ci = pmc.cpuinfo();
     for c in &ci.pm_classes[..ci.pm_nclass as usize] {
-        let name = PmcClass::from_raw(c.pm_class).map_or("", PmcClass::name);
-        let _ = writeln!(out, "{name}");
         let class = PmcClass::from_raw(c.pm_class);
+        let name = class.map_or("", PmcClass::name);
+        let _ = writeln!(out, "{name}");
         let events = class
             .ok_or(libc::EINVAL)
-            .and_then(|cl| pmc.events_of_class(cl));
-        match (events, pmc.pmu()) {
-            (Ok(events), _) => {
-                for e in events {
-                    let _ = writeln!(out, "\t{}", e.name.to_string_lossy());
-                }
-            }
-            // A hardware class: the events of the CPU's PMU table that
-            // it counts (FreeBSD lists the table for IAP too).
-            (Err(_), Some(table)) => {
-                for e in table.model.events {
-                    let name = e.name.to_string_lossy();
-                    let mut probe = <uapi::pmc::PmcOpPmcallocate as uapi::Plain>::zeroed();
-                    if table.allocate(&name, &mut probe).is_ok() && probe.pm_class == c.pm_class {
-                        let _ = writeln!(out, "\t{name}");
-                    }
-                }
-            }
-            (Err(e), None) => {
-                return Err(err(
+            .and_then(|cl| pmc.events_of_class(cl))
+            .map_err(|e| {
+                err(
                     EX_OSERR,
                     format!("ERROR: Cannot find information for event class \"{name}\""),
                     e,
-                ));
-            }
+                )
+            })?;
+        for e in events {
+            let _ = writeln!(out, "\t{}", e.name.to_string_lossy());
         }
     }
     Ok(())
@@ -202,7 +200,10 @@ fn list_state(pmc: &Pmc, out: &mut impl Write) -> Result<(), Exit> {
             let _ = write!(out, " {n:<2} {name:<16} {class:<6} {state:<8} {disp:<10}");
             if row.pm_ownerpid != -1 {
                 let _ = write!(out, " (pid {})", row.pm_ownerpid);
-                let _ = write!(out, " {:<32}", pmc.event_name(row.pm_event).unwrap_or(""));
+                // printf's "(null)" for an event libpmc cannot name (one
+                // of a PMU table is allocated by its index there).
+                let event = pmc.event_name(row.pm_event).unwrap_or("(null)");
+                let _ = write!(out, " {event:<32}");
                 if PmcMode::from_raw(row.pm_mode).is_some_and(PmcMode::is_sampling) {
                     let _ = write!(out, " (reload count {})", row.pm_reloadcount as i64);
                 }

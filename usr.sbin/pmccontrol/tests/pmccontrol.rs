@@ -21,26 +21,57 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+fn pmccontrol_on(cpuid: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmccontrol"))
+        .args(args)
+        .env("LIBPMC_TRANSPORT", "sim")
+        .env("LIBPMC_SIM_CPUS", "4")
+        .env("LIBPMC_SIM_CPUID", cpuid)
+        .output()
+        .expect("run pmccontrol")
+}
+
+/// On a CPU with a PMU event table (the default Skylake) -L prints the
+/// table's events and nothing else, as FreeBSD's pmccontrol does
+/// (pmc_pmu_print_counters).
 #[test]
-fn list_events_prints_each_class_and_its_events() {
+fn list_events_prints_the_pmu_table_where_there_is_one() {
     let o = pmccontrol(&["-L"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
+    let table = pmc::libpmc_pmu_util::PmuTable::for_cpuid("GenuineIntel-6-5E-3").unwrap();
+    let mut want = Vec::new();
+    table.print_counters(None, &mut want).unwrap();
+    assert_eq!(out.as_bytes(), want, "the table's names and nothing else");
     let lines: Vec<&str> = out.lines().collect();
-    let soft = lines
+    assert!(lines.contains(&"\tinst_retired.any"), "{lines:?}");
+    assert!(lines.iter().all(|l| l.starts_with('\t')), "no class lines");
+}
+
+/// Without a table, each class of the machine and the events of libpmc's
+/// table for it: the kernel's soft events, the TSC's "cycles", and on an
+/// AMD processor without a table the K8 class's events.
+#[test]
+fn list_events_prints_each_class_and_its_events_without_a_table() {
+    let o = pmccontrol_on("AuthenticAMD-25-01", &["-L"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    let classes: Vec<&str> = lines
         .iter()
-        .position(|l| *l == "SOFT")
-        .expect("the SOFT class");
-    let tsc = lines
-        .iter()
-        .position(|l| *l == "TSC")
-        .expect("the TSC class");
-    // The kernel's soft events, under their class, tab-indented.
-    let soft_events: Vec<&str> = lines[soft + 1..]
-        .iter()
-        .take_while(|l| l.starts_with('\t'))
-        .map(|l| &l[1..])
+        .copied()
+        .filter(|l| !l.starts_with('\t'))
         .collect();
+    assert_eq!(classes, ["SOFT", "TSC", "K8"], "{out}");
+    let events_of = |class: &str| -> Vec<&str> {
+        let at = lines.iter().position(|l| *l == class).unwrap();
+        lines[at + 1..]
+            .iter()
+            .take_while(|l| l.starts_with('\t'))
+            .map(|l| &l[1..])
+            .collect()
+    };
+    let soft = events_of("SOFT");
     for e in [
         "CLOCK.HARD",
         "CLOCK.STAT",
@@ -49,9 +80,15 @@ fn list_events_prints_each_class_and_its_events() {
         "PAGE_FAULT.READ",
         "PAGE_FAULT.WRITE",
     ] {
-        assert!(soft_events.contains(&e), "{e} in {soft_events:?}");
+        assert!(soft.contains(&e), "{e} in {soft:?}");
     }
-    assert_eq!(lines[tsc + 1], "\tTSC");
+    assert_eq!(events_of("TSC"), ["cycles"]);
+    let k8 = events_of("K8");
+    assert_eq!(k8.len(), 80);
+    assert_eq!(
+        (k8[0], k8[79]),
+        ("FP_DISPATCHED_FPU_OPS", "NB_HT_BUS2_BANDWIDTH")
+    );
 }
 
 #[test]
@@ -142,6 +179,9 @@ fn enabling_and_disabling_rows_succeeds_in_range() {
         &["-c", "*", "-e", "*"],
         &["-d", "1", "-e", "1"],
         &["-c", "0x2", "-d", "00"],
+        // What strtoul(3) takes: leading blanks, a sign, nothing at all.
+        &["-c", " 1", "-d", "+2"],
+        &["-c", "", "-e", "-0"],
     ] {
         let o = pmccontrol(args);
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));
@@ -156,6 +196,20 @@ fn bad_usage_is_refused_as_freebsd_refuses_it() {
         (&["-q"], 64, "Unrecognized option \"-q\""),
         (&["-c"], 64, "Missing argument to option '-c'"),
         (&["-c", "x", "-d", "0"], 65, "\"x\" is not a valid CPU id"),
+        // strtoul(3) over the whole argument, into an int that must not
+        // be negative.
+        (
+            &["-c", "0+1", "-d", "0"],
+            65,
+            "\"0+1\" is not a valid CPU id",
+        ),
+        (&["-c", "-1", "-d", "0"], 65, "\"-1\" is not a valid CPU id"),
+        (
+            &["-c", "4294967295", "-d", "0"],
+            65,
+            "\"4294967295\" is not a valid CPU id",
+        ),
+        (&["-e", "0x+1"], 65, "\"0x+1\" is not a valid PMC id"),
         (&["-e", "1z"], 65, "\"1z\" is not a valid PMC id"),
         (&["-c", "9", "-d", "0"], 65, "CPU id too large: \"9\""),
         (&["-d", "99"], 65, "PMC id too large: \"99\""),
@@ -346,6 +400,60 @@ fn row_state(listing: &str, cpu: u32, row: u32) -> String {
         .find(|l| l.split_whitespace().next() == Some(&row.to_string()))
         .unwrap_or_else(|| panic!("row {row} of CPU {cpu} in:\n{listing}"));
     line.split_whitespace().nth(3).unwrap().to_string()
+}
+
+/// -l names a PMC's event as FreeBSD's pmccontrol does, with
+/// pmc_name_of_event: libpmc's table name for the TSC, and printf's
+/// "(null)" for an event of a PMU table, which the driver knows by its
+/// index in the table.
+#[test]
+fn listing_names_events_as_freebsd() {
+    let bin = ksimd::daemon::binary_beside(std::path::Path::new(env!("CARGO_BIN_EXE_pmccontrol")));
+    let daemon = ksimd::daemon::Daemon::start(&bin, &["-c", "2", "-r", "0"]).unwrap();
+    let sock = daemon.socket();
+    let transport = pmc::libpmc_sim::SimTransport::connect(
+        sock.to_str().unwrap().to_owned(),
+        0,
+        "listing".into(),
+    )
+    .unwrap();
+    let lib = pmc::pmc::Pmc::init(Box::new(transport)).unwrap();
+    let mode = uapi::pmc::PmcMode::Sc.raw();
+    let tsc = lib.allocate("tsc-cycles", mode, 0, 1, 0).unwrap();
+    let iap = lib.allocate("inst_retired.any_p", mode, 0, 0, 0).unwrap();
+    let o = on_daemon(&sock, &["-l"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listing = stdout(&o);
+    let row_of = |cpu: u32, class: &str| -> String {
+        let header = format!("#CPU {cpu}:");
+        listing
+            .lines()
+            .skip_while(|l| *l != header)
+            .skip(2)
+            .take_while(|l| !l.starts_with('#'))
+            .find(|l| l.split_whitespace().nth(2) == Some(class) && l.contains("(pid"))
+            .unwrap_or_else(|| panic!("a {class} row in use on CPU {cpu}:\n{listing}"))
+            .to_owned()
+    };
+    let tsc_row = row_of(1, "TSC");
+    let iap_row = row_of(0, "IAP");
+    // " (pid N)" then the name in 32 columns; no reload count for a
+    // counting PMC.
+    let name_field = |row: &str| row[row.find(')').unwrap() + 1..].to_owned();
+    assert_eq!(
+        name_field(&tsc_row),
+        format!(" {:<32}", "cycles"),
+        "{tsc_row:?}"
+    );
+    assert_eq!(
+        name_field(&iap_row),
+        format!(" {:<32}", "(null)"),
+        "{iap_row:?}"
+    );
+    lib.release(tsc).unwrap();
+    lib.release(iap).unwrap();
+    drop(lib);
+    assert!(daemon.stop().success(), "ksimd's checks at its stop");
 }
 
 #[test]
