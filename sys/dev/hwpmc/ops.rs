@@ -641,7 +641,9 @@ impl Hwpmc {
         kpi::proc::proc_state(pid)
             .filter(|p| !p.exiting())
             .ok_or(ESRCH)?;
-        kpi::proc::p_candebug(pid).map_err(|e| if e == ESRCH { ESRCH } else { EPERM })?;
+        // Its error as it comes, as FreeBSD returns it: EPERM, or EBUSY
+        // for a process in the middle of an exec, or a MAC policy's.
+        kpi::proc::p_candebug(pid)?;
         self.attach_process(core, at, pid)
     }
 
