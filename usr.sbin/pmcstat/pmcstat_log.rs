@@ -408,7 +408,8 @@ mod tests {
                     flags: 0x20,
                     rate: 0,
                 },
-                "allocate  0x100 \"TSC\" 0x20",
+                // libpmc's table name of PMC_EV_TSC_TSC.
+                "allocate  0x100 \"cycles\" 0x20",
             ),
             (
                 B::Pmcallocatedyn {
