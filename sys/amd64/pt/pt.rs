@@ -286,9 +286,14 @@ impl Pt {
     }
 
     /// `pt_init_ctx`: a context for buffer `buf` of `hctx`.
-    fn new_ctx(&self, hctx: &HwtContext, buf: BufId, wait: Wait) -> KResult<()> {
-        let pages = hctx.pages(buf).ok_or(ENOENT)?;
-        let topa = topa_prepare(&pages, wait)?;
+    fn new_ctx(
+        &self,
+        hctx: &HwtContext,
+        buf: BufId,
+        pages: &PageObject,
+        wait: Wait,
+    ) -> KResult<()> {
+        let topa = topa_prepare(pages, wait)?;
         let id = match buf {
             BufId::Cpu(c) => c as i32,
             BufId::Thread(t) => t,
@@ -447,7 +452,9 @@ impl HwtBackend for PtBackend {
             return Ok(());
         }
         for cpu in ctx.cpu_map().iter() {
-            self.pt.new_ctx(ctx, BufId::Cpu(cpu), Wait::WaitOk)?;
+            let buf = BufId::Cpu(cpu);
+            let pages = ctx.pages(buf).ok_or(ENOENT)?;
+            self.pt.new_ctx(ctx, buf, &pages, Wait::WaitOk)?;
         }
         Ok(())
     }
@@ -616,8 +623,9 @@ impl HwtBackend for PtBackend {
         Ok(())
     }
 
-    fn thread_alloc(&self, ctx: &HwtContext, thread_id: i32) -> KResult<()> {
-        self.pt.new_ctx(ctx, BufId::Thread(thread_id), Wait::NoWait)
+    fn thread_alloc(&self, ctx: &HwtContext, thread_id: i32, pages: &PageObject) -> KResult<()> {
+        self.pt
+            .new_ctx(ctx, BufId::Thread(thread_id), pages, Wait::NoWait)
     }
 
     fn thread_free(&self, ctx: &HwtContext, thread_id: i32) {

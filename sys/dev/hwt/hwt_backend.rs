@@ -5,6 +5,7 @@
 //! PT backend has neither).
 
 use kpi::KResult;
+use kpi::cdev::PageObject;
 use kpi::errno::{EEXIST, EOPNOTSUPP};
 use kpi::malloc::{KArc, KBox, Wait};
 
@@ -89,10 +90,12 @@ pub trait HwtBackend: Send + Sync {
         let _ = ctx;
         Err(EOPNOTSUPP)
     }
-    /// Per-thread data for thread `thread_id` of `ctx`, whose buffer
-    /// exists; the context is not yet visible to the hooks.
-    fn thread_alloc(&self, ctx: &HwtContext, thread_id: i32) -> KResult<()> {
-        let _ = (ctx, thread_id);
+    /// Per-thread data for thread `thread_id` of `ctx`, whose buffer's
+    /// pages are `pages` (FreeBSD's backends get the thread, with its
+    /// `vm`): a thread the traced process creates later is not yet in the
+    /// context when this runs.
+    fn thread_alloc(&self, ctx: &HwtContext, thread_id: i32, pages: &PageObject) -> KResult<()> {
+        let _ = (ctx, thread_id, pages);
         Ok(())
     }
     /// Frees what [`HwtBackend::thread_alloc`] made.
@@ -189,9 +192,14 @@ impl Backend {
         self.ops.ops().contains(BackendOps::SMP)
     }
 
-    pub(crate) fn thread_alloc(&self, ctx: &HwtContext, thread_id: i32) -> KResult<()> {
+    pub(crate) fn thread_alloc(
+        &self,
+        ctx: &HwtContext,
+        thread_id: i32,
+        pages: &PageObject,
+    ) -> KResult<()> {
         if self.ops.ops().contains(BackendOps::THREAD_DATA) {
-            self.ops.thread_alloc(ctx, thread_id)
+            self.ops.thread_alloc(ctx, thread_id, pages)
         } else {
             Ok(())
         }

@@ -129,8 +129,14 @@ fn thread_create(hwt: &KArc<Hwt>, td: HookThread) -> KResult<()> {
     let Some(ctx) = hwt.context_lookup(td.pid) else {
         return Ok(());
     };
-    ctx.backend.thread_alloc(&ctx, thread_id)?;
-    ctx.thread_insert(thr)?;
+    // The backend's data first, so that the hooks never find the thread
+    // without it; the thread is not in the context yet, so the backend
+    // is given its buffer.
+    ctx.backend.thread_alloc(&ctx, thread_id, &thr.vm.pages)?;
+    if let Err(e) = ctx.thread_insert(thr) {
+        ctx.backend.thread_free(&ctx, thread_id);
+        return Err(e);
+    }
     ctx.enqueue(Record::Thread {
         kind: HwtRecordType::ThreadCreate,
         thread_id,

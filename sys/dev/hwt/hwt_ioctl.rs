@@ -171,8 +171,9 @@ fn fill_thread_mode(hwt: &KArc<Hwt>, ctx: &HwtContext, pid: Pid) -> KResult<()> 
             name.as_str(),
         )?;
         let thr = KArc::try_new(HwtThread::alloc(thread_id, tid, vm)?, Wait::WaitOk)?;
+        let pages = thr.vm.pages.clone();
         ctx.thread_insert(thr)?;
-        ctx.backend.thread_alloc(ctx, thread_id)?;
+        ctx.backend.thread_alloc(ctx, thread_id, &pages)?;
         ctx.enqueue(Record::Thread {
             kind: HwtRecordType::ThreadCreate,
             thread_id,

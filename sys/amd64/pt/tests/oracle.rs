@@ -107,6 +107,7 @@ impl Drop for Sim {
 /// A tracing tool's session: the owner process and its context.
 struct Session {
     owner: (u32, u32),
+    ident: i32,
     dev: DevFd,
 }
 
@@ -184,6 +185,7 @@ impl Sim {
             .expect("SET_CONFIG");
         Session {
             owner: (opid, otid),
+            ident,
             dev,
         }
     }
@@ -439,6 +441,70 @@ fn thread_mode_traces_each_program_exactly() {
         }
         sim.unload();
     }
+}
+
+/// A thread the traced process creates (thr_new) gets a buffer, a device,
+/// a THREAD_CREATE record and a trace of its own, as those that were
+/// there at ALLOC do: each worker of `threads` decodes from its entry,
+/// `worker`, with exactly the calls of `mix` its rounds make.
+#[test]
+fn a_thread_created_while_traced_is_traced_in_its_own_buffer() {
+    let (workers, rounds) = (2, 5);
+    let elf = programs::image(Arch::X86_64, "threads").unwrap();
+    let symbols = ksim::elf::parse_symbols(&elf).unwrap();
+    let address = |name: &str| {
+        symbols
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .unwrap_or_else(|| panic!("threads has {name}()"))
+            .1
+    };
+    let sim = Sim::new(5_000);
+    let (pid, _) = sim.m.spawn(Cred::root(), "threads");
+    let s = sim.session(
+        HWT_MODE_THREAD,
+        pid,
+        &[],
+        64,
+        &pt_config(USER_BRANCHES, &[]),
+    );
+    let argv = [
+        "threads".to_string(),
+        workers.to_string(),
+        rounds.to_string(),
+    ];
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    sim.exec(pid, "threads", &argv);
+    sim.run(pid, 0, 3);
+    let created: Vec<i32> = sim
+        .records(&s)
+        .iter()
+        .filter_map(|r| match *r {
+            Record::ThreadCreate { thread_id } => Some(thread_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, (0..=workers).collect::<Vec<i32>>());
+    for thread_id in 1..=workers {
+        let path = format!("/dev/hwt_{}_{pid}_{thread_id}", s.ident);
+        let dev = sim.m.dev_open(s.owner.1, &path, true, true).unwrap();
+        let len = sim.bufptr(&s, &dev) as usize;
+        assert!(
+            len > 0 && len < 64 * PAGE,
+            "thread {thread_id}: {len} bytes"
+        );
+        let items = decode(&sim.buffer(&s, &dev, len), "threads", None);
+        assert_eq!(lost(&items), 0, "thread {thread_id}");
+        let ips = insns(&items);
+        assert_eq!(ips.first(), Some(&address("worker")), "thread {thread_id}");
+        let mix = address("mix");
+        assert_eq!(
+            ips.iter().filter(|&&ip| ip == mix).count(),
+            rounds as usize * 1000,
+            "thread {thread_id}: one entry into mix() per inner round"
+        );
+    }
+    sim.unload();
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use hwt::{BackendOps, BackendTag, BufId, BufPtr, HwtBackend, HwtContext, Module};
 use kpi::KResult;
+use kpi::cdev::PageObject;
 use kpi::malloc::Wait;
 use ksim::{Cred, DevFd, Machine, MachineConfig};
 use uapi::hwt::*;
@@ -129,7 +130,7 @@ impl HwtBackend for TestBackend {
         self.log(Call::DisableSmp);
         Ok(())
     }
-    fn thread_alloc(&self, _ctx: &HwtContext, thread_id: i32) -> KResult<()> {
+    fn thread_alloc(&self, _ctx: &HwtContext, thread_id: i32, _pages: &PageObject) -> KResult<()> {
         self.log(Call::ThreadAlloc { thread_id });
         Ok(())
     }
