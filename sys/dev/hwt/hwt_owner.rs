@@ -87,8 +87,10 @@ pub(crate) fn ctx_teardown(hwt: &KArc<Hwt>, ctx: KArc<HwtContext>) {
         hwt.context_remove(&ctx);
     }
     ctx.locked.lock().state = CtxState::Dying;
-    // The hooks hold references while they act on the context; wait for
-    // them, so that the last reference is this one.
+    ctx.records.close();
+    // The hooks, and a RECORD_GET that was waiting, hold references
+    // while they act on the context; wait for them, so that the last
+    // reference is this one.
     while KArc::count(&ctx) > 1 {
         kpi::cpu::spinwait();
     }

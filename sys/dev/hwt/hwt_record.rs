@@ -98,6 +98,8 @@ pub(crate) struct RecordQueue {
     len: usize,
     /// Records dropped for want of memory.
     pub(crate) dropped: u64,
+    /// The context is being torn down: RECORD_GET no longer waits.
+    closed: bool,
 }
 
 impl RecordQueue {
@@ -184,6 +186,15 @@ impl Records {
     fn chan(&self) -> Chan {
         Chan::of(self)
     }
+
+    /// The context is going: a RECORD_GET that waits for a record, or is
+    /// about to, returns with what there is, letting its reference to
+    /// the context go (FreeBSD's unload leaves contexts alone; this one
+    /// tears them down, and would wait for that waiter for ever).
+    pub(crate) fn close(&self) {
+        self.queue.lock().closed = true;
+        kpi::sync::wakeup(self.chan());
+    }
 }
 
 /// Where a backend queues BUFFER records for a context's userland.
@@ -225,10 +236,12 @@ impl HwtContext {
     }
 
     /// `hwt_record_kernel_objects`: one KERNEL record per kernel object,
-    /// at the head of the queue, the kernel first.
+    /// each put at the head of the queue in the linker's order, as
+    /// FreeBSD's does: the last module loaded comes first, the kernel
+    /// last.
     pub(crate) fn record_kernel_objects(&self) -> KResult<()> {
         let objects = kpi::kern_pmc::kernel_objects(Wait::WaitOk)?;
-        for o in objects.iter().rev() {
+        for o in objects.iter() {
             self.enqueue_at(
                 Record::Object {
                     kind: HwtRecordType::Kernel,
@@ -257,7 +270,7 @@ pub(crate) fn record_send(ctx: &HwtContext, arg: &HwtRecordGet) -> KResult<()> {
     let mut out = KVec::zeroed(USER_ENTRY_SIZE * want, Wait::WaitOk)?;
     if arg.wait != 0 {
         let q = ctx.records.queue.lock();
-        if q.len() == 0 {
+        if q.len() == 0 && !q.closed {
             // A signal ends the wait with nothing read, as in FreeBSD.
             let (_q, _r) = q.sleep(ctx.records.chan(), c"recsnd", true);
         }

@@ -523,17 +523,43 @@ fn records_tell_exec_mmap_munmap_and_threads_in_order() {
     s.unload_clean();
 }
 
+/// The KERNEL records come first, one per object of the linker's list,
+/// each put at the head of the queue as FreeBSD's
+/// hwt_record_kernel_objects does: the last module first, the kernel
+/// last.
 #[test]
 fn cpu_mode_records_the_kernel_objects_first() {
     let s = Sim::new();
     let owner = s.root();
+    s.m.kld_load(
+        owner.tid,
+        "/boot/kernel/first.ko",
+        0xffff_ffff_9000_0000,
+        0x10000,
+    );
+    s.m.kld_load(
+        owner.tid,
+        "/boot/modules/second.ko",
+        0xffff_ffff_9100_0000,
+        0x8000,
+    );
     let fd = s.open(owner, "/dev/hwt");
     let ident = s.alloc_raw(owner, &fd, &AllocArgs::cpu(&[0])).unwrap();
     let cfd = s.open(owner, &format!("/dev/hwt_{ident}_0"));
     let recs = s.records(owner, &cfd, 64, false).unwrap();
-    assert!(!recs.is_empty());
+    let linker: Vec<(String, u64)> = {
+        let _e = s.m.enter();
+        ksim::kern::kernel_objects()
+            .iter()
+            .map(|o| (o.path.clone(), o.start))
+            .collect()
+    };
+    assert_eq!(linker.len(), 3, "the kernel and two modules: {linker:?}");
+    assert!(linker[0].0.ends_with("/kernel"), "{linker:?}");
     assert!(recs.iter().all(|r| r.record_type == 3), "{recs:?}");
-    assert!(recs[0].path.ends_with("kernel"), "{:?}", recs[0]);
+    let got: Vec<(String, u64)> = recs.iter().map(|r| (r.path.clone(), r.addr)).collect();
+    let want: Vec<(String, u64)> = linker.into_iter().rev().collect();
+    assert_eq!(got, want);
     assert!(recs.iter().all(|r| r.baseaddr == 0));
     s.unload_clean();
 }

@@ -296,6 +296,57 @@ fn record_get_waits_for_a_record_or_a_signal() {
     }
 }
 
+/// An unload tears the contexts down; a thread of a living owner that
+/// waits in RECORD_GET is woken and returns with nothing, instead of the
+/// teardown waiting for its reference for ever.
+#[test]
+fn unloading_ends_a_record_get_that_waits() {
+    // The failure this guards against is a teardown that spins for ever:
+    // a watchdog turns it into a failure with a message.
+    let finished = Arc::new(AtomicBool::new(false));
+    let watched = finished.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(300));
+        if !watched.load(Ordering::SeqCst) {
+            eprintln!("unloading_ends_a_record_get_that_waits: the unload never ended");
+            std::process::abort();
+        }
+    });
+    for seed in seeds() {
+        let mut s = Sim::new();
+        let owner = s.root();
+        let target = s.root();
+        let (_, ident) = s.alloc_thread(owner, target.pid);
+        let fd = s.open(owner, &format!("/dev/hwt_{ident}_{}", target.pid));
+        s.records(owner, &fd, 8, false).unwrap();
+        let (_, kld) = s.m.spawn(Cred::root(), "kldunload");
+        let (tag, module) = (s.tag.take(), s.module.take());
+        let (m1, io) = (s.m.clone(), s.io());
+        s.m.race(
+            seed,
+            vec![
+                Box::new(move || {
+                    // The tool is asleep in RECORD_GET first, whatever
+                    // the seed.
+                    while ksim::sched::sleepers().is_empty() {
+                        kpi::cpu::spinwait();
+                    }
+                    m1.in_thread(kld, || {
+                        drop(tag);
+                        drop(module);
+                    });
+                }),
+                Box::new(move || {
+                    assert_eq!(io.records(owner, &fd, 8, true), Ok(vec![]));
+                }),
+            ],
+        );
+        assert_eq!(ksim::sched::sleepers(), vec![], "seed {seed}");
+        s.assert_unloaded_clean();
+    }
+    finished.store(true, Ordering::SeqCst);
+}
+
 #[test]
 fn a_lonely_wait_is_reported_not_hung() {
     let s = Sim::new();

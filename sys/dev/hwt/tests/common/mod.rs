@@ -379,6 +379,12 @@ impl Sim {
             drop(tag);
             drop(module);
         });
+        self.assert_unloaded_clean();
+    }
+
+    /// After the unload: no device, no kernel memory left, and the
+    /// witness saw no violation.
+    pub fn assert_unloaded_clean(&self) {
         assert!(
             self.m.dev_names().iter().all(|n| !n.starts_with("hwt")),
             "devices left: {:?}",
