@@ -21,9 +21,12 @@
 //!   contiguous only up to a page, 511 buffer pages).
 //! - STOP is implemented (FreeBSD's backend has no stop, and the
 //!   framework calls it unchecked).
-//! - A context without a configuration (no SET_CONFIG) fails to start
-//!   with EINVAL instead of dereferencing NULL; a second CPU-mode context
-//!   fails with EBUSY (FreeBSD returns -1).
+//! - A context without a configuration (no SET_CONFIG), or with one
+//!   shorter than `struct pt_cpu_config`, is not enabled instead of being
+//!   read past its end or through NULL: in CPU mode START fails with
+//!   EINVAL; in thread mode, configured at each switch-in, its threads
+//!   are not traced. A second CPU-mode context fails with EBUSY (FreeBSD
+//!   returns -1).
 //! - The handler of a ToPA PMI that finds its CPU inactive clears the
 //!   status, so that the next PMI is not lost.
 #![no_std]

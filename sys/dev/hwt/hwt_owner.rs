@@ -26,10 +26,12 @@ impl HwtOwner {
         })
     }
 
-    /// `hwt_owner_lookup_ctx`: its thread-mode context for `pid`.
+    /// `hwt_owner_lookup_ctx`: its context for `pid`. A CPU-mode context
+    /// has pid 0, as in FreeBSD's, so that it is also the one found for
+    /// a thread-mode request for pid 0.
     pub(crate) fn ctx_for_pid(&self, pid: Pid) -> Option<KArc<HwtContext>> {
         let l = self.ctxs.lock();
-        l.iter().find(|c| !c.cpu_mode() && c.pid == pid).cloned()
+        l.iter().find(|c| c.pid == pid).cloned()
     }
 
     /// Its context `ident`.

@@ -185,6 +185,16 @@ fn thread_mode_checks_the_target() {
         s.alloc_raw(owner2, &fd, &AllocArgs::thread(third.pid)),
         Ok(1)
     );
+    // FreeBSD's owner finds its CPU-mode context under pid 0: a request
+    // to trace process 0's threads is its second context for pid 0.
+    let cpu_owner = s.root();
+    let cfd = s.open(cpu_owner, "/dev/hwt");
+    s.alloc_raw(cpu_owner, &cfd, &AllocArgs::cpu(&[0])).unwrap();
+    assert_eq!(
+        s.alloc_raw(cpu_owner, &cfd, &AllocArgs::thread(0)),
+        Err(EEXIST),
+        "a CPU-mode context is the owner's for pid 0"
+    );
     s.unload_clean();
 }
 
