@@ -36,7 +36,7 @@ use pmc::pmc::Pmc;
 use pmc::pmclog::{Parser, PmclogEv, PmclogState};
 use uapi::pmc::{PMC_CPU_ANY, PmcCaps, PmcFlags, PmcId, PmcMode};
 
-use pmctool::sysexits::{EX_DATAERR, EX_OSERR, EX_SOFTWARE, EX_UNAVAILABLE, EX_USAGE};
+use pmctool::sysexits::{EX_DATAERR, EX_OSERR, EX_UNAVAILABLE, EX_USAGE};
 use pmctool::{Exit, Getopt, Opt, Program, last_errno, strerror};
 
 pub(crate) const PROGRAM: Program = Program("pmcstat");
@@ -258,32 +258,18 @@ fn all_cpus(pmc: &Pmc) -> Vec<u32> {
         .collect()
 }
 
-/// strtol(3) with base 0: the value and the unparsed rest.
+/// strtol(3) with base 0, libc's own: the value and the rest of `s`
+/// after the number, or None when it reads no number (`end == s`).
 fn strtol(s: &str) -> Option<(i64, &str)> {
-    let t = s.trim_start();
-    let (neg, t) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    let (radix, digits) = if t.len() > 1
-        && (t.starts_with("0x") || t.starts_with("0X"))
-        && t.as_bytes()[2..].first().is_some_and(u8::is_ascii_hexdigit)
-    {
-        (16, &t[2..])
-    } else if t.starts_with('0') {
-        (8, t)
-    } else {
-        (10, t)
-    };
-    let end = digits
-        .find(|c: char| !c.is_digit(radix))
-        .unwrap_or(digits.len());
-    if end == 0 {
-        return None;
-    }
-    let v = i64::from_str_radix(&digits[..end], radix).ok()?;
-    Some((if neg { -v } else { v }, &digits[end..]))
+    let text = std::ffi::CString::new(s).ok()?;
+    let mut end: *mut libc::c_char = std::ptr::null_mut();
+    // SAFETY: `text` is a NUL-terminated string that outlives the call;
+    // strtol stores in `end` a pointer into it.
+    let value = unsafe { libc::strtol(text.as_ptr(), &mut end, 0) };
+    // SAFETY: `end` points into `text`, at its NUL at the latest.
+    let used = unsafe { end.offset_from(text.as_ptr()) } as usize;
+    // strtol reads only ASCII, so `used` ends on a character boundary.
+    (used > 0).then(|| (i64::from(value), &s[used..]))
 }
 
 fn parse_cpus(arg: &str) -> Option<Vec<u32>> {
@@ -303,9 +289,16 @@ fn parse_cpus(arg: &str) -> Option<Vec<u32>> {
     if cpus.is_empty() { None } else { Some(cpus) }
 }
 
-/// strtod(3) of a whole argument.
+/// strtod(3), libc's own, of a whole argument: None when any of it is
+/// left unread.
 fn strtod(arg: &str) -> Option<f64> {
-    arg.trim_start().parse::<f64>().ok()
+    let text = std::ffi::CString::new(arg).ok()?;
+    let mut end: *mut libc::c_char = std::ptr::null_mut();
+    // SAFETY: `text` is a NUL-terminated string that outlives the call;
+    // strtod stores in `end` a pointer into it.
+    let value = unsafe { libc::strtod(text.as_ptr(), &mut end) };
+    // SAFETY: `end` points into `text`, at its NUL at the latest.
+    (unsafe { *end } == 0).then_some(value)
 }
 
 /// atoi(3): the decimal number at the start of `arg`, 0 when there is
@@ -332,9 +325,12 @@ fn atof(arg: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A duration or interval as FreeBSD's pmcstat reads it, with strtod(3)
+/// over the whole argument; an infinite or not-a-number value, which
+/// FreeBSD's takes, is refused too.
 fn parse_seconds(arg: &str, what: &str) -> Result<f64, Exit> {
-    match arg.trim().parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+    match strtod(arg) {
+        Some(v) if v > 0.0 && v.is_finite() => Ok(v),
         _ => Err(errx(EX_USAGE, format!("ERROR: Illegal {what} \"{arg}\"."))),
     }
 }
@@ -518,8 +514,10 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             }
             'l' => a.duration = Some(parse_seconds(v, "duration time value")?),
             'n' => {
+                // strtol(3) into a uint64_t, as FreeBSD's: a negative
+                // count wraps around, only 0 is refused.
                 let n = match strtol(v) {
-                    Some((n, "")) if n > 0 => n as u64,
+                    Some((n, "")) if n != 0 => n as u64,
                     _ => {
                         return Err(errx(
                             EX_USAGE,
@@ -591,9 +589,12 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
                     }
                     _ => {
                         let re = pmc::regcomp::Regex::new(v).map_err(|e| {
-                            errx(
-                                EX_SOFTWARE,
+                            // err(3), as FreeBSD's: the errno regcomp(3)
+                            // left, which it does not set (0 here).
+                            err(
+                                EX_DATAERR,
                                 format!("ERROR: Failed to compile regex \"{v}\": {e}"),
+                                0,
                             )
                         })?;
                         a.target_patterns.push(re);
@@ -621,8 +622,10 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
             'j' => a.analysis.pprof = Some(v.to_owned()),
             'y' => a.analysis.summary = Some(v.to_owned()),
             'z' => {
-                let depth = match strtod(v) {
-                    Some(d) if d > 0.0 => d as usize,
+                // Stored in an int, as FreeBSD's: the fraction goes
+                // before the check.
+                let depth = match strtod(v).map(|d| d as i32) {
+                    Some(d) if d > 0 => d as usize,
                     _ => {
                         return Err(errx(
                             EX_USAGE,
@@ -638,15 +641,15 @@ fn parse(argv: &[OsString]) -> Result<Args, Exit> {
                 }
                 if let Some(t) = v.strip_prefix("threshold=") {
                     a.analysis.threshold = atof(t);
-                } else if let (Some(n), pmcstat_analysis::PluginKind::CallTree) =
-                    (v.strip_prefix("skiplink="), a.analysis.plugin)
-                {
+                } else if a.analysis.plugin == pmcstat_analysis::PluginKind::CallTree {
                     // The calltree's one option (pmcpl_ct_configure).
+                    let Some(n) = v.strip_prefix("skiplink=") else {
+                        return Err(err(EX_USAGE, format!("ERROR: unknown option <{v}>."), 0));
+                    };
                     a.analysis.skiplink = atoi(n) != 0;
-                } else {
-                    // The other plugins take no other option.
-                    return Err(err(EX_USAGE, format!("ERROR: unknown option <{v}>."), 0));
                 }
+                // The other plugins have no configuration to refuse it:
+                // FreeBSD's ignores the option.
             }
             'L' => a.list_counters = true,
             'u' => a.describe = Some(v.to_owned()),
@@ -1131,6 +1134,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 fn measure(mut a: Args) -> Result<(), Exit> {
+    pmcstat_analysis::open_live_output(&a.analysis)?;
     let pmc = library()?;
     let mut printfile = a.printfile.take().unwrap_or(PrintFile::Stderr);
     // The log: the -O destination, or a pipe printed as it fills.
@@ -1342,7 +1346,9 @@ fn measure(mut a: Args) -> Result<(), Exit> {
             break;
         }
     }
-    if print_counts && !a.do_print {
+    // No last newline after an interrupt, as FreeBSD's prints nothing
+    // more then.
+    if print_counts && !a.do_print && !INTERRUPTED.load(Ordering::SeqCst) {
         printfile.write_str("\n");
     }
     // Shut down: close the log (its last records reach the pipe), stop

@@ -114,6 +114,29 @@ fn output(path: &str, print: impl FnOnce() -> Box<dyn Write>) -> Result<Box<dyn 
     Ok(Box::new(std::io::BufWriter::with_capacity(1 << 16, f)))
 }
 
+/// A live run (no -R) with -G, -F, -m or -a: the file is made, empty,
+/// or the run fails, as FreeBSD's pmcstat opens it when it starts; the
+/// log's records then go to the text dump, not to an analysis. (-G and
+/// -F take "-" for the output of the run; -m and -a make a file of
+/// that name.)
+pub fn open_live_output(a: &AnalysisArgs) -> Result<(), Exit> {
+    let Some(path) = a.graphfile.as_deref() else {
+        return Ok(());
+    };
+    let dash_is_output = matches!(a.plugin, PluginKind::CallGraph | PluginKind::CallTree);
+    if path == "-" && dash_is_output {
+        return Ok(());
+    }
+    std::fs::File::create(path).map_err(|e| {
+        PROGRAM.err(
+            EX_OSERR,
+            format!("ERROR: cannot open \"{path}\" for writing"),
+            e.raw_os_error().unwrap_or(libc::EIO),
+        )
+    })?;
+    Ok(())
+}
+
 /// The plugins the options chose, their output files opened.
 pub fn plugins(
     a: &AnalysisArgs,
