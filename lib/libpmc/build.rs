@@ -27,10 +27,19 @@ fn main() {
         .map(PathBuf::from)
         .or_else(|| Some(manifest.join("pmu-events/arch")).filter(|p| p.is_dir()))
         .unwrap_or_else(|| manifest.join("tests/data/pmu-events/arch"));
-    let arch = match env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
-        Ok("x86_64" | "x86") => Some("x86"),
-        Ok("aarch64") => Some("arm64"),
-        Ok("powerpc64" | "powerpc") => Some("powerpc"),
+    // The target's directory of the tree; PMU_EVENTS_ARCH_DIR names
+    // another (tools/pmu-compat builds every architecture's tables on
+    // one host).
+    println!("cargo:rerun-if-env-changed=PMU_EVENTS_ARCH_DIR");
+    let chosen = env::var("PMU_EVENTS_ARCH_DIR").ok();
+    let arch = match (
+        chosen.as_deref(),
+        env::var("CARGO_CFG_TARGET_ARCH").as_deref(),
+    ) {
+        (Some(dir), _) => Some(dir),
+        (None, Ok("x86_64" | "x86")) => Some("x86"),
+        (None, Ok("aarch64")) => Some("arm64"),
+        (None, Ok("powerpc64" | "powerpc")) => Some("powerpc"),
         _ => None,
     };
     let models = match arch {
@@ -59,6 +68,22 @@ struct Event {
     pmu: String,
     counter: String,
     deprecated: bool,
+}
+
+impl Event {
+    /// A table entry without a name.
+    fn nameless(topic: &str) -> Event {
+        Event {
+            name: String::new(),
+            encoding: String::new(),
+            desc: String::new(),
+            long_desc: String::new(),
+            topic: topic.replace('-', " "),
+            pmu: String::new(),
+            counter: String::new(),
+            deprecated: false,
+        }
+    }
 }
 
 fn read_arch(dir: &Path) -> Vec<Model> {
@@ -153,9 +178,12 @@ fn read_model(dir: &Path, standard: &BTreeMap<String, Fields>) -> Vec<Event> {
                 }
                 fields.entry("EventName".into()).or_insert(std_name);
             }
-            if let Some(event) = event_of(&fields, &topic) {
-                events.push(event);
-            }
+            // Every object is an entry of the table, as FreeBSD's
+            // jevents writes it, those without an EventName (metrics,
+            // counter descriptions) too: the index of an event, which
+            // logs and PMC_OP_PMCALLOCATE carry, counts them. Such an
+            // entry has no name, and nothing finds or lists it.
+            events.push(event_of(&fields, &topic).unwrap_or_else(|| Event::nameless(&topic)));
         }
     }
     events

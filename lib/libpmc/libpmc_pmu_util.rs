@@ -23,7 +23,9 @@ use crate::regcomp::Regex;
 /// One event of a table, as jevents generates it.
 #[derive(Debug, Clone, Copy)]
 pub struct PmuEvent {
-    /// Lowercase event name (`br_inst_retired.all_branches`).
+    /// Lowercase event name (`br_inst_retired.all_branches`); empty for
+    /// an entry of the table that is not an event (a metric), which
+    /// counts in the indices but is never found or listed.
     pub name: &'static CStr,
     /// Encoding: `event=0xc4,period=400009,umask=0x4` and so on.
     pub encoding: &'static str,
@@ -39,6 +41,13 @@ pub struct PmuEvent {
     pub counter: &'static str,
     /// Kept for compatibility; a newer event replaces it.
     pub deprecated: bool,
+}
+
+impl PmuEvent {
+    /// Whether the entry is an event (it has a name).
+    pub fn is_named(&self) -> bool {
+        !self.name.is_empty()
+    }
 }
 
 /// One CPU model of mapfile.csv.
@@ -348,7 +357,7 @@ impl PmuTable {
             .events
             .iter()
             .enumerate()
-            .find(|(_, e)| e.name.to_bytes().eq_ignore_ascii_case(name.as_bytes()))
+            .find(|(_, e)| e.is_named() && e.name.to_bytes().eq_ignore_ascii_case(name.as_bytes()))
     }
 
     /// An event by name or alias, with its table index
@@ -357,9 +366,10 @@ impl PmuTable {
         self.lookup(self.resolve_alias(name))
     }
 
-    /// The event at a table index (`pmc_pmu_event_get_by_idx`).
+    /// The event at a table index (`pmc_pmu_event_get_by_idx`); none
+    /// for an entry without a name.
     pub fn event(&self, index: usize) -> Option<&'static PmuEvent> {
-        self.model.events.get(index)
+        self.model.events.get(index).filter(|e| e.is_named())
     }
 
     /// The sampling rate of an event (`pmc_pmu_sample_rate_get`): its
@@ -456,9 +466,10 @@ impl PmuTable {
     fn matching(&self, filter: Option<&str>) -> impl Iterator<Item = &'static PmuEvent> {
         let filter = filter.map(str::to_ascii_lowercase);
         self.model.events.iter().filter(move |e| {
-            filter
-                .as_deref()
-                .is_none_or(|f| name_of(e).to_ascii_lowercase().contains(f))
+            e.is_named()
+                && filter
+                    .as_deref()
+                    .is_none_or(|f| name_of(e).to_ascii_lowercase().contains(f))
         })
     }
 }
