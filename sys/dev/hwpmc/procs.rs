@@ -520,9 +520,13 @@ impl Hwpmc {
     }
 
     /// A PROCCSW record of what `pm` counted for `pid` in the slice that
-    /// ended.
+    /// ended; none for the pseudo switch-out of an exiting process, as
+    /// FreeBSD's `pmc_process_exit` writes none (PROCEXIT has the count).
     #[cold]
     fn log_proccsw(&self, pm: &Pmc, pid: Pid, delta: u64) {
+        if kpi::proc::proc_state(pid).is_some_and(|p| p.exiting()) {
+            return;
+        }
         if let Some(log) = pm.log() {
             let tid = kpi::proc::curthread();
             let body = PmclogBody::Proccsw {
@@ -881,6 +885,12 @@ impl Hwpmc {
         pmcdbg!(self.debug, "process", "exit", "pid={pid}");
         if !Self::uses_pmcs(pid) {
             return;
+        }
+        // The exiting thread still runs here: its PMCs come off this CPU
+        // first, as at a switch-out, so that PROCEXIT and the PMCs' totals
+        // count its last slice (FreeBSD's pseudo switch-out).
+        if kpi::proc::curproc() == pid {
+            self.csw_out();
         }
         let mut core = self.core.lock();
         self.process_all_samples();

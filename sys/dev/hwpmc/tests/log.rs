@@ -166,6 +166,62 @@ fn write_errors_stop_the_log_and_come_back_from_flushlog() {
     }
 }
 
+/// A target that exits while it runs: its PMCs come off the CPU first
+/// (FreeBSD's pseudo switch-out at process exit), so that PROCEXIT and the
+/// PMC's total count the last slice, and no PROCCSW is written for it.
+#[test]
+fn procexit_counts_the_slice_of_a_target_that_exits_running() {
+    let s = Sim::new();
+    let owner = s.root();
+    let target = s.root();
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    let flags = PmcFlags::LOG_PROCCSW | PmcFlags::LOG_PROCEXIT;
+    let ev = s.soft("PAGE_FAULT.ALL");
+    let id = s
+        .allocate(owner, PmcClass::Soft, ev, PmcMode::Tc, 0, flags)
+        .unwrap();
+    s.attach(owner, id, target.pid as i32).unwrap();
+    s.start(owner, id).unwrap();
+    // One slice switched out (3 events), then 5 in the slice it exits in.
+    s.m.switch_in(1, target.tid);
+    for _ in 0..3 {
+        s.m.soft_event(1, "PAGE_FAULT.ALL");
+    }
+    s.m.switch_out(1);
+    s.m.switch_in(1, target.tid);
+    for _ in 0..5 {
+        s.m.soft_event(1, "PAGE_FAULT.ALL");
+    }
+    s.m.exit(target.pid);
+    assert_eq!(s.read(owner, id), Ok(8), "the PMC's total");
+    s.configurelog(owner, -1, 0).unwrap();
+    let data = s.file(owner, fd);
+    let recs = parse(&data);
+    let counted: Vec<&PmclogBody<'_>> = recs
+        .iter()
+        .map(|r| &r.body)
+        .filter(|b| matches!(b, PmclogBody::Proccsw { .. } | PmclogBody::Procexit { .. }))
+        .collect();
+    assert_eq!(
+        counted,
+        [
+            &PmclogBody::Proccsw {
+                value: 3,
+                pmcid: id,
+                pid: target.pid,
+                tid: target.tid
+            },
+            &PmclogBody::Procexit {
+                pmcid: id,
+                pid: target.pid,
+                value: 8
+            },
+        ]
+    );
+    s.finish();
+}
+
 #[test]
 fn every_record_of_a_counting_session_in_order() {
     let s = Sim::new();

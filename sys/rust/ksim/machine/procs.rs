@@ -348,8 +348,9 @@ impl Machine {
 
     /// The first half of exit1(): the process is marked exiting
     /// (`P_WEXIT`), its other threads exit (thread_single, each through
-    /// thread_exit()'s hooks), its last thread is switched out, and the
-    /// process_exit handlers run in its context. It is still there until
+    /// thread_exit()'s hooks), the process_exit handlers run in its last
+    /// thread's context, on its CPU if it runs, and then that thread is
+    /// switched out. It is still there until
     /// [`Machine::exit_finish`]: other processes' system calls may find it
     /// in the middle of exiting.
     pub fn exit_begin(&self, pid: u32) {
@@ -363,12 +364,14 @@ impl Machine {
         for &tid in &threads[1..] {
             self.thread_exit(tid);
         }
+        // The handlers run while the last thread is still on its CPU,
+        // as FreeBSD's exit1() calls them; it leaves the CPU after them.
         let last = threads[0];
+        self.with_ctx(last, || self.event(&Event::ProcessExit { pid }));
         let on_cpu = self.st().threads.get(&last).and_then(|t| t.cpu);
         if let Some(cpu) = on_cpu {
             self.switch_out(cpu);
         }
-        self.with_ctx(last, || self.event(&Event::ProcessExit { pid }));
     }
 
     /// The rest of exit1(): the last thread goes through thread_exit()'s
