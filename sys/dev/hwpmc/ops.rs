@@ -599,7 +599,13 @@ impl Hwpmc {
                 pmcid: pmc.id,
                 event: pmc.event,
                 flags: v.flags.bits(),
-                rate: v.reloadcount,
+                // FreeBSD's pm_sc union: a counting PMC's initial count
+                // where a sampling one has its reload count.
+                rate: if pmc.mode.is_sampling() {
+                    v.reloadcount
+                } else {
+                    v.initial
+                },
             };
             let _ = log.emit(&PmclogRecord { tsc, body });
         }

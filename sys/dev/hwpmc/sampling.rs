@@ -176,7 +176,12 @@ impl Hwpmc {
                 if n == 1 && pcs[0] == 0 {
                     pcs[0] = intr.pc;
                 }
-                (n, flags.contains(PmcFlags::USERCALLCHAIN) && n < depth)
+                // A kernel process never returns to user mode: its
+                // sample is whole now (FreeBSD defers only other threads).
+                let user_chain = flags.contains(PmcFlags::USERCALLCHAIN)
+                    && n < depth
+                    && !kpi::proc::curproc_is_kproc();
+                (n, user_chain)
             };
             // Field by field, each value stored as it is read (the slot
             // is the producer's).

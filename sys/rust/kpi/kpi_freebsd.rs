@@ -443,6 +443,11 @@ pub fn jailed() -> bool {
     // SAFETY: no arguments.
     unsafe { sys::kpi_jailed() != 0 }
 }
+#[inline]
+pub fn curproc_is_kproc() -> bool {
+    // SAFETY: no arguments.
+    unsafe { sys::kpi_curproc_is_kproc() != 0 }
+}
 pub fn psignal(pid: u32, sig: i32) {
     // SAFETY: plain values.
     unsafe { sys::kpi_psignal(pid, sig) }

@@ -723,6 +723,14 @@ kpi_jailed(void)
 	return (jailed(curthread->td_ucred));
 }
 
+/* Read without a lock, in interrupt context too: p_flag's P_KPROC is set
+ * when the process is made and never changes. */
+int
+kpi_curproc_is_kproc(void)
+{
+	return ((curproc->p_flag & P_KPROC) != 0);
+}
+
 void
 kpi_psignal(uint32_t pid, int sig)
 {

@@ -311,6 +311,10 @@ pub fn jailed() -> bool {
     kern::jailed()
 }
 #[inline(never)]
+pub fn curproc_is_kproc() -> bool {
+    kern::curproc_is_kproc()
+}
+#[inline(never)]
 pub fn psignal(pid: u32, sig: i32) {
     kern::psignal(pid, sig);
 }

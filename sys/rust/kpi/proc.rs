@@ -125,6 +125,13 @@ pub fn jailed() -> bool {
     crate::backend::jailed()
 }
 
+/// Whether the current process is a kernel process (`P_KPROC`), whose
+/// threads never return to user mode; callable in interrupt context.
+#[inline]
+pub fn curproc_is_kproc() -> bool {
+    crate::backend::curproc_is_kproc()
+}
+
 /// `kern_psignal(p, sig)`.
 pub fn psignal(pid: Pid, sig: i32) {
     crate::backend::psignal(pid, sig);

@@ -207,6 +207,15 @@ pub fn jailed() -> bool {
     st.proc_info(pid).is_some_and(|p| p.cred.jail != 0)
 }
 
+/// `curproc->p_flag & P_KPROC`.
+pub fn curproc_is_kproc() -> bool {
+    let m = current();
+    let st = m.st();
+    let pid = st.cur_pid();
+    st.proc_info(pid)
+        .is_some_and(|p| p.flags & crate::machine::P_KPROC != 0)
+}
+
 /// `p_candebug(curthread, p)`, following FreeBSD's order of checks: the
 /// same process may always; the target must be visible from the caller's
 /// jail (ESRCH); then, unless the caller is privileged, it needs

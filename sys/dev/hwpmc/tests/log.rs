@@ -445,22 +445,22 @@ fn closelog_drains_and_a_new_log_can_follow_deconfiguration() {
     s.finish();
 }
 
+/// PMCALLOCATE's rate is FreeBSD's `pm_sc` union: the reload count of a
+/// sampling PMC, the initial count a counting one was asked for.
 #[test]
 fn a_hardware_class_pmc_is_logged_as_pmcallocate_with_its_rate() {
     let s = Sim::new();
     let p = s.root();
     let fd = s.open(p, FileKind::Regular, true);
     s.configurelog(p, fd, 0).unwrap();
-    let id = s
-        .allocate(
-            p,
-            PmcClass::Tsc,
-            uapi::pmc_events::PMC_EV_TSC_TSC,
-            PmcMode::Sc,
-            2,
-            PmcFlags::empty(),
-        )
-        .unwrap();
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Tsc.raw();
+    a.pm_ev = uapi::pmc_events::PMC_EV_TSC_TSC;
+    a.pm_mode = PmcMode::Sc.raw();
+    a.pm_cpu = 2;
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = 1000;
+    let id = s.allocate_raw(p, &a).unwrap();
     s.flushlog(p).unwrap();
     let data = s.file(p, fd);
     let recs = parse(&data);
@@ -470,7 +470,7 @@ fn a_hardware_class_pmc_is_logged_as_pmcallocate_with_its_rate() {
             pmcid: id,
             event: uapi::pmc_events::PMC_EV_TSC_TSC,
             flags: 0,
-            rate: 0
+            rate: 1000
         }
     );
     s.finish();

@@ -209,6 +209,63 @@ fn a_system_pmc_stopped_while_its_cpu_is_away_is_stopped_at_release() {
     s.finish();
 }
 
+/// A kernel process never returns to user mode: its sample under a
+/// sampler with user call chains is whole at once (the kernel's chain),
+/// as FreeBSD defers only other threads' samples, instead of waiting in
+/// the ring for a return that never comes.
+#[test]
+fn a_kernel_process_sample_does_not_wait_for_a_user_return() {
+    let s = sim(&[]);
+    let owner = s.root();
+    let fd = with_log(&s, owner);
+    // The log's writer is a kernel process (P_KPROC).
+    let (kpid, _) =
+        s.m.processes()
+            .into_iter()
+            .find(|(_, comm)| comm.starts_with("hwpmc: proc"))
+            .expect("the log writer's kernel process");
+    let info = s.m.proc_info(kpid).unwrap();
+    assert_ne!(info.flags & ksim::P_KPROC, 0);
+    let ktid = info.threads[0];
+    let mut r = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    r.pm_class = PmcClass::Soft.raw();
+    r.pm_ev = s.soft("PAGE_FAULT.ALL");
+    r.pm_mode = PmcMode::Ss.raw();
+    r.pm_cpu = 0;
+    r.pm_caps = PmcCaps::READ.bits();
+    r.pm_count = 1;
+    r.pm_flags = (PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN).bits();
+    let id = s.allocate_raw(owner, &r).unwrap();
+    s.start(owner, id).unwrap();
+    s.m.set_location(
+        ktid,
+        Location {
+            user_mode: false,
+            kernel_stack: vec![0xffff_ffff_8020_1010, 0xffff_ffff_8020_2020],
+            user_stack: vec![],
+            user_regs: None,
+        },
+    );
+    s.m.switch_in(0, ktid);
+    s.m.soft_event(0, "PAGE_FAULT.ALL");
+    s.m.soft_event(0, "PAGE_FAULT.ALL");
+    // The next clock tick drains it: nothing waits for a user return.
+    s.m.tick(0);
+    assert_eq!(s.module().driver().samples_pending(), 0);
+    s.m.switch_out(0);
+    s.flushlog(owner).unwrap();
+    let chains: Vec<usize> = log_of(&s, owner, fd)
+        .iter()
+        .filter_map(|b| match b {
+            PmclogBody::Callchain { pid, pcs, .. } if *pid == kpid => Some(pcs.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chains, [2], "the sample, with the kernel's two frames");
+    assert_eq!(s.stats(owner).pm_intr_bufferfull, 0);
+    s.finish();
+}
+
 #[test]
 fn a_pending_sample_of_an_exited_thread_is_logged_without_another_sample() {
     let s = sim(&[]);
