@@ -67,13 +67,20 @@ fn c_result(r: Result<(), Errno>) -> c_int {
 }
 
 /// The connection, or ENXIO before a successful `pmc_init` (FreeBSD's
-/// library fails the same way, through its unset system call number).
+/// library makes its system call with no number then: ENOSYS and SIGSYS;
+/// pmc.3 lists the difference).
 fn library() -> Result<&'static Pmc, Errno> {
     LIBRARY.get().ok_or(libc::ENXIO)
 }
 
 fn with_library(f: impl FnOnce(&Pmc) -> Result<(), Errno>) -> c_int {
     c_result(library().and_then(f))
+}
+
+/// [`with_library`] for the functions FreeBSD's library serves before
+/// `pmc_init` too: `f` gets None then.
+fn with_library_or(f: impl FnOnce(Option<&Pmc>) -> Result<(), Errno>) -> c_int {
+    c_result(f(library().ok()))
 }
 
 /// EFAULT for a NULL result pointer, checked before the operation so that
@@ -440,9 +447,18 @@ pub unsafe extern "C" fn pmc_event_names_of_class(
     names: *mut *mut *const c_char,
     nevents: *mut c_int,
 ) -> c_int {
-    with_library(|l| {
+    // Before pmc_init, as FreeBSD's: the static tables for a CPU type of
+    // 0 (no ARM core), and no software events.
+    let before_init = |class: PmcClass| match class {
+        PmcClass::Soft => Ok(&[][..]),
+        _ => crate::pmc_event_tables::class_events(class, 0).ok_or(libc::EINVAL),
+    };
+    with_library_or(|l| {
         let class = PmcClass::from_raw(class).ok_or(libc::EINVAL)?;
-        let events = l.events_of_class(class)?;
+        let events = match l {
+            Some(l) => l.events_of_class(class)?,
+            None => before_init(class)?,
+        };
         if names.is_null() || nevents.is_null() {
             return Err(libc::EFAULT);
         }
@@ -515,7 +531,10 @@ pub extern "C" fn pmc_name_of_cputype(cputype: c_uint) -> *const c_char {
 // SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_disposition(disp: c_uint) -> *const c_char {
-    name_or_einval(PmcDisp::from_raw(disp).map(PmcDisp::name))
+    // PMC_DISP_FIRST to PMC_DISP_LAST, as FreeBSD's: PMC_DISP_UNKNOWN,
+    // past the last, has no name.
+    let disp = PmcDisp::from_raw(disp).filter(|d| d.raw() <= uapi::pmc::PMC_DISP_LAST.raw());
+    name_or_einval(disp.map(PmcDisp::name))
 }
 
 /// `pmc_name_of_mode`.
@@ -529,7 +548,10 @@ pub extern "C" fn pmc_name_of_mode(mode: c_uint) -> *const c_char {
 // SAFETY: the C name is pmc(3)'s own; nothing else linked with libpmc defines it.
 #[unsafe(no_mangle)]
 pub extern "C" fn pmc_name_of_state(state: c_uint) -> *const c_char {
-    name_or_einval(PmcState::from_raw(state).map(PmcState::name))
+    // PMC_STATE_FIRST to PMC_STATE_LAST, as FreeBSD's: PMC_STATE_MAX has
+    // no name.
+    let state = PmcState::from_raw(state).filter(|s| s.raw() <= uapi::pmc::PMC_STATE_LAST.raw());
+    name_or_einval(state.map(PmcState::name))
 }
 
 /// `pmc_name_of_event`: static events by the name libpmc's tables give
@@ -679,23 +701,38 @@ pub unsafe extern "C" fn pmc_pmu_pmcallocate(
     if event_name.is_null() || pm.is_null() {
         return libc::EFAULT;
     }
-    // SAFETY: the caller passes a C string.
-    let Some(name) = (unsafe { c_text(event_name) }) else {
-        return libc::ENOENT;
+    // SAFETY: `pm` is a valid, writable request (the function's contract).
+    let mut request = unsafe { pm.read() };
+    // A failure leaves the event, the capabilities and the class 0, as
+    // FreeBSD's resets them, and, once there is a table, the
+    // machine-dependent part zeroed (FreeBSD zeroes it before the
+    // look-up).
+    let failed = |mut request: PmcOpPmcallocate, table: bool, e: c_int| {
+        request.pm_ev = 0;
+        request.pm_caps = 0;
+        request.pm_class = 0;
+        if table {
+            request.pm_md = <uapi::pmc::PmcMdOpPmcallocate as uapi::Plain>::zeroed();
+        }
+        // SAFETY: as above.
+        unsafe { pm.write(request) };
+        e
     };
     // SAFETY: NULL asks for this machine's table.
     let Some(table) = (unsafe { pmu_table(core::ptr::null()) }) else {
-        return libc::ENOENT;
+        return failed(request, false, libc::ENOENT);
     };
-    // SAFETY: `pm` is a valid, writable request (the function's contract).
-    let mut request = unsafe { pm.read() };
+    // SAFETY: the caller passes a C string.
+    let Some(name) = (unsafe { c_text(event_name) }) else {
+        return failed(request, true, libc::ENOENT);
+    };
     match table.allocate(name, &mut request) {
         Ok(()) => {
             // SAFETY: as above.
             unsafe { pm.write(request) };
             0
         }
-        Err(e) => e,
+        Err(e) => failed(request, true, e),
     }
 }
 

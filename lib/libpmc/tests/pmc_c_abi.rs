@@ -18,6 +18,30 @@ fn the_c_api_on_the_simulator() {
     assert_eq!(errno(), libc::ENXIO);
     assert_eq!(pmc_start(1), -1);
     assert_eq!(errno(), libc::ENXIO);
+    // The static tables need no pmc_init, as in FreeBSD's library; the
+    // software events are only known after it.
+    {
+        let mut names: *mut *const c_char = core::ptr::null_mut();
+        let mut n = 0;
+        // SAFETY: writable out-pointers.
+        assert_eq!(
+            unsafe { pmc_event_names_of_class(PmcClass::Tsc.raw(), &mut names, &mut n) },
+            0
+        );
+        // SAFETY: `n` valid names, the array malloc(3)ed for us.
+        unsafe {
+            assert_eq!((n, CStr::from_ptr(*names).to_str()), (1, Ok("cycles")));
+            libc::free(names.cast());
+        }
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { pmc_event_names_of_class(PmcClass::Soft.raw(), &mut names, &mut n) },
+            0
+        );
+        assert_eq!(n, 0);
+        // SAFETY: malloc(3)ed even when empty.
+        unsafe { libc::free(names.cast()) };
+    }
 
     // SAFETY: this binary's only test runs alone, before any other
     // thread reads the environment.
@@ -202,6 +226,23 @@ fn the_c_api_on_the_simulator() {
     assert_eq!(name(pmc_name_of_mode(PmcMode::Ts.raw())), "TS");
     assert_eq!(name(pmc_name_of_state(PmcState::Running.raw())), "RUNNING");
     assert_eq!(name(pmc_name_of_disposition(PmcDisp::Free.raw())), "FREE");
+    // A failed PMU allocation resets the event, the capabilities and the
+    // class, and zeroes the machine-dependent part, as FreeBSD's does.
+    let mut pm = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    pm.pm_ev = 7;
+    pm.pm_class = PmcClass::Iap.raw();
+    pm.pm_caps = PmcCaps::INTERRUPT.bits();
+    pm.pm_flags = PmcFlags::CALLCHAIN.bits();
+    // SAFETY: a C string and a writable request.
+    let r = unsafe { pmc_pmu_pmcallocate(c"no_such_event".as_ptr(), &mut pm) };
+    assert_eq!(r, libc::ENOENT);
+    assert_eq!((pm.pm_ev, pm.pm_class, pm.pm_caps), (0, 0, 0));
+    assert_eq!(pm.pm_flags, PmcFlags::CALLCHAIN.bits(), "the rest is left");
+    // Past PMC_DISP_LAST and PMC_STATE_LAST: no name, as in FreeBSD's.
+    assert!(pmc_name_of_disposition(PmcDisp::Unknown.raw()).is_null());
+    assert_eq!(errno(), libc::EINVAL);
+    assert!(pmc_name_of_state(PmcState::Max.raw()).is_null());
+    assert_eq!(errno(), libc::EINVAL);
     assert_eq!(
         name(pmc_name_of_capability(PmcCaps::INTERRUPT.bits())),
         "INTERRUPT"
