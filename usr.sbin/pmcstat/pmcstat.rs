@@ -269,7 +269,10 @@ fn strtol(s: &str) -> Option<(i64, &str)> {
     // SAFETY: `end` points into `text`, at its NUL at the latest.
     let used = unsafe { end.offset_from(text.as_ptr()) } as usize;
     // strtol reads only ASCII, so `used` ends on a character boundary.
-    (used > 0).then(|| (i64::from(value), &s[used..]))
+    // A long is 32 bits on some targets (lib32), 64 on this one.
+    #[allow(clippy::useless_conversion)]
+    let value = i64::from(value);
+    (used > 0).then_some((value, &s[used..]))
 }
 
 fn parse_cpus(arg: &str) -> Option<Vec<u32>> {

@@ -24,20 +24,16 @@ fn the_c_api_on_the_simulator() {
         let mut names: *mut *const c_char = core::ptr::null_mut();
         let mut n = 0;
         // SAFETY: writable out-pointers.
-        assert_eq!(
-            unsafe { pmc_event_names_of_class(PmcClass::Tsc.raw(), &mut names, &mut n) },
-            0
-        );
+        let r = unsafe { pmc_event_names_of_class(PmcClass::Tsc.raw(), &mut names, &mut n) };
+        assert_eq!(r, 0);
         // SAFETY: `n` valid names, the array malloc(3)ed for us.
         unsafe {
             assert_eq!((n, CStr::from_ptr(*names).to_str()), (1, Ok("cycles")));
             libc::free(names.cast());
         }
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { pmc_event_names_of_class(PmcClass::Soft.raw(), &mut names, &mut n) },
-            0
-        );
+        let r = unsafe { pmc_event_names_of_class(PmcClass::Soft.raw(), &mut names, &mut n) };
+        assert_eq!(r, 0);
         assert_eq!(n, 0);
         // SAFETY: malloc(3)ed even when empty.
         unsafe { libc::free(names.cast()) };

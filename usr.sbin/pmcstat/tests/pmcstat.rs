@@ -510,12 +510,20 @@ fn freebsds_argument_checks() {
             "Cannot allocate system-mode pmc",
         ),
     ];
-    for (args, code, msg) in cases {
-        // A CPU without event tables, for the -L case.
-        let o = sim_pmcstat(args)
+    // A CPU without event tables, for the -L case.
+    assert_refused(cases, |args| {
+        sim_pmcstat(args)
             .env("LIBPMC_SIM_CPUID", "GenuineIntel-6-55-4")
             .output()
-            .unwrap();
+            .unwrap()
+    });
+}
+
+/// Each command line of `cases` ends with its exit status and a message
+/// that holds its text.
+fn assert_refused(cases: &[(&[&str], i32, &str)], run: impl Fn(&[&str]) -> Output) {
+    for (args, code, msg) in cases {
+        let o = run(args);
         assert_eq!(
             o.status.code(),
             Some(*code),
@@ -665,20 +673,7 @@ fn numbers_and_plugin_options_as_freebsd_reads_them() {
             "ERROR: cannot open \"/nonexistent/dir/g\" for writing",
         ),
     ];
-    for (args, code, msg) in refused {
-        let o = pmcstat(args);
-        assert_eq!(
-            o.status.code(),
-            Some(*code),
-            "{args:?}: {}",
-            text(&o.stderr)
-        );
-        assert!(
-            text(&o.stderr).contains(msg),
-            "{args:?}: {}",
-            text(&o.stderr)
-        );
-    }
+    assert_refused(refused, pmcstat);
     let graph = tmp("live.graph");
     let _ = std::fs::remove_file(&graph);
     let log = tmp("numbers.log");

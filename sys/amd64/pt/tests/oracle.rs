@@ -131,6 +131,18 @@ impl Sim {
         s
     }
 
+    /// A thread-mode session of `pid` tracing its user-mode branches into
+    /// 64 pages.
+    fn thread_session(&self, pid: u32) -> Session {
+        self.session(
+            HWT_MODE_THREAD,
+            pid,
+            &[],
+            64,
+            &pt_config(USER_BRANCHES, &[]),
+        )
+    }
+
     /// START.
     fn start(&self, s: &Session) -> Result<(), i32> {
         let (opid, otid) = s.owner;
@@ -400,13 +412,7 @@ fn thread_mode_traces_each_program_exactly() {
     for &(name, argv) in cases {
         let sim = Sim::new(5_000);
         let (pid, _) = sim.m.spawn(Cred::root(), name);
-        let s = sim.session(
-            HWT_MODE_THREAD,
-            pid,
-            &[],
-            64,
-            &pt_config(USER_BRANCHES, &[]),
-        );
+        let s = sim.thread_session(pid);
         let rec = sim.exec(pid, name, argv);
         sim.run(pid, 0, 3);
         let len = sim.bufptr(&s, &s.dev) as usize;
@@ -461,13 +467,7 @@ fn a_thread_created_while_traced_is_traced_in_its_own_buffer() {
     };
     let sim = Sim::new(5_000);
     let (pid, _) = sim.m.spawn(Cred::root(), "threads");
-    let s = sim.session(
-        HWT_MODE_THREAD,
-        pid,
-        &[],
-        64,
-        &pt_config(USER_BRANCHES, &[]),
-    );
+    let s = sim.thread_session(pid);
     let argv = [
         "threads".to_string(),
         workers.to_string(),
@@ -512,13 +512,7 @@ fn another_process_on_the_cpu_is_not_in_the_trace() {
     let sim = Sim::new(2_000);
     let (traced, _) = sim.m.spawn(Cred::root(), "calls");
     let (other, _) = sim.m.spawn(Cred::root(), "recurse");
-    let s = sim.session(
-        HWT_MODE_THREAD,
-        traced,
-        &[],
-        64,
-        &pt_config(USER_BRANCHES, &[]),
-    );
+    let s = sim.thread_session(traced);
     let rec = sim.exec(traced, "calls", &["calls", "400"]);
     let other_rec = sim.exec(other, "recurse", &["recurse", "100", "2"]);
     sim.run_all(&[traced, other], 0, 2, |_| {});
@@ -537,13 +531,7 @@ fn an_object_mapped_at_run_time_decodes_from_its_mmap_record() {
     let object = programs::image(Arch::X86_64, programs::SECOND_OBJECT).unwrap();
     sim.m.install(programs::SECOND_OBJECT_PATH, object.clone());
     let (pid, _) = sim.m.spawn(Cred::root(), "mapobj");
-    let s = sim.session(
-        HWT_MODE_THREAD,
-        pid,
-        &[],
-        64,
-        &pt_config(USER_BRANCHES, &[]),
-    );
+    let s = sim.thread_session(pid);
     let rec = sim.exec(pid, "mapobj", &["mapobj", "300"]);
     sim.run(pid, 0, 3);
     assert_eq!(sim.m.program_output(pid, 1), b"mapobj: ok\n");
@@ -699,13 +687,7 @@ fn cpu_mode_traces_what_runs_on_the_cpu() {
 fn stop_ends_the_trace_of_a_running_thread() {
     let sim = Sim::new(1_000);
     let (pid, tid) = sim.m.spawn(Cred::root(), "sort");
-    let s = sim.session(
-        HWT_MODE_THREAD,
-        pid,
-        &[],
-        64,
-        &pt_config(USER_BRANCHES, &[]),
-    );
+    let s = sim.thread_session(pid);
     let rec = sim.exec(pid, "sort", &["sort", "1"]);
     sim.m.switch_in(0, tid);
     for _ in 0..5 {

@@ -209,6 +209,21 @@ fn a_system_pmc_stopped_while_its_cpu_is_away_is_stopped_at_release() {
     s.finish();
 }
 
+/// Starts a system sampling PMC of `owner` on CPU 0's page faults, a
+/// sample each, with kernel and user call chains.
+fn user_chain_sampler(s: &Sim, owner: P) {
+    let mut r = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    r.pm_class = PmcClass::Soft.raw();
+    r.pm_ev = s.soft("PAGE_FAULT.ALL");
+    r.pm_mode = PmcMode::Ss.raw();
+    r.pm_cpu = 0;
+    r.pm_caps = PmcCaps::READ.bits();
+    r.pm_count = 1;
+    r.pm_flags = (PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN).bits();
+    let id = s.allocate_raw(owner, &r).unwrap();
+    s.start(owner, id).unwrap();
+}
+
 /// A kernel process never returns to user mode: its sample under a
 /// sampler with user call chains is whole at once (the kernel's chain),
 /// as FreeBSD defers only other threads' samples, instead of waiting in
@@ -227,16 +242,7 @@ fn a_kernel_process_sample_does_not_wait_for_a_user_return() {
     let info = s.m.proc_info(kpid).unwrap();
     assert_ne!(info.flags & ksim::P_KPROC, 0);
     let ktid = info.threads[0];
-    let mut r = <PmcOpPmcallocate as uapi::Plain>::zeroed();
-    r.pm_class = PmcClass::Soft.raw();
-    r.pm_ev = s.soft("PAGE_FAULT.ALL");
-    r.pm_mode = PmcMode::Ss.raw();
-    r.pm_cpu = 0;
-    r.pm_caps = PmcCaps::READ.bits();
-    r.pm_count = 1;
-    r.pm_flags = (PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN).bits();
-    let id = s.allocate_raw(owner, &r).unwrap();
-    s.start(owner, id).unwrap();
+    user_chain_sampler(&s, owner);
     s.m.set_location(
         ktid,
         Location {
@@ -273,16 +279,7 @@ fn a_pending_sample_of_an_exited_thread_is_logged_without_another_sample() {
     let fd = with_log(&s, owner);
     // A sampler with user call chains: the sample of a thread in the
     // kernel waits for its return to user mode.
-    let mut r = <PmcOpPmcallocate as uapi::Plain>::zeroed();
-    r.pm_class = PmcClass::Soft.raw();
-    r.pm_ev = s.soft("PAGE_FAULT.ALL");
-    r.pm_mode = PmcMode::Ss.raw();
-    r.pm_cpu = 0;
-    r.pm_caps = PmcCaps::READ.bits();
-    r.pm_count = 1;
-    r.pm_flags = (PmcFlags::CALLCHAIN | PmcFlags::USERCALLCHAIN).bits();
-    let id = s.allocate_raw(owner, &r).unwrap();
-    s.start(owner, id).unwrap();
+    user_chain_sampler(&s, owner);
     s.m.set_location(
         w.tid,
         Location {
