@@ -113,6 +113,11 @@ impl Vendor {
         const AMD_LLC_MISSES: &[&str] = &["l3_comb_clstr_state.request_miss"];
         const AMD_BRANCHES: &[&str] = &["ex_ret_brn"];
         const AMD_MISPREDICTS: &[&str] = &["ex_ret_brn_misp"];
+        const ARM_CYCLES: &[&str] = &["cpu_cycles"];
+        const ARM_BRANCHES: &[&str] = &["br_retired", "br_pred"];
+        const ARM_MISPREDICTS: &[&str] = &["br_mis_pred_retired", "br_mis_pred"];
+        const ARM_LLC_REFERENCES: &[&str] = &["ll_cache_rd", "l2d_cache"];
+        const ARM_LLC_MISSES: &[&str] = &["ll_cache_miss_rd", "l2d_cache_refill"];
         match self {
             Vendor::Intel => &[
                 ("instructions", INTEL_INSTRUCTIONS),
@@ -159,16 +164,27 @@ impl Vendor {
                 ("LLC-MISSES", AMD_LLC_MISSES),
                 ("interrupts", &["ls_int_taken"]),
             ],
+            // FreeBSD's pmu_armv8_alias_table, and the additions
+            // "cycles", "cache-references" and "cache-misses".
             Vendor::Arm64 => &[
+                ("UNHALTED_CORE_CYCLES", ARM_CYCLES),
+                ("UNHALTED-CORE-CYCLES", ARM_CYCLES),
+                ("LLC_MISSES", ARM_LLC_MISSES),
+                ("LLC-MISSES", ARM_LLC_MISSES),
+                ("LLC_REFERENCE", ARM_LLC_REFERENCES),
+                ("LLC-REFERENCE", ARM_LLC_REFERENCES),
+                ("BRANCH_INSTRUCTION_RETIRED", ARM_BRANCHES),
+                ("BRANCH-INSTRUCTION-RETIRED", ARM_BRANCHES),
+                ("BRANCH_MISSES_RETIRED", ARM_MISPREDICTS),
+                ("BRANCH-MISSES-RETIRED", ARM_MISPREDICTS),
+                ("unhalted-cycles", ARM_CYCLES),
                 ("instructions", &["inst_retired"]),
-                ("cycles", &["cpu_cycles"]),
-                ("branches", &["br_retired", "br_pred"]),
-                (
-                    "branch-mispredicts",
-                    &["br_mis_pred_retired", "br_mis_pred"],
-                ),
-                ("cache-references", &["ll_cache_rd", "l2d_cache"]),
-                ("cache-misses", &["ll_cache_miss_rd", "l2d_cache_refill"]),
+                ("branch-mispredicts", ARM_MISPREDICTS),
+                ("branches", ARM_BRANCHES),
+                ("interrupts", &["exc_irq"]),
+                ("cycles", ARM_CYCLES),
+                ("cache-references", ARM_LLC_REFERENCES),
+                ("cache-misses", ARM_LLC_MISSES),
             ],
         }
     }

@@ -247,6 +247,32 @@ fn fixed_and_uncore_events_pick_their_classes() {
     assert_eq!(a.pm_class, PmcClass::Ucp.raw());
 }
 
+/// FreeBSD's ARMv8 aliases (pmu_armv8_alias_table), any case; the
+/// tables of this host's build are x86's, so the names are resolved,
+/// not looked up.
+#[test]
+fn armv8_aliases_are_freebsds() {
+    let arm = PmuTable {
+        model: &PMU_MODELS[0],
+        vendor: pmc::libpmc_pmu_util::Vendor::Arm64,
+    };
+    for (alias, event) in [
+        ("UNHALTED_CORE_CYCLES", "cpu_cycles"),
+        ("unhalted-core-cycles", "cpu_cycles"),
+        ("unhalted-cycles", "cpu_cycles"),
+        ("LLC_MISSES", "ll_cache_miss_rd"),
+        ("LLC-REFERENCE", "ll_cache_rd"),
+        ("BRANCH_INSTRUCTION_RETIRED", "br_retired"),
+        ("BRANCH-MISSES-RETIRED", "br_mis_pred_retired"),
+        ("instructions", "inst_retired"),
+        ("branches", "br_retired"),
+        ("branch-mispredicts", "br_mis_pred_retired"),
+        ("interrupts", "exc_irq"),
+    ] {
+        assert_eq!(arm.resolve_alias(alias), event, "{alias}");
+    }
+}
+
 #[test]
 fn aliases_resolve_per_model() {
     let name = |t: &PmuTable, alias: &str| {
