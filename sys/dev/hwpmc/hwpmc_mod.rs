@@ -468,6 +468,13 @@ pub(crate) struct ClassSlot {
     width_mask: u64,
 }
 
+/// The path of a process's executable as the PMCATTACH and PROCEXEC
+/// records give it: "unknown" when it could not be found, as FreeBSD's
+/// `pmc_getfilename` writes it.
+pub(crate) fn executable_path(path: &[u8]) -> &[u8] {
+    if path.is_empty() { b"unknown" } else { path }
+}
+
 /// What one row of one CPU holds (`struct pmc_hw`).
 #[derive(Debug, Default)]
 pub(crate) struct PhwRow {

@@ -440,7 +440,7 @@ impl Hwpmc {
                         pmcid: uapi::pmc::PMC_ID_INVALID,
                         base: base as usize,
                         dyn_base: dyn_base as usize,
-                        pathname: &p.path,
+                        pathname: crate::executable_path(&p.path),
                     },
                 )
             }),

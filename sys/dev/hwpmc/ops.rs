@@ -790,7 +790,7 @@ impl Hwpmc {
                 body: PmclogBody::Pmcattach {
                     pmcid: pm.id,
                     pid,
-                    pathname: &p.path,
+                    pathname: crate::executable_path(&p.path),
                 },
             });
             if let Some(maps) = maps {

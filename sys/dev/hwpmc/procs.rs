@@ -705,7 +705,7 @@ impl Hwpmc {
                     pmcid: pm.id,
                     base: base as usize,
                     dyn_base: dyn_base as usize,
-                    pathname: &p.path,
+                    pathname: crate::executable_path(&p.path),
                 };
                 let _ = log.emit(&PmclogRecord {
                     tsc: kpi::time::rdtsc(),

@@ -445,6 +445,44 @@ fn closelog_drains_and_a_new_log_can_follow_deconfiguration() {
     s.finish();
 }
 
+/// A target whose executable's path cannot be found (its file removed,
+/// here an exec with no path) is named "unknown" in PMCATTACH and
+/// PROCEXEC, as FreeBSD's pmc_getfilename names it.
+#[test]
+fn an_executable_without_a_path_is_unknown() {
+    let s = Sim::new();
+    let owner = s.root();
+    let target = s.root();
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    s.m.exec(target.pid, "", None);
+    let id = s
+        .allocate(
+            owner,
+            PmcClass::Soft,
+            s.soft("CLOCK.HARD"),
+            PmcMode::Tc,
+            0,
+            PmcFlags::empty(),
+        )
+        .unwrap();
+    s.attach(owner, id, target.pid as i32).unwrap();
+    s.m.exec(target.pid, "", None);
+    s.flushlog(owner).unwrap();
+    let data = s.file(owner, fd);
+    let names: Vec<&[u8]> = parse(&data)
+        .iter()
+        .filter_map(|r| match r.body {
+            PmclogBody::Pmcattach { pathname, .. } | PmclogBody::Procexec { pathname, .. } => {
+                Some(pathname)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, [&b"unknown"[..], &b"unknown"[..]]);
+    s.finish();
+}
+
 /// PMCALLOCATE's rate is FreeBSD's `pm_sc` union: the reload count of a
 /// sampling PMC, the initial count a counting one was asked for.
 #[test]
