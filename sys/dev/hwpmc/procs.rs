@@ -519,12 +519,14 @@ impl Hwpmc {
         v.runcount = v.runcount.saturating_sub(1);
     }
 
-    /// A PROCCSW record of what `pm` counted for `pid` in the slice that
-    /// ended; none for the pseudo switch-out of an exiting process, as
-    /// FreeBSD's `pmc_process_exit` writes none (PROCEXIT has the count).
+    /// A PROCCSW record of what `pm` counted for `pid`, the current
+    /// process, in the slice that ended; none for the pseudo switch-out of
+    /// an exiting process, as FreeBSD's `pmc_process_exit` writes none
+    /// (PROCEXIT has the count). Under the CPU rows' spin lock: the flag
+    /// is read without the process's lock.
     #[cold]
     fn log_proccsw(&self, pm: &Pmc, pid: Pid, delta: u64) {
-        if kpi::proc::proc_state(pid).is_some_and(|p| p.exiting()) {
+        if kpi::proc::curproc_flags() & kpi::proc::P_WEXIT != 0 {
             return;
         }
         if let Some(log) = pm.log() {

@@ -180,7 +180,7 @@ impl Hwpmc {
                 // sample is whole now (FreeBSD defers only other threads).
                 let user_chain = flags.contains(PmcFlags::USERCALLCHAIN)
                     && n < depth
-                    && !kpi::proc::curproc_is_kproc();
+                    && kpi::proc::curproc_flags() & kpi::proc::P_KPROC == 0;
                 (n, user_chain)
             };
             // Field by field, each value stored as it is read (the slot

@@ -444,9 +444,9 @@ pub fn jailed() -> bool {
     unsafe { sys::kpi_jailed() != 0 }
 }
 #[inline]
-pub fn curproc_is_kproc() -> bool {
+pub fn curproc_flags() -> u32 {
     // SAFETY: no arguments.
-    unsafe { sys::kpi_curproc_is_kproc() != 0 }
+    unsafe { sys::kpi_curproc_flags() as u32 }
 }
 pub fn psignal(pid: u32, sig: i32) {
     // SAFETY: plain values.

@@ -723,12 +723,13 @@ kpi_jailed(void)
 	return (jailed(curthread->td_ucred));
 }
 
-/* Read without a lock, in interrupt context too: p_flag's P_KPROC is set
- * when the process is made and never changes. */
+/* The current process's p_flag, read without its lock (in interrupt
+ * context and under spin locks too): good for the bits that never change
+ * (P_KPROC) and for those the current thread sets itself (P_WEXIT). */
 int
-kpi_curproc_is_kproc(void)
+kpi_curproc_flags(void)
 {
-	return ((curproc->p_flag & P_KPROC) != 0);
+	return (curproc->p_flag);
 }
 
 void

@@ -89,7 +89,7 @@ int	kpi_p_candebug(uint32_t pid);
 int	kpi_priv_check(int privilege);
 int	kpi_cred_covers(uint32_t owner, uint32_t target);
 int	kpi_jailed(void);
-int	kpi_curproc_is_kproc(void);
+int	kpi_curproc_flags(void);
 void	kpi_psignal(uint32_t pid, int sig);
 void	kpi_request_userret(void);	/* TDP_CALLCHAIN and an AST */
 

@@ -311,8 +311,8 @@ pub fn jailed() -> bool {
     kern::jailed()
 }
 #[inline(never)]
-pub fn curproc_is_kproc() -> bool {
-    kern::curproc_is_kproc()
+pub fn curproc_flags() -> u32 {
+    kern::curproc_flags()
 }
 #[inline(never)]
 pub fn psignal(pid: u32, sig: i32) {

@@ -14,6 +14,8 @@ pub type Tid = u32;
 pub const P_HWPMC: u32 = 0x0080_0000;
 /// `P_WEXIT`: the process is working on exiting.
 pub const P_WEXIT: u32 = 0x0000_2000;
+/// `P_KPROC`: a kernel process, which never returns to user mode.
+pub const P_KPROC: u32 = 0x0000_0004;
 /// `PRIV_PMC_MANAGE`.
 pub const PRIV_PMC_MANAGE: u32 = 450;
 /// `PRIV_PMC_SYSTEM`.
@@ -125,11 +127,13 @@ pub fn jailed() -> bool {
     crate::backend::jailed()
 }
 
-/// Whether the current process is a kernel process (`P_KPROC`), whose
-/// threads never return to user mode; callable in interrupt context.
+/// The current process's `p_flag`, read without its lock, so callable in
+/// interrupt context and under spin locks: reliable for the bits that
+/// never change (`P_KPROC`) and those the current thread sets itself
+/// (`P_WEXIT`).
 #[inline]
-pub fn curproc_is_kproc() -> bool {
-    crate::backend::curproc_is_kproc()
+pub fn curproc_flags() -> u32 {
+    crate::backend::curproc_flags()
 }
 
 /// `kern_psignal(p, sig)`.

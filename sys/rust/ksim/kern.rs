@@ -207,13 +207,12 @@ pub fn jailed() -> bool {
     st.proc_info(pid).is_some_and(|p| p.cred.jail != 0)
 }
 
-/// `curproc->p_flag & P_KPROC`.
-pub fn curproc_is_kproc() -> bool {
+/// `curproc->p_flag`.
+pub fn curproc_flags() -> u32 {
     let m = current();
     let st = m.st();
     let pid = st.cur_pid();
-    st.proc_info(pid)
-        .is_some_and(|p| p.flags & crate::machine::P_KPROC != 0)
+    st.proc_info(pid).map_or(0, |p| p.flags)
 }
 
 /// `p_candebug(curthread, p)`, following FreeBSD's order of checks: the
