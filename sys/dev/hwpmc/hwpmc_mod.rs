@@ -489,16 +489,20 @@ pub(crate) struct PhwRow {
 }
 
 /// One CPU's rows (`struct pmc_cpu`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CpuRows {
     rows: KVec<PhwRow>,
+    /// The SOFT class's state of this CPU's rows 0 to 15, as the class
+    /// has it, for the context-switch paths.
+    soft: KArc<hwpmc_soft::SoftRows>,
     /// Bit `ri` is set while row `ri` holds a process PMC loaded by a
     /// switch-in: the switch-out visits only those rows.
     loaded: u64,
-    /// Bit `ri` is set while row `ri` holds a PMC, system or process: the
-    /// classes' interrupt paths visit only those rows
-    /// ([`RowPmcs::occupied`]).
-    occupied: u64,
+    /// Bit `ri` is set while row `ri` holds a system PMC. With `loaded`,
+    /// the rows that hold a PMC, which the classes' interrupt paths visit
+    /// ([`RowPmcs::occupied`]); kept apart so that a switch changes one
+    /// mask, not two.
+    system: u64,
     /// User mode may execute RDPMC on this CPU (CR4.PCE on x86) since a
     /// switch-in of a process that asked for it; unknown, so true, at
     /// load. The switch-out clears CR4.PCE only then, rather than at
@@ -517,14 +521,14 @@ impl PhwRow {
 impl CpuRows {
     /// The rows that hold a PMC, a bit each.
     pub(crate) fn occupied(&self) -> u64 {
-        self.occupied
+        self.system | self.loaded
     }
 
     /// Puts system PMC `pm` on row `ri`.
     pub(crate) fn put_system(&mut self, ri: u32, pm: &KArc<Pmc>) {
         if let Some(row) = self.rows.get_mut(ri as usize) {
             row.pmc = Some(pm.clone());
-            self.occupied |= 1 << ri;
+            self.system |= 1 << ri;
         }
     }
 
@@ -534,7 +538,7 @@ impl CpuRows {
             row.pmc = None;
             let bit = !(1u64 << ri);
             self.loaded &= bit;
-            self.occupied &= bit;
+            self.system &= bit;
         }
     }
 }
@@ -822,8 +826,15 @@ impl Module {
             "the SOFT class does not hold rows 0 to {}",
             hwpmc_soft::SOFT_NPMCS - 1
         );
-        let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
-            SpinMutex::new(c"pmc-pcpu", CpuRows::default(), Wait::WaitOk)
+        let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |cpu| {
+            let rows = CpuRows {
+                rows: KVec::new(),
+                soft: soft.rows_of(cpu as u32).ok_or(EINVAL)?,
+                loaded: 0,
+                system: 0,
+                user_rdpmc: true,
+            };
+            SpinMutex::new(c"pmc-pcpu", rows, Wait::WaitOk)
         })?;
         for cpu in 0..ncpu {
             if !kpi::cpu::exists(cpu) {
@@ -838,12 +849,7 @@ impl Module {
                     pid: 0,
                 });
             }
-            *pcpu[cpu as usize].as_mut().data_mut() = CpuRows {
-                rows,
-                loaded: 0,
-                occupied: 0,
-                user_rdpmc: true,
-            };
+            pcpu[cpu as usize].as_mut().data_mut().rows = rows;
             for slot in classes.iter() {
                 slot.dep.pcpu_init(cpu)?;
             }

@@ -38,7 +38,7 @@ pub const SOFT_CAPS: PmcCaps = PmcCaps::READ
 
 /// One row of one CPU.
 #[derive(Debug, Default)]
-struct SoftRow {
+pub(crate) struct SoftRow {
     /// The count (counting) or the events left to the next sample
     /// (sampling).
     value: AtomicU64,
@@ -110,6 +110,34 @@ impl SoftRow {
         give_back(self.state.fetch_and(!(ARMED | STALLED), Ordering::AcqRel));
     }
 
+    /// A context switch-in of process PMC `pm` at `value`: config_pmc,
+    /// write_pmc and start_pmc. The row was unconfigured by the last
+    /// switch-out, so the start takes the event's use.
+    #[inline]
+    pub(crate) fn switch_in(&self, pm: &Pmc, value: u64) {
+        self.value.store(value, Ordering::Relaxed);
+        let armed = if kpi::kern_pmc::soft_event_running(pm.event, 1) {
+            ARMED
+        } else {
+            0
+        };
+        // Should the row still hold a use, it gives it back, as
+        // config_pmc does.
+        give_back(
+            self.state
+                .swap(u64::from(pm.event) | armed, Ordering::AcqRel),
+        );
+    }
+
+    /// A context switch-out of process PMC `pm`: stop_pmc, read_pmc and
+    /// config_pmc(None); the row keeps only its event, neither armed nor
+    /// stalled. Returns the count.
+    #[inline]
+    pub(crate) fn switch_out(&self, pm: &Pmc) -> u64 {
+        give_back(self.state.swap(u64::from(pm.event), Ordering::AcqRel));
+        self.value.load(Ordering::Relaxed)
+    }
+
     /// Whether the row is stalled on a full ring.
     fn is_stalled(&self) -> bool {
         self.state.load(Ordering::Acquire) & STALLED != 0
@@ -134,22 +162,37 @@ impl SoftRow {
     }
 }
 
+/// One CPU's SOFT rows.
+pub(crate) type SoftRows = [SoftRow; SOFT_NPMCS as usize];
+
 /// The SOFT class: per CPU, the state of each row. Which rows have a PMC
 /// is the core's to say (its rows hold them): [`RowPmcs::occupied`].
 #[derive(Debug)]
 pub struct SoftClass {
-    cpus: KVec<[SoftRow; SOFT_NPMCS as usize]>,
+    /// Shared with the core's rows of each CPU, through which the
+    /// context-switch paths reach them without looking the CPU up again.
+    cpus: KVec<KArc<SoftRows>>,
 }
 
 impl SoftClass {
     /// A SOFT class for `ncpu` CPU ids, with every CPU's rows.
     pub fn new(ncpu: u32) -> KResult<SoftClass> {
-        let cpus = KVec::from_fn(ncpu as usize, Wait::WaitOk, |_| Default::default())?;
+        let cpus = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |_| {
+            KArc::try_new(SoftRows::default(), Wait::WaitOk)
+        })?;
         Ok(SoftClass { cpus })
     }
 
-    fn cpu(&self, cpu: u32) -> KResult<&[SoftRow; SOFT_NPMCS as usize]> {
-        self.cpus.get(cpu as usize).ok_or(EINVAL)
+    /// `cpu`'s rows, for the core's rows of that CPU.
+    pub(crate) fn rows_of(&self, cpu: u32) -> Option<KArc<SoftRows>> {
+        self.cpus.get(cpu as usize).cloned()
+    }
+
+    fn cpu(&self, cpu: u32) -> KResult<&SoftRows> {
+        self.cpus
+            .get(cpu as usize)
+            .map(|rows| &**rows)
+            .ok_or(EINVAL)
     }
 
     /// A CPU's row `ri`.
@@ -298,31 +341,13 @@ impl PmcClassDep for SoftClass {
     }
     #[inline]
     fn switch_in(&self, cpu: u32, ri: u32, pm: &KArc<Pmc>, value: u64) {
-        // config_pmc, write_pmc and start_pmc: the row was unconfigured
-        // by the last switch-out, so the start takes the event's use.
-        let Ok(row) = self.row(cpu, ri) else {
-            return;
-        };
-        row.value.store(value, Ordering::Relaxed);
-        let armed = if kpi::kern_pmc::soft_event_running(pm.event, 1) {
-            ARMED
-        } else {
-            0
-        };
-        // Should the row still hold a use, it gives it back, as
-        // config_pmc does.
-        give_back(
-            row.state
-                .swap(u64::from(pm.event) | armed, Ordering::AcqRel),
-        );
+        if let Ok(row) = self.row(cpu, ri) {
+            row.switch_in(pm, value);
+        }
     }
     #[inline]
     fn switch_out(&self, cpu: u32, ri: u32, pm: &Pmc) -> Option<u64> {
-        // stop_pmc, read_pmc and config_pmc(None): the row keeps only its
-        // event, neither armed nor stalled.
-        let row = self.row(cpu, ri).ok()?;
-        give_back(row.state.swap(u64::from(pm.event), Ordering::AcqRel));
-        Some(row.value.load(Ordering::Relaxed))
+        Some(self.row(cpu, ri).ok()?.switch_out(pm))
     }
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {
         Ok(())

@@ -104,7 +104,7 @@ impl Hwpmc {
                 Some(_) => bit,
                 None => false,
             };
-            wrong || (rows.occupied >> ri & 1 == 1) != pmc.is_some()
+            wrong || (rows.occupied() >> ri & 1 == 1) != pmc.is_some()
         })
     }
 }

@@ -12,7 +12,6 @@ use kpi::proc::{Pid, Tid};
 use uapi::pmc::{PmcFlags, PmcMode, PmcState};
 use uapi::pmclog::{PmclogBody, PmclogRecord};
 
-use crate::hwpmc_class::PmcClassDep;
 use crate::ops::ARMED_AT_ZERO;
 use crate::{ClassSlot, Core, Hwpmc, PhwRow, Pmc, hwpmc_soft};
 
@@ -244,12 +243,12 @@ impl<T> PidHash<T> {
     }
 }
 
-/// A row's class as the context-switch paths call it: the SOFT class
-/// (`classes[0]`, rows 0 to 15) by its type, as the software events' hook
-/// calls it, so that its switch-in and switch-out are inlined; the others
-/// through their class.
+/// A row's class as the context-switch paths call it: a SOFT row
+/// (`classes[0]`, rows 0 to 15) by its state in the CPU's rows, so that
+/// its switch-in and switch-out are inlined; the others through their
+/// class.
 enum SwitchClass<'a> {
-    Soft(&'a hwpmc_soft::SoftClass),
+    Soft(&'a hwpmc_soft::SoftRow),
     Dep(&'a ClassSlot),
 }
 
@@ -257,25 +256,27 @@ impl SwitchClass<'_> {
     #[inline]
     fn switch_in(&self, cpu: u32, ri: usize, pm: &KArc<Pmc>, value: u64) {
         match self {
-            SwitchClass::Soft(soft) => soft.switch_in(cpu, ri as u32, pm, value),
+            SwitchClass::Soft(row) => row.switch_in(pm, value),
             SwitchClass::Dep(cls) => cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value),
         }
     }
 
+    /// Stops and reads the row: its count (the value loaded at the
+    /// switch-in, `saved`, when the class cannot read it), and the mask of
+    /// the counter's width.
     #[inline]
-    fn switch_out(&self, cpu: u32, ri: usize, pm: &Pmc) -> Option<u64> {
+    fn switch_out(&self, cpu: u32, ri: usize, pm: &Pmc, saved: u64) -> (u64, u64) {
         match self {
-            SwitchClass::Soft(soft) => soft.switch_out(cpu, ri as u32, pm),
-            SwitchClass::Dep(cls) => cls.dep.switch_out(cpu, ri as u32 - cls.first_ri, pm),
-        }
-    }
-
-    /// The mask of the counter's width.
-    #[inline]
-    fn width_mask(&self) -> u64 {
-        match self {
-            SwitchClass::Soft(_) => crate::ops::width_mask(hwpmc_soft::SOFT_WIDTH),
-            SwitchClass::Dep(cls) => cls.width_mask,
+            SwitchClass::Soft(row) => (
+                row.switch_out(pm),
+                crate::ops::width_mask(hwpmc_soft::SOFT_WIDTH),
+            ),
+            SwitchClass::Dep(cls) => (
+                cls.dep
+                    .switch_out(cpu, ri as u32 - cls.first_ri, pm)
+                    .unwrap_or(saved),
+                cls.width_mask,
+            ),
         }
     }
 }
@@ -309,13 +310,12 @@ impl Hwpmc {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let Some(row) = rows.rows.get_mut(ri) {
-                if self.load_row(cpu, pid, ri, pp, row) {
+                if self.load_row(cpu, pid, ri, pp, row, &rows.soft) {
                     now |= 1 << ri;
                 }
             }
         }
         rows.loaded |= now;
-        rows.occupied |= now;
     }
 
     /// Loads the PMC of a process's row on this CPU's row `ri`.
@@ -327,6 +327,7 @@ impl Hwpmc {
         ri: usize,
         pp: &mut PmcProcess,
         row: &mut PhwRow,
+        soft: &hwpmc_soft::SoftRows,
     ) -> bool {
         let PmcProcess { slots, threads, .. } = pp;
         let Some(PpSlot { pmc, pmcval }) = slots.get_mut(ri) else {
@@ -335,7 +336,7 @@ impl Hwpmc {
         let Some(pm) = pmc.as_ref() else {
             return false;
         };
-        let Some(cls) = self.switch_class(ri) else {
+        let Some(cls) = self.switch_class(ri, soft) else {
             return false;
         };
         let ts = pm.mode == PmcMode::Ts;
@@ -408,8 +409,8 @@ impl Hwpmc {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
             if let Some(row) = rows.rows.get_mut(ri) {
-                if self.unload_row(cpu, pid, ri, row, pp.as_deref_mut()) {
-                    rows.occupied &= !(1 << ri);
+                if self.unload_row(cpu, pid, ri, row, pp.as_deref_mut(), &rows.soft) {
+                    rows.loaded |= 1 << ri;
                 }
             }
         }
@@ -420,9 +421,13 @@ impl Hwpmc {
 
     /// The class of row `ri` for the context-switch paths.
     #[inline]
-    fn switch_class(&self, ri: usize) -> Option<SwitchClass<'_>> {
-        if ri < hwpmc_soft::SOFT_NPMCS as usize {
-            return Some(SwitchClass::Soft(&self.soft));
+    fn switch_class<'a>(
+        &'a self,
+        ri: usize,
+        soft: &'a hwpmc_soft::SoftRows,
+    ) -> Option<SwitchClass<'a>> {
+        if let Some(row) = soft.get(ri) {
+            return Some(SwitchClass::Soft(row));
         }
         self.ri_to_slot(ri as u32).map(SwitchClass::Dep)
     }
@@ -440,8 +445,8 @@ impl Hwpmc {
     }
 
     /// Takes the process PMC on this CPU's row `ri` off; true when the row
-    /// was emptied. `pp` is the process's descriptor, if it is still a
-    /// target.
+    /// keeps it, still loaded (a row without a class, which cannot be).
+    /// `pp` is the process's descriptor, if it is still a target.
     #[inline]
     fn unload_row(
         &self,
@@ -450,17 +455,18 @@ impl Hwpmc {
         ri: usize,
         row: &mut PhwRow,
         pp: Option<&mut PmcProcess>,
+        soft: &hwpmc_soft::SoftRows,
     ) -> bool {
         // A row whose PMC was released since the switch-in is empty, and
         // may have been given to a system PMC since.
         let Some(pm) = row.pmc.take_if(|pm| pm.mode.is_virtual()) else {
             return false;
         };
-        let Some(cls) = self.switch_class(ri) else {
+        let Some(cls) = self.switch_class(ri, soft) else {
             row.pmc = Some(pm);
-            return false;
+            return true;
         };
-        let hw = cls.switch_out(cpu, ri, &pm).unwrap_or(row.saved);
+        let (hw, width_mask) = cls.switch_out(cpu, ri, &pm, row.saved);
         // The process's own row, if this PMC is still attached to it.
         let mine = pp.and_then(|pp| {
             let slot = pp
@@ -472,7 +478,7 @@ impl Hwpmc {
         // One acquisition of the PMC's lock each, as FreeBSD's one
         // mtx_pool_lock_spin: the run count, and what it counted.
         if pm.mode == PmcMode::Tc {
-            let delta = hw.wrapping_sub(row.saved) & cls.width_mask();
+            let delta = hw.wrapping_sub(row.saved) & width_mask;
             let attached = mine.is_some();
             let (credited, flags) = pm.update(|v| {
                 Self::switched_out(&pm, v);
@@ -505,7 +511,7 @@ impl Hwpmc {
                 }
             }
         }
-        true
+        false
     }
 
     /// A switch-out's change of the run count, under the PMC's lock.
