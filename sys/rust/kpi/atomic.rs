@@ -28,6 +28,14 @@ macro_rules! atomic_int {
                 crate::backend::sched_point();
                 self.0.load(order)
             }
+            /// The value, by a relaxed load that is no scheduling point
+            /// of the simulator's races: for words that only select
+            /// diagnostics (trace masks), read on hot paths, whose races
+            /// decide nothing.
+            #[inline]
+            pub fn load_quiet(&self) -> $t {
+                self.0.load(Ordering::Relaxed)
+            }
             /// Stores `v`.
             #[inline]
             pub fn store(&self, v: $t, order: Ordering) {
