@@ -8,4 +8,23 @@ _pmc_top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$_pmc_top/tools/setup"
 PATH="$_pmc_top/target/venv/bin:/usr/bin:$PATH"
 export PATH
-unset _pmc_top
+# Cargo runs its subcommands (cargo-clippy, cargo-fmt) from $CARGO_HOME/bin
+# ahead of PATH when that directory is not in PATH (as in .ci/run, which
+# takes rustup out of PATH), so rustup's proxies there would lint and
+# format with rustup's toolchain, not Debian's. Where that directory has
+# any, cargo gets a home of its own under target/, without bin/, that
+# shares the real home's downloads and configuration.
+_pmc_home=${CARGO_HOME:-$HOME/.cargo}
+if [ -e "$_pmc_home/bin/rustup" ] || [ -e "$_pmc_home/bin/cargo-clippy" ] ||
+	[ -e "$_pmc_home/bin/cargo-fmt" ]; then
+	mkdir -p "$_pmc_home/registry" "$_pmc_home/git" "$_pmc_top/target/cargo-home"
+	for _pmc_f in registry git config.toml config credentials.toml credentials; do
+		if [ -e "$_pmc_home/$_pmc_f" ] && [ ! -e "$_pmc_top/target/cargo-home/$_pmc_f" ]; then
+			ln -s "$_pmc_home/$_pmc_f" "$_pmc_top/target/cargo-home/$_pmc_f"
+		fi
+	done
+	CARGO_HOME=$_pmc_top/target/cargo-home
+	export CARGO_HOME
+	unset _pmc_f
+fi
+unset _pmc_top _pmc_home
