@@ -412,6 +412,42 @@ impl Plugin for CallGraphPlugin {
     }
 }
 
+/// The call graph that `-g` makes before every other plugin (FreeBSD's
+/// `pa_pplugin`): it counts the unknown functions and dubious frames of
+/// the statistics, gives the gprof profiles their arcs, and is printed
+/// only when `-G` or `-F` was given too (`FLAG_DO_CALLGRAPHS`), into
+/// their file, after the other plugin's output.
+pub struct PrimaryCallGraph {
+    graph: std::rc::Rc<std::cell::RefCell<CallGraph>>,
+    out: Option<Box<dyn Write>>,
+}
+
+impl PrimaryCallGraph {
+    /// A graph shared with the gprof plugin, printed into `out` if given.
+    pub fn new(
+        graph: std::rc::Rc<std::cell::RefCell<CallGraph>>,
+        out: Option<Box<dyn Write>>,
+    ) -> PrimaryCallGraph {
+        PrimaryCallGraph { graph, out }
+    }
+}
+
+impl Plugin for PrimaryCallGraph {
+    fn process(&mut self, a: &mut Analysis, s: &Sample<'_>) {
+        self.graph.borrow_mut().add(a, s);
+    }
+
+    fn shutdown(&mut self, a: &mut Analysis, _mapfile: Option<&mut dyn Write>) -> io::Result<()> {
+        match self.out.as_mut() {
+            Some(out) => {
+                self.graph.borrow().print(a, &mut **out)?;
+                out.flush()
+            }
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,10 @@ use libpmcstat::libpmcstat_string::IStr;
 use pmctool::sysexits::EX_OSERR;
 
 use crate::PROGRAM;
-use crate::pmcpl_callgraph::{CallGraph, CgOptions};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::pmcpl_callgraph::CallGraph;
 
 /// `GMONVERSION`.
 const GMON_VERSION: u32 = 0x0005_1879;
@@ -63,8 +66,10 @@ struct Gmon {
 pub struct GprofPlugin {
     samplesdir: String,
     wide: bool,
-    /// The call graph of the same samples, for the arcs.
-    graph: CallGraph,
+    /// The call graph of the same samples, for the arcs: the one `-g`
+    /// makes first of all plugins (FreeBSD's `pa_pplugin`), which adds
+    /// each sample to it before this plugin sees the sample.
+    graph: Rc<RefCell<CallGraph>>,
     depth: usize,
     /// Profiles by (image, event name), in the order made.
     records: HashMap<(ImageId, IStr), usize>,
@@ -73,13 +78,19 @@ pub struct GprofPlugin {
 
 impl GprofPlugin {
     /// A plugin writing under `samplesdir` (`-D`, "." by default); `wide`
-    /// is `-e`.
-    pub fn new(samplesdir: &str, wide: bool, cg: CgOptions) -> GprofPlugin {
+    /// is `-e`; `graph` is the call graph of the samples, of `depth`
+    /// frames (`-z`).
+    pub fn new(
+        samplesdir: &str,
+        wide: bool,
+        graph: Rc<RefCell<CallGraph>>,
+        depth: usize,
+    ) -> GprofPlugin {
         GprofPlugin {
             samplesdir: samplesdir.to_owned(),
             wide,
-            graph: CallGraph::new(cg),
-            depth: cg.depth,
+            graph,
+            depth,
             records: HashMap::default(),
             gmons: Vec::new(),
         }
@@ -142,9 +153,6 @@ impl Plugin for GprofPlugin {
     }
 
     fn process(&mut self, a: &mut Analysis, s: &Sample<'_>) {
-        if self.depth > 1 {
-            self.graph.add(a, s);
-        }
         let Some((pc, map)) = a.claim_sampled_pc(s) else {
             return;
         };
@@ -252,14 +260,15 @@ impl GprofPlugin {
         if self.depth <= 1 {
             return HashMap::default();
         }
+        let graph = self.graph.borrow();
         for pmc in a.pmcs_listed() {
             let pr = &a.pmcs[pmc];
-            let (tops, _) = self.graph.top_nodes(pr.pmcid);
+            let (tops, _) = graph.top_nodes(pr.pmcid);
             let mut stack: Vec<u32> = tops;
             while let Some(n) = stack.pop() {
-                let node = &self.graph.nodes[n as usize];
+                let node = &graph.nodes[n as usize];
                 for &c in &node.children {
-                    let child = &self.graph.nodes[c as usize];
+                    let child = &graph.nodes[c as usize];
                     if child.image == node.image {
                         let vaddr = a.images[node.image as usize].vaddr;
                         *out.entry((node.image, pr.name))

@@ -5,7 +5,9 @@
 //! (pmcstat_log.c's `pmcstat_process_log` in analysis mode and
 //! `pmcstat_shutdown_logging`).
 
+use std::cell::RefCell;
 use std::io::Write;
+use std::rc::Rc;
 
 use libpmcstat::libpmcstat_logging::{Analysis, Options, Plugin};
 use pmc::pmclog::{Parser, PmclogEv, PmclogState};
@@ -14,7 +16,7 @@ use pmctool::sysexits::{EX_DATAERR, EX_OSERR};
 
 use crate::pmcpl_annotate::AnnotatePlugin;
 use crate::pmcpl_annotate_cg::AnnotateCgPlugin;
-use crate::pmcpl_callgraph::{CallGraphPlugin, CgOptions};
+use crate::pmcpl_callgraph::{CallGraph, CallGraphPlugin, CgOptions, PrimaryCallGraph};
 use crate::pmcpl_calltree::CalltreePlugin;
 use crate::pmcpl_flamegraph::FlameGraphPlugin;
 use crate::pmcpl_folded::FoldedPlugin;
@@ -137,7 +139,30 @@ pub fn open_live_output(a: &AnalysisArgs) -> Result<(), Exit> {
     Ok(())
 }
 
-/// The plugins the options chose, their output files opened.
+/// The graph file (`pa_graphfile`), which the plugin that came last and
+/// `-g`'s call graph may both write: one stream for both.
+#[derive(Clone)]
+struct SharedOutput(Rc<RefCell<Box<dyn Write>>>);
+
+impl Write for SharedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.borrow_mut().flush()
+    }
+}
+
+/// Whether `-g` adds its call graph ahead of the plugin that came last
+/// (FreeBSD's `pa_pplugin`): unless that plugin is the call graph itself
+/// (`-g` then `-G`), which FreeBSD's gives every sample twice.
+fn has_primary(a: &AnalysisArgs) -> bool {
+    a.gprof_asked && a.plugin != PluginKind::CallGraph
+}
+
+/// The plugins the options chose, their output files opened: `-g`'s call
+/// graph first when it has one ([`has_primary`]), then the plugin that
+/// came last, then the extensions' outputs.
 pub fn plugins(
     a: &AnalysisArgs,
     print: &dyn Fn() -> Box<dyn Write>,
@@ -148,25 +173,49 @@ pub fn plugins(
         show_offset: a.show_offset,
         skip_top_resolution: a.skip_top_resolution,
     };
-    if a.plugin == PluginKind::CallGraph {
-        let path = a.graphfile.as_deref().unwrap_or("-");
-        v.push(Box::new(CallGraphPlugin::new(cg, output(path, print)?)));
+    let primary = has_primary(a);
+    let writes_graph_file = matches!(
+        a.plugin,
+        PluginKind::CallGraph
+            | PluginKind::CallTree
+            | PluginKind::Annotate
+            | PluginKind::AnnotateCg
+    ) || (primary && a.callgraph_asked);
+    let graph_file = match writes_graph_file {
+        true => {
+            let path = a.graphfile.as_deref().unwrap_or("-");
+            Some(SharedOutput(Rc::new(RefCell::new(output(path, print)?))))
+        }
+        false => None,
+    };
+    let to_graph_file = || -> Box<dyn Write> {
+        match &graph_file {
+            Some(f) => Box::new(f.clone()),
+            None => print(),
+        }
+    };
+    let graph = Rc::new(RefCell::new(CallGraph::new(cg)));
+    if primary {
+        let out = a.callgraph_asked.then(to_graph_file);
+        v.push(Box::new(PrimaryCallGraph::new(graph.clone(), out)));
     }
-    if a.plugin == PluginKind::Annotate {
-        let path = a.graphfile.as_deref().unwrap_or("-");
-        v.push(Box::new(AnnotatePlugin::new(output(path, print)?)));
-    }
-    if a.plugin == PluginKind::AnnotateCg {
-        let path = a.graphfile.as_deref().unwrap_or("-");
-        v.push(Box::new(AnnotateCgPlugin::new(output(path, print)?)));
-    }
-    if a.plugin == PluginKind::CallTree {
-        let path = a.graphfile.as_deref().unwrap_or("-");
-        v.push(Box::new(CalltreePlugin::new(output(path, print)?, print())));
-    }
-    if a.plugin == PluginKind::Gprof {
-        let dir = a.samplesdir.as_deref().unwrap_or(".");
-        v.push(Box::new(GprofPlugin::new(dir, a.wide_gprof, cg)));
+    match a.plugin {
+        PluginKind::None => {}
+        PluginKind::CallGraph => v.push(Box::new(CallGraphPlugin::new(cg, to_graph_file()))),
+        PluginKind::Annotate => v.push(Box::new(AnnotatePlugin::new(to_graph_file()))),
+        PluginKind::AnnotateCg => v.push(Box::new(AnnotateCgPlugin::new(to_graph_file()))),
+        PluginKind::CallTree => {
+            v.push(Box::new(CalltreePlugin::new(to_graph_file(), print())));
+        }
+        PluginKind::Gprof => {
+            let dir = a.samplesdir.as_deref().unwrap_or(".");
+            v.push(Box::new(GprofPlugin::new(
+                dir,
+                a.wide_gprof,
+                graph,
+                cg.depth,
+            )));
+        }
     }
     if let Some(path) = &a.summary {
         v.push(Box::new(SummaryPlugin::new(output(path, print)?)));
@@ -253,7 +302,9 @@ fn shutdown(
             e.raw_os_error().unwrap_or(libc::EIO),
         )
     };
+    // `-g` with a verbosity of 2 or more prints the map without -M too.
     let mut mapfile: Option<Box<dyn Write>> = match a.mapfile.as_deref() {
+        None if a.gprof_asked && verbosity >= 2 => Some(print()),
         None => None,
         Some("-") => Some(print()),
         Some(path) => std::fs::File::create(path)
@@ -263,9 +314,15 @@ fn shutdown(
     if let Some(m) = mapfile.as_mut() {
         m.write_all(b"MAP:\n").map_err(io_error)?;
     }
-    for p in plugins.iter_mut() {
+    // The plugin that came last writes before `-g`'s call graph, as
+    // FreeBSD's shuts `pa_plugin` down before `pa_pplugin`.
+    let mut order: Vec<usize> = (0..plugins.len()).collect();
+    if has_primary(a) && plugins.len() > 1 {
+        order.swap(0, 1);
+    }
+    for i in order {
         let m = mapfile.as_mut().map(|m| &mut **m as &mut dyn Write);
-        p.shutdown(analysis, m).map_err(io_error)?;
+        plugins[i].shutdown(analysis, m).map_err(io_error)?;
     }
     for w in analysis.take_warnings() {
         PROGRAM.warnx(w);

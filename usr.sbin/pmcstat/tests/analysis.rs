@@ -314,6 +314,104 @@ fn gprof_reads_the_gmon_files_and_counts_the_samples() {
     assert!(cg.contains("main [") && cg.contains("rand_next ["), "{cg}");
 }
 
+/// The gmon files a run wrote under `dir`: (event/file, bytes).
+fn gmon_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for event in std::fs::read_dir(dir).unwrap().flatten() {
+        for f in std::fs::read_dir(event.path()).unwrap().flatten() {
+            let name = format!(
+                "{}/{}",
+                event.file_name().to_string_lossy(),
+                f.file_name().to_string_lossy()
+            );
+            files.insert(name, std::fs::read(f.path()).unwrap());
+        }
+    }
+    files
+}
+
+#[test]
+fn dash_g_combines_with_the_call_graph_options_as_freebsds() {
+    // FreeBSD's -g makes a call graph ahead of the plugin that comes last
+    // (pa_pplugin), printed into the file of -G or -F when one of them
+    // was given too.
+    let r = run();
+    let base = r.dir.join("combined");
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let path = |name: &str| base.join(name).to_string_lossy().into_owned();
+    let new_dir = |name: &str| {
+        std::fs::create_dir_all(base.join(name)).unwrap();
+        path(name)
+    };
+    let quiet = |extra: &[&str]| {
+        let mut args = vec!["-q", "-R", &r.log, "-r", &r.root];
+        args.extend_from_slice(extra);
+        let o = pmcstat(&args);
+        assert!(o.status.success(), "{extra:?}: {}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let read = |name: &str| std::fs::read_to_string(path(name)).unwrap();
+    // Each output alone.
+    quiet(&["-G", &path("graph")]);
+    quiet(&["-F", &path("tree")]);
+    let alone = new_dir("alone");
+    quiet(&["-g", "-D", &alone]);
+    let gmons = gmon_files(Path::new(&alone));
+    assert_eq!(gmons.len(), 1, "{:?}", gmons.keys());
+    let graph = read("graph");
+    assert!(graph.starts_with("@ "), "{graph}");
+
+    // -G then -g: the profiles, and the call graph into -G's file.
+    let d = new_dir("g-after");
+    quiet(&["-G", &path("graph-then-g"), "-g", "-D", &d]);
+    assert_eq!(read("graph-then-g"), graph);
+    assert_eq!(gmon_files(Path::new(&d)), gmons);
+    // -F then -g: the same call graph (not the calltree) into -F's file.
+    let d = new_dir("f-then-g");
+    quiet(&["-F", &path("tree-then-g"), "-g", "-D", &d]);
+    assert_eq!(read("tree-then-g"), graph);
+    assert_eq!(gmon_files(Path::new(&d)), gmons);
+    // -g then -F: the calltree, then the call graph, into the one file;
+    // no profiles, -F having come last.
+    let d = new_dir("g-then-f");
+    quiet(&["-g", "-D", &d, "-F", &path("g-then-tree")]);
+    assert_eq!(read("g-then-tree"), read("tree") + &graph);
+    assert!(gmon_files(Path::new(&d)).is_empty());
+    // -g then -G: the call graph, its samples counted once (FreeBSD's
+    // counts each twice); no profiles.
+    let d = new_dir("g-then-g");
+    quiet(&["-g", "-D", &d, "-G", &path("g-then-graph")]);
+    assert_eq!(read("g-then-graph"), graph);
+    assert!(gmon_files(Path::new(&d)).is_empty());
+
+    // -g with -v -v prints the map without -M.
+    let d = new_dir("verbose");
+    let o = pmcstat(&["-v", "-v", "-R", &r.log, "-r", &r.root, "-g", "-D", &d]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let total = samples(&r.log).len();
+    assert!(out.starts_with("MAP:\n"), "{out}");
+    assert!(
+        out.contains(" \"/usr/bin/sort\" => \"sort.gmon\" "),
+        "{out}"
+    );
+    assert!(out.contains("CONVERSION STATISTICS:\n"), "{out}");
+
+    // -g's call graph counts what it cannot place at any depth: with a
+    // root without the files, every sample is a dubious frame, as with
+    // -G.
+    let empty = new_dir("empty");
+    let d = new_dir("empty-gprof");
+    let o = pmcstat(&["-R", &r.log, "-r", &empty, "-g", "-z", "1", "-D", &d]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(&format!(" {:<40} {total}\n", "#callchain/dubious-frames")),
+        "{out}"
+    );
+}
+
 #[test]
 fn folded_stacks_sum_to_the_samples() {
     let r = run();
