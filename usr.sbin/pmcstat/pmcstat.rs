@@ -1137,9 +1137,19 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 fn measure(mut a: Args) -> Result<(), Exit> {
-    pmcstat_analysis::open_live_output(&a.analysis)?;
-    let pmc = library()?;
     let mut printfile = a.printfile.take().unwrap_or(PrintFile::Stderr);
+    let live_out = printfile.try_clone()?;
+    let print_live = move || -> Box<dyn Write> {
+        match live_out.try_clone() {
+            Ok(p) => Box::new(p),
+            Err(_) => Box::new(std::io::stderr()),
+        }
+    };
+    let live = match a.top {
+        true => None,
+        false => pmcstat_analysis::LiveAnalysis::start(&a.analysis, a.verbosity, &print_live)?,
+    };
+    let pmc = library()?;
     // The log: the -O destination, or a pipe printed as it fills.
     let mut pipe_reader: Option<std::thread::JoinHandle<Result<(), Exit>>> = None;
     let mut log_fd: Option<RawFd> = None;
@@ -1391,6 +1401,9 @@ fn measure(mut a: Args) -> Result<(), Exit> {
             .map_err(|_| errx(EX_OSERR, "ERROR: the notification reader failed"))?;
     }
     printfile.flush();
+    if let Some(live) = live {
+        live.finish(&print_live)?;
+    }
     if a.verbosity > 0 && (a.has_sampling || a.output_log.is_some()) {
         let after = pmc
             .driver_stats()

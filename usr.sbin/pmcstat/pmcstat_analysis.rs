@@ -116,27 +116,63 @@ fn output(path: &str, print: impl FnOnce() -> Box<dyn Write>) -> Result<Box<dyn 
     Ok(Box::new(std::io::BufWriter::with_capacity(1 << 16, f)))
 }
 
-/// A live run (no -R) with -G, -F, -m or -a: the file is made, empty,
-/// or the run fails, as FreeBSD's pmcstat opens it when it starts; the
-/// log's records then go to the text dump, not to an analysis. (-G and
-/// -F take "-" for the output of the run; -m and -a make a file of
-/// that name.)
-pub fn open_live_output(a: &AnalysisArgs) -> Result<(), Exit> {
-    let Some(path) = a.graphfile.as_deref() else {
-        return Ok(());
-    };
-    let dash_is_output = matches!(a.plugin, PluginKind::CallGraph | PluginKind::CallTree);
-    if path == "-" && dash_is_output {
-        return Ok(());
+/// The analysis of a live run (no -R) with -g, -G, -F, -m or -a, as
+/// FreeBSD's pmcstat makes it: the plugins' files are opened as the run
+/// starts (so a bad path ends it before it measures), the log's records
+/// go to the text dump, not to the plugins, and at the end the plugins
+/// are shut down on what they saw, which is nothing (the calltree of -F
+/// writes its header and root, the others nothing), and the statistics
+/// of -v follow. `-M` gets its map's header too. The extensions' outputs
+/// (-x, -X, -j, -y) are not made in a live run.
+pub struct LiveAnalysis {
+    args: AnalysisArgs,
+    plugins: Vec<Box<dyn Plugin>>,
+    analysis: Analysis,
+}
+
+impl LiveAnalysis {
+    /// The plugins of `a`, their files opened; none when the run asked
+    /// for no analysis and no map.
+    pub fn start(
+        a: &AnalysisArgs,
+        verbosity: u32,
+        print: &dyn Fn() -> Box<dyn Write>,
+    ) -> Result<Option<LiveAnalysis>, Exit> {
+        let args = AnalysisArgs {
+            folded: None,
+            flamegraph: None,
+            pprof: None,
+            summary: None,
+            ..a.clone()
+        };
+        if args.plugin == PluginKind::None && args.mapfile.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(LiveAnalysis {
+            plugins: plugins(&args, print)?,
+            analysis: Analysis::new(Options {
+                fsroot: args.fsroot.clone(),
+                kerneldir: args.kerneldir.clone(),
+                verbosity,
+                tid: args.tid,
+                cpus: None,
+                merge_pmcs: false,
+            }),
+            args,
+        }))
     }
-    std::fs::File::create(path).map_err(|e| {
-        PROGRAM.err(
-            EX_OSERR,
-            format!("ERROR: cannot open \"{path}\" for writing"),
-            e.raw_os_error().unwrap_or(libc::EIO),
+
+    /// `pmcstat_shutdown_logging` at the run's end.
+    pub fn finish(mut self, print: &dyn Fn() -> Box<dyn Write>) -> Result<(), Exit> {
+        let verbosity = self.analysis.opts.verbosity;
+        shutdown(
+            &mut self.analysis,
+            &mut self.plugins,
+            &self.args,
+            verbosity,
+            print,
         )
-    })?;
-    Ok(())
+    }
 }
 
 /// The graph file (`pa_graphfile`), which the plugin that came last and
@@ -330,7 +366,7 @@ fn shutdown(
     if let Some(mut m) = mapfile {
         m.flush().map_err(io_error)?;
     }
-    if verbosity >= 1 {
+    if verbosity >= 1 && a.any() {
         let mut out = print();
         out.write_all(analysis.statistics().as_bytes())
             .and_then(|()| out.flush())

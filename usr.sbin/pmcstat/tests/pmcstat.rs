@@ -707,6 +707,71 @@ fn numbers_and_plugin_options_as_freebsd_reads_them() {
 }
 
 #[test]
+fn a_live_run_shuts_its_analysis_down_as_freebsds() {
+    // FreeBSD's pmcstat prints a live run's log as text and, at the end,
+    // shuts the plugins down on what they saw (nothing) and prints the
+    // statistics of -v: -F's file gets the calltree's header and root,
+    // the print file the statistics' header (every line with -v -v), and
+    // -g with -v -v the map's header.
+    let tree = tmp("live.tree");
+    let log = tmp("live-tree.log");
+    let o = pmcstat(&[
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-F",
+        &tree,
+        "-O",
+        &log,
+        "-l",
+        "0.1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&tree).unwrap(),
+        "version: 1\ncreator: pmcstat\npositions: instr line\nevents:\nsummary:\nfn=root\n0x0 1\n"
+    );
+    assert_eq!(text(&o.stderr), "CONVERSION STATISTICS:\n");
+    let o = pmcstat(&[
+        "-q",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-F",
+        &tree,
+        "-O",
+        &log,
+        "-l",
+        "0.1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "");
+    let o = pmcstat(&[
+        "-v",
+        "-v",
+        "-S",
+        "SOFT-CLOCK.HARD",
+        "-g",
+        "-O",
+        &log,
+        "-l",
+        "0.1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("MAP:\nCONVERSION STATISTICS:\n"), "{err}");
+    assert!(
+        err.ends_with(" #callchain/dubious-frames                0\n"),
+        "{err}"
+    );
+    // Without an analysis, no statistics.
+    let o = pmcstat(&["-S", "SOFT-CLOCK.HARD", "-O", &log, "-l", "0.1"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "");
+    for f in [&tree, &log] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+#[test]
 fn a_cpu_list_is_a_set() {
     let o = pmcstat(&["-c", "2,0, 0", "-s", "TSC", "-w", "1", "-l", "1"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
