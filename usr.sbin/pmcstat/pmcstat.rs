@@ -961,11 +961,20 @@ fn read_log(a: &mut Args) -> Result<(), Exit> {
     let mut parser = Parser::new(fd);
     let mut ev = PmclogEv::zeroed();
     let out = a.printfile.get_or_insert(PrintFile::Stdout);
+    let map_out = out.try_clone()?;
+    let print_map = move || -> Box<dyn Write> {
+        match map_out.try_clone() {
+            Ok(p) => Box::new(p),
+            Err(_) => Box::new(std::io::stderr()),
+        }
+    };
+    // -M's map, which has only its header here.
+    let map = pmcstat_analysis::PrintedLogAnalysis::start(&a.analysis, a.verbosity, &print_map)?;
     // The descriptor blocks; the dump stops early only when a read was
     // interrupted, and then goes on.
     while !dump(&mut parser, &mut ev, out)? {}
     out.flush();
-    Ok(())
+    map.map_or(Ok(()), |m| m.finish(&print_map))
 }
 
 /// What the top view of `-T` is made from (sent to the thread that
@@ -1147,7 +1156,9 @@ fn measure(mut a: Args) -> Result<(), Exit> {
     };
     let live = match a.top {
         true => None,
-        false => pmcstat_analysis::LiveAnalysis::start(&a.analysis, a.verbosity, &print_live)?,
+        false => {
+            pmcstat_analysis::PrintedLogAnalysis::start(&a.analysis, a.verbosity, &print_live)?
+        }
     };
     let pmc = library()?;
     // The log: the -O destination, or a pipe printed as it fills.

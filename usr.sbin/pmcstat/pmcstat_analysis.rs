@@ -116,28 +116,29 @@ fn output(path: &str, print: impl FnOnce() -> Box<dyn Write>) -> Result<Box<dyn 
     Ok(Box::new(std::io::BufWriter::with_capacity(1 << 16, f)))
 }
 
-/// The analysis of a live run (no -R) with -g, -G, -F, -m or -a, as
-/// FreeBSD's pmcstat makes it: the plugins' files are opened as the run
-/// starts (so a bad path ends it before it measures), the log's records
-/// go to the text dump, not to the plugins, and at the end the plugins
-/// are shut down on what they saw, which is nothing (the calltree of -F
+/// The analysis of a run whose log is printed as text: a measurement
+/// (no -R) with -g, -G, -F, -m or -a, or -R without an analysis but with
+/// -M. As FreeBSD's pmcstat does, the plugins' files are opened as the
+/// run starts (so a bad path ends it before it measures), the records go
+/// to the text dump, not to the plugins, and at the end the plugins are
+/// shut down on what they saw, which is nothing (the calltree of -F
 /// writes its header and root, the others nothing), and the statistics
-/// of -v follow. `-M` gets its map's header too. The extensions' outputs
-/// (-x, -X, -j, -y) are not made in a live run.
-pub struct LiveAnalysis {
+/// of -v follow; `-M` gets its map's header. The extensions' outputs
+/// (-x, -X, -j, -y) are not made then.
+pub struct PrintedLogAnalysis {
     args: AnalysisArgs,
     plugins: Vec<Box<dyn Plugin>>,
     analysis: Analysis,
 }
 
-impl LiveAnalysis {
+impl PrintedLogAnalysis {
     /// The plugins of `a`, their files opened; none when the run asked
     /// for no analysis and no map.
     pub fn start(
         a: &AnalysisArgs,
         verbosity: u32,
         print: &dyn Fn() -> Box<dyn Write>,
-    ) -> Result<Option<LiveAnalysis>, Exit> {
+    ) -> Result<Option<PrintedLogAnalysis>, Exit> {
         let args = AnalysisArgs {
             folded: None,
             flamegraph: None,
@@ -148,7 +149,7 @@ impl LiveAnalysis {
         if args.plugin == PluginKind::None && args.mapfile.is_none() {
             return Ok(None);
         }
-        Ok(Some(LiveAnalysis {
+        Ok(Some(PrintedLogAnalysis {
             plugins: plugins(&args, print)?,
             analysis: Analysis::new(Options {
                 fsroot: args.fsroot.clone(),

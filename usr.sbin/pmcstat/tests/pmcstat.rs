@@ -712,7 +712,7 @@ fn a_live_run_shuts_its_analysis_down_as_freebsds() {
     // shuts the plugins down on what they saw (nothing) and prints the
     // statistics of -v: -F's file gets the calltree's header and root,
     // the print file the statistics' header (every line with -v -v), and
-    // -g with -v -v the map's header.
+    // -g with -v -v the map's header; so does -M when -R prints a log.
     let tree = tmp("live.tree");
     let log = tmp("live-tree.log");
     let o = pmcstat(&[
@@ -766,7 +766,17 @@ fn a_live_run_shuts_its_analysis_down_as_freebsds() {
     let o = pmcstat(&["-S", "SOFT-CLOCK.HARD", "-O", &log, "-l", "0.1"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(text(&o.stderr), "");
-    for f in [&tree, &log] {
+    // The log printed by -R: -M's map has its header.
+    let map = tmp("printed.map");
+    let o = pmcstat(&["-R", &log, "-M", &map]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).starts_with("initlog "),
+        "{}",
+        text(&o.stdout)
+    );
+    assert_eq!(std::fs::read_to_string(&map).unwrap(), "MAP:\n");
+    for f in [&tree, &log, &map] {
         let _ = std::fs::remove_file(f);
     }
 }
