@@ -932,13 +932,15 @@ fn read_log(a: &mut Args) -> Result<(), Exit> {
         let out = a.printfile.take().unwrap_or(PrintFile::Stdout);
         let mut top = new_top(a, out);
         let interval = Duration::from_secs_f64(a.interval);
-        pmcstat_top::run(&mut top, fd, interval, true).map_err(|e| {
-            err(
-                EX_OSERR,
-                "ERROR: cannot display",
-                e.raw_os_error().unwrap_or(0),
-            )
-        })?;
+        pmcstat_top::run(&mut top, fd, interval, true)
+            .and_then(|_| top.print_statistics())
+            .map_err(|e| {
+                err(
+                    EX_OSERR,
+                    "ERROR: cannot display",
+                    e.raw_os_error().unwrap_or(0),
+                )
+            })?;
         // SAFETY: the log's descriptor, opened above and not used after.
         unsafe { libc::close(fd) };
         return Ok(());
@@ -1184,7 +1186,8 @@ fn measure(mut a: Args) -> Result<(), Exit> {
                     let interval = Duration::from_secs_f64(a.interval);
                     pipe_reader = Some(std::thread::spawn(move || {
                         let mut top = view_args.top(out);
-                        let quit = pmcstat_top::run(&mut top, read_end, interval, false);
+                        let quit = pmcstat_top::run(&mut top, read_end, interval, false)
+                            .and_then(|quit| top.print_statistics().map(|()| quit));
                         // SAFETY: the read end is this thread's, closed once.
                         unsafe { libc::close(read_end) };
                         match quit {

@@ -156,6 +156,17 @@ impl Top {
         }
     }
 
+    /// At the run's end, after the display: the conversion statistics
+    /// of the samples shown, unless -q, as FreeBSD's shutdown of the
+    /// analysis prints them after leaving the display.
+    pub fn print_statistics(&mut self) -> std::io::Result<()> {
+        if self.analysis.opts.verbosity == 0 {
+            return Ok(());
+        }
+        self.out.write_all(self.analysis.statistics().as_bytes())?;
+        self.out.flush()
+    }
+
     /// Starts with `view` rather than the call graph (the plugin the
     /// options chose last, as FreeBSD's does).
     pub fn set_view(&mut self, view: View) {

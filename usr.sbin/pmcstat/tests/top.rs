@@ -166,6 +166,33 @@ fn the_top_view_of_a_log_written_to_a_file() {
     assert!(shares.windows(2).all(|w| w[0] >= w[1]), "sorted: {out}");
     let total: f64 = shares.iter().sum();
     assert!((total - 100.0).abs() < 0.5, "{out}");
+    // After the display, the conversion statistics of its samples (the
+    // header's count), unless -q.
+    let samples: u64 = out["PMC: [inst_retired.any_p] Samples: ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let stats = &out[out.rfind("---\n").unwrap() + 4..];
+    assert_eq!(
+        stats,
+        format!(
+            "CONVERSION STATISTICS:\n {:<40} {samples}\n",
+            "#samples/total"
+        ),
+        "{out}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+        .args(["-q", "-R"])
+        .arg(&log)
+        .arg("-r")
+        .arg(&root)
+        .arg("-T")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).ends_with("---\n"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
