@@ -202,6 +202,20 @@ impl OwnerLog {
     /// (the log takes no more records, as FreeBSD's refuses them after
     /// shutdown began); records after a write error are discarded.
     pub fn emit(&self, rec: &PmclogRecord<'_>) -> KResult<()> {
+        self.append(rec, false)
+    }
+
+    /// [`Self::emit`], then hands the current CPU's buffer to the writer
+    /// and wakes it (`PMCLOG_DESPATCH_SYNC`), as FreeBSD's does after the
+    /// records a reader needs before the samples that follow them (the
+    /// log's start, mappings, allocations, attachments and detachments,
+    /// execs, and new processes and threads): a reader of a pipe sees them
+    /// without waiting for the buffer to fill, whatever CPU logs next.
+    pub fn emit_sync(&self, rec: &PmclogRecord<'_>) -> KResult<()> {
+        self.append(rec, true)
+    }
+
+    fn append(&self, rec: &PmclogRecord<'_>, sync: bool) -> KResult<()> {
         let len = rec.encoded_len();
         let cpu = kpi::cpu::curcpu() as usize;
         let mut wake = false;
@@ -231,7 +245,7 @@ impl OwnerLog {
                     }
                 }
             }
-            match st.cur[cpu].as_mut() {
+            let r = match st.cur[cpu].as_mut() {
                 Some(b) => {
                     let at = b.len;
                     match rec.encode(&mut b.data[at..]) {
@@ -243,7 +257,14 @@ impl OwnerLog {
                     }
                 }
                 None => Err(ENOMEM),
+            };
+            if sync && r.is_ok() {
+                if let Some(b) = st.cur[cpu].take() {
+                    let _ = st.queue.push_within_capacity(b);
+                    wake = true;
+                }
             }
+            r
         };
         if wake {
             self.wakeup();

@@ -97,6 +97,15 @@ fn emit(log: &OwnerLog, body: PmclogBody<'_>) {
     });
 }
 
+/// [`emit`] with the buffer handed to the writer at once
+/// ([`OwnerLog::emit_sync`]).
+fn emit_sync(log: &OwnerLog, body: PmclogBody<'_>) {
+    let _ = log.emit_sync(&PmclogRecord {
+        tsc: kpi::time::rdtsc(),
+        body,
+    });
+}
+
 impl Hwpmc {
     /// `PMC_SYSTEM_SAMPLING_ACTIVE()`: whether system-wide events need the
     /// logs of system samplers (the kernel's count, which this driver
@@ -215,7 +224,7 @@ impl Hwpmc {
     /// MAP_IN records for the executable mappings `maps` of `pid`.
     pub(crate) fn log_mappings(log: &OwnerLog, pid: Pid, maps: &[Mapping]) {
         for m in maps {
-            emit(
+            emit_sync(
                 log,
                 PmclogBody::MapIn {
                     pid,
@@ -276,7 +285,7 @@ impl Hwpmc {
             }
         }
         for m in objects.iter() {
-            emit(
+            emit_sync(
                 &log,
                 PmclogBody::MapIn {
                     pid: KERNEL_PID,
@@ -335,9 +344,9 @@ impl Hwpmc {
             pathname: &m.path,
         };
         let core = self.core.lock();
-        self.for_each_ss_log(|log| emit(log, body));
+        self.for_each_ss_log(|log| emit_sync(log, body));
         for log in self.target_logs(&core, pid)?.iter() {
-            emit(log, body);
+            emit_sync(log, body);
         }
         Ok(())
     }
@@ -390,7 +399,12 @@ impl Hwpmc {
             },
             (None, None) => return Ok(()),
         };
-        self.for_each_ss_log(|log| emit(log, body));
+        // MAP_IN goes out at once, MAP_OUT with the buffer, as FreeBSD's.
+        let sync = matches!(body, PmclogBody::MapIn { .. });
+        self.for_each_ss_log(|log| match sync {
+            true => emit_sync(log, body),
+            false => emit(log, body),
+        });
         Ok(())
     }
 
@@ -409,7 +423,7 @@ impl Hwpmc {
                         newpid: child,
                     },
                 );
-                emit(
+                emit_sync(
                     log,
                     PmclogBody::ProcCreate {
                         pid: child,
@@ -433,7 +447,7 @@ impl Hwpmc {
         let pid = kpi::proc::curproc();
         match kpi::proc::pfind(pid, Wait::WaitOk) {
             Ok(Some(p)) => self.for_each_ss_log(|log| {
-                emit(
+                emit_sync(
                     log,
                     PmclogBody::Procexec {
                         pid,
@@ -464,7 +478,7 @@ impl Hwpmc {
             flags: t.flags,
             tdname: t.name.as_bytes(),
         };
-        self.for_each_ss_log(|log| emit(log, body));
+        self.for_each_ss_log(|log| emit_sync(log, body));
     }
 
     /// `pmc_process_threadexit`: THR_EXIT for the system samplers
@@ -482,6 +496,6 @@ impl Hwpmc {
             flags,
             pcomm: comm.as_bytes(),
         };
-        self.for_each_ss_log(|log| emit(log, body));
+        self.for_each_ss_log(|log| emit_sync(log, body));
     }
 }

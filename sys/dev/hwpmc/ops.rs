@@ -593,7 +593,7 @@ impl Hwpmc {
                 flags: v.flags.bits(),
                 evname,
             };
-            let _ = log.emit(&PmclogRecord { tsc, body });
+            let _ = log.emit_sync(&PmclogRecord { tsc, body });
         } else {
             let body = PmclogBody::Pmcallocate {
                 pmcid: pmc.id,
@@ -607,7 +607,7 @@ impl Hwpmc {
                     v.initial
                 },
             };
-            let _ = log.emit(&PmclogRecord { tsc, body });
+            let _ = log.emit_sync(&PmclogRecord { tsc, body });
         }
     }
 
@@ -785,7 +785,7 @@ impl Hwpmc {
         kpi::proc::set_flags(pid, P_HWPMC, 0);
         pmcdbg!(self.debug, "pmc", "attach", "id={:#x} pid={pid}", pm.id);
         if let (Some(log), Some(p)) = (record, snapshot) {
-            let _ = log.emit(&PmclogRecord {
+            let _ = log.emit_sync(&PmclogRecord {
                 tsc: kpi::time::rdtsc(),
                 body: PmclogBody::Pmcattach {
                     pmcid: pm.id,
@@ -854,7 +854,7 @@ impl Hwpmc {
         );
         self.unlink_target(core, at, pid);
         if let Some(log) = pm.log().filter(|_| log) {
-            let _ = log.emit(&PmclogRecord {
+            let _ = log.emit_sync(&PmclogRecord {
                 tsc: kpi::time::rdtsc(),
                 body: PmclogBody::Pmcdetach { pmcid: pm.id, pid },
             });
@@ -1259,12 +1259,11 @@ impl Hwpmc {
                     cpuid: &cpuid,
                 },
             };
-            if let Err(e) = log.emit(&init) {
+            // INITIALIZE is written at once, as FreeBSD does.
+            if let Err(e) = log.emit_sync(&init) {
                 log.deconfigure();
                 return Err(e);
             }
-            // INITIALIZE is written at once, as FreeBSD does.
-            let _ = log.flush();
             for p in core.owners[owner].pmcs.iter() {
                 p.pmc.set_log(Some(log.clone()));
             }

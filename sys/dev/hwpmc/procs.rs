@@ -715,7 +715,7 @@ impl Hwpmc {
                     dyn_base: dyn_base as usize,
                     pathname: crate::executable_path(&p.path),
                 };
-                let _ = log.emit(&PmclogRecord {
+                let _ = log.emit_sync(&PmclogRecord {
                     tsc: kpi::time::rdtsc(),
                     body,
                 });

@@ -129,6 +129,53 @@ fn the_log_survives_the_owner_closing_its_descriptor() {
 }
 
 #[test]
+fn records_a_reader_needs_first_go_out_without_a_flush() {
+    // FreeBSD's PMCLOG_DESPATCH_SYNC: the log's start, allocations,
+    // attachments and detachments hand their buffer to the writer at once
+    // (with whatever the buffer held before them); other records wait for
+    // the buffer to fill or for a flush.
+    use PmclogType::*;
+    let s = Sim::new();
+    let owner = s.root();
+    let target = s.root();
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    assert_eq!(kinds(&s.file(owner, fd)), [Initialize]);
+    let ev = s.soft("PAGE_FAULT.ALL");
+    let id = s
+        .allocate(owner, PmcClass::Soft, ev, PmcMode::Tc, 0, PmcFlags::empty())
+        .unwrap();
+    assert_eq!(kinds(&s.file(owner, fd)), [Initialize, Pmcallocatedyn]);
+    s.writelog(owner, 7).unwrap();
+    assert_eq!(kinds(&s.file(owner, fd)), [Initialize, Pmcallocatedyn]);
+    s.attach(owner, id, target.pid as i32).unwrap();
+    assert_eq!(
+        kinds(&s.file(owner, fd)),
+        [Initialize, Pmcallocatedyn, Userdata, Pmcattach]
+    );
+    s.detach(owner, id, target.pid as i32).unwrap();
+    s.writelog(owner, 8).unwrap();
+    assert_eq!(
+        kinds(&s.file(owner, fd)),
+        [Initialize, Pmcallocatedyn, Userdata, Pmcattach, Pmcdetach]
+    );
+    s.flushlog(owner).unwrap();
+    assert_eq!(
+        kinds(&s.file(owner, fd)),
+        [
+            Initialize,
+            Pmcallocatedyn,
+            Userdata,
+            Pmcattach,
+            Pmcdetach,
+            Userdata
+        ]
+    );
+    s.configurelog(owner, -1, 0).unwrap();
+    s.finish();
+}
+
+#[test]
 fn write_errors_stop_the_log_and_come_back_from_flushlog() {
     for (kind, errno) in [
         (FileKind::Full, ENOSPC),
