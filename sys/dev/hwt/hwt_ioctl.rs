@@ -171,9 +171,13 @@ fn fill_thread_mode(hwt: &KArc<Hwt>, ctx: &HwtContext, pid: Pid) -> KResult<()> 
             name.as_str(),
         )?;
         let thr = KArc::try_new(HwtThread::alloc(thread_id, tid, vm)?, Wait::WaitOk)?;
-        let pages = thr.vm.pages.clone();
-        ctx.thread_insert(thr)?;
-        ctx.backend.thread_alloc(ctx, thread_id, &pages)?;
+        // The backend's data first, as the thread-create hook and
+        // FreeBSD's ALLOC do: a thread in the context always has it.
+        ctx.backend.thread_alloc(ctx, thread_id, &thr.vm.pages)?;
+        if let Err(e) = ctx.thread_insert(thr) {
+            ctx.backend.thread_free(ctx, thread_id);
+            return Err(e);
+        }
         ctx.enqueue(Record::Thread {
             kind: HwtRecordType::ThreadCreate,
             thread_id,
