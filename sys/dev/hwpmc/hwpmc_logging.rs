@@ -215,6 +215,7 @@ impl OwnerLog {
         self.append(rec, true)
     }
 
+    #[inline(always)]
     fn append(&self, rec: &PmclogRecord<'_>, sync: bool) -> KResult<()> {
         let len = rec.encoded_len();
         let cpu = kpi::cpu::curcpu() as usize;

@@ -282,6 +282,7 @@ impl Hwpmc {
             return;
         };
         self.stats.log_sweeps.add(1);
+        let mut consumed = 0u32;
         for ring in rings.iter() {
             let mut c = ring.consumer();
             loop {
@@ -290,6 +291,7 @@ impl Hwpmc {
                     None | Some(Next::Wait) => break,
                     Some(Next::Done(logged)) => {
                         c.pop();
+                        consumed += 1;
                         let count = if logged {
                             &self.sample_stats.logged
                         } else {
@@ -303,9 +305,12 @@ impl Hwpmc {
         if self.notify_ends_due.load(Ordering::Acquire) != 0 {
             self.wake_ended_notifiers();
         }
-        // Counters stalled on a full ring run again. Most sweeps find
+        // Counters stalled on a full ring run again, once the sweep has
+        // made room in it: a ring whose samples all wait for their user
+        // call chain keeps them stalled, as FreeBSD's does, rather than
+        // dropping the next sample and stalling again. Most sweeps find
         // none: no lock for them.
-        if !self.classes.iter().any(|slot| slot.dep.stalled(cpu)) {
+        if consumed == 0 || !self.classes.iter().any(|slot| slot.dep.stalled(cpu)) {
             return;
         }
         let Some(rows) = self.pcpu.get(cpu as usize) else {

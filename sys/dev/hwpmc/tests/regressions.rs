@@ -416,3 +416,59 @@ fn copyout_to_a_read_only_page_fails_half_way_with_efault() {
     assert_eq!(r, Err(EFAULT.get()));
     s.finish();
 }
+
+/// A sampler stalled on a full ring whose samples all wait for their
+/// thread's return to user mode stays stalled through a sweep that frees
+/// nothing, as FreeBSD restarts stalled PMCs only after a sweep that took
+/// a sample off its rings (it had been restarted at every sweep, to drop
+/// its next sample on the same full ring and stall again); it runs again
+/// once a sweep makes room.
+#[test]
+fn a_stalled_sampler_waits_for_a_sweep_that_frees_its_ring() {
+    let s = sim(&[("kern.hwpmc.nsamples", "4")]);
+    let (owner, w) = (s.root(), s.root());
+    let fd = with_log(&s, owner);
+    user_chain_sampler(&s, owner);
+    let in_kernel = |user_mode| Location {
+        user_mode,
+        kernel_stack: vec![0xffff_ffff_8020_1010],
+        user_stack: vec![0x40_1010],
+        user_regs: None,
+    };
+    s.m.set_location(w.tid, in_kernel(false));
+    s.m.switch_in(0, w.tid);
+    // A count of 1: the first sample at the second event, then one an
+    // event; four fill the ring, the next stalls the sampler.
+    for _ in 0..6 {
+        s.m.soft_event(0, "PAGE_FAULT.ALL");
+    }
+    let d = s.module().driver();
+    assert_eq!(d.samples_pending(), 4);
+    assert_eq!(s.stats(owner).pm_intr_bufferfull, 1, "stalled");
+    // The clock's sweep finds every sample waiting: it frees nothing, and
+    // the sampler stays stalled through the next events.
+    s.m.tick(0);
+    assert_eq!(d.samples_pending(), 4);
+    for _ in 0..3 {
+        s.m.soft_event(0, "PAGE_FAULT.ALL");
+    }
+    assert_eq!(s.stats(owner).pm_intr_bufferfull, 1, "still stalled");
+    // Back in user mode: the samples get their user chains and a sweep
+    // logs them; the sampler runs again.
+    s.m.set_location(w.tid, in_kernel(true));
+    s.m.tick(0);
+    s.m.tick(0);
+    assert_eq!(d.samples_pending(), 0);
+    s.m.set_location(w.tid, in_kernel(false));
+    s.m.soft_event(0, "PAGE_FAULT.ALL");
+    assert_eq!(d.samples_pending(), 1, "sampling again");
+    assert_eq!(s.stats(owner).pm_intr_bufferfull, 1);
+    s.m.switch_out(0);
+    s.flushlog(owner).unwrap();
+    let chains = log_of(&s, owner, fd)
+        .iter()
+        .filter(|b| matches!(b, PmclogBody::Callchain { pid, .. } if *pid == w.pid))
+        .count();
+    assert_eq!(chains, 4, "the four samples of the full ring");
+    s.finish();
+}
