@@ -35,6 +35,9 @@ const AMD_WIDTH: u32 = 48;
 const AMD_MASK: u64 = (1 << AMD_WIDTH) - 1;
 /// PERF_CTL: enable.
 const AMD_PMC_ENABLE: u64 = 1 << 22;
+/// How many microseconds a stop waits at most for the NMI of an overflow
+/// that came just before it (`OVERFLOW_WAIT_COUNT`).
+const OVERFLOW_WAIT_COUNT: u32 = 50;
 /// PERF_CTL bits a request may set: event select (7:0, 35:32), unit
 /// mask, USR, OS, edge, INT, INV, counter mask, guest-only and host-only.
 const AMD_REQUEST: u64 =
@@ -212,7 +215,23 @@ impl PmcClassDep for AmdClass {
         Ok(())
     }
     fn stop_pmc(&self, _cpu: u32, ri: u32, pm: &Pmc) -> KResult<()> {
-        wrmsr(msrs(ri).0, Self::evsel(pm) & !AMD_PMC_ENABLE);
+        let (evsel, perfctr) = msrs(ri);
+        wrmsr(evsel, Self::evsel(pm) & !AMD_PMC_ENABLE);
+        // The NMI of an overflow just before the stop comes late on newer
+        // processors; it must find the PMC still on its row, or nobody
+        // claims it. While the sampling counter's top bit is clear (it
+        // wrapped, and the handler has not reloaded it yet), wait, up to
+        // 50 times 1 us, as FreeBSD's amd_stop_pmc does. (Its test shifts
+        // an int by 47, which x86 takes modulo 32; this one tests bit 47,
+        // and only for sampling PMCs, which raise the NMI.)
+        if pm.mode.is_sampling() {
+            for _ in 0..OVERFLOW_WAIT_COUNT {
+                if rdmsr(perfctr) & (1 << (AMD_WIDTH - 1)) != 0 {
+                    break;
+                }
+                kpi::x86::delay(1);
+            }
+        }
         Ok(())
     }
     fn release_pmc(&self, _cpu: u32, _ri: u32, _pm: &Pmc) -> KResult<()> {

@@ -1263,6 +1263,11 @@ mod x86_backend {
         // SAFETY: CR4.PCE only.
         unsafe { sys::kpi_set_user_rdpmc(core::ffi::c_int::from(enabled)) }
     }
+
+    pub fn delay(usec: u32) {
+        // SAFETY: an integer argument.
+        unsafe { sys::kpi_delay(usec.min(i32::MAX as u32) as core::ffi::c_int) }
+    }
 }
 #[cfg(target_arch = "x86_64")]
 pub use x86_backend::*;

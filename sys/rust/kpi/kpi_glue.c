@@ -2244,6 +2244,12 @@ kpi_set_user_rdpmc(int enabled)
 	else
 		load_cr4(rcr4() & ~CR4_PCE);
 }
+
+void
+kpi_delay(int usec)
+{
+	DELAY(usec);
+}
 #endif
 
 /*

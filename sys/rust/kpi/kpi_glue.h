@@ -201,6 +201,7 @@ typedef int kpi_pmc_intr_t(void);	/* 1: the NMI was the PMU's */
 /* NULL removes the handler. */
 void	kpi_set_pmc_intr(kpi_pmc_intr_t *handler);
 void	kpi_set_user_rdpmc(int enabled);	/* CR4.PCE */
+void	kpi_delay(int usec);		/* DELAY(9): a busy wait */
 /*
  * Further NMI handlers (nmi_register_handler): a few slots, each its own
  * C function.  Register returns the slot or -1 (all taken); remove waits

@@ -71,6 +71,10 @@ pub fn tsc_freq() -> u64 {
     kern::tsc_freq()
 }
 #[inline(never)]
+pub fn delay(usec: u32) {
+    kern::delay(usec);
+}
+#[inline(never)]
 pub fn nanotime() -> (i64, i64) {
     kern::nanotime()
 }

@@ -53,6 +53,13 @@ pub fn set_pmc_intr(handler: Option<PmcIntrFn>) -> crate::KResult<()> {
     crate::backend::set_pmc_intr(handler)
 }
 
+/// `DELAY(usec)`: busy-waits `usec` microseconds, in any context (spin
+/// locks held, interrupts off, an NMI's handler excepted).
+#[inline]
+pub fn delay(usec: u32) {
+    crate::backend::delay(usec)
+}
+
 /// Sets or clears CR4.PCE on the current CPU (`load_cr4`): whether user
 /// mode may execute `rdpmc`.
 #[inline]

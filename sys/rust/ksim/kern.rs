@@ -56,6 +56,15 @@ pub fn tsc_freq() -> u64 {
     current().st().cfg.tsc_freq
 }
 
+/// `DELAY(usec)`: the machine's clock moves on by the wait, which is
+/// counted ([`crate::Machine::delayed_us`]).
+pub fn delay(usec: u32) {
+    let m = current();
+    let mut st = m.st();
+    st.time_ns += u64::from(usec) * 1000;
+    st.delayed_us += u64::from(usec);
+}
+
 /// `nanotime()` as (seconds, nanoseconds).
 pub fn nanotime() -> (i64, i64) {
     let ns = current().st().time_ns;

@@ -782,6 +782,8 @@ pub(crate) struct State {
     pub(crate) pmc_ss_count: i32,
     pub(crate) soft_events: Vec<SoftEvent>,
     pub(crate) time_ns: u64,
+    /// Microseconds of DELAY(9) so far.
+    pub(crate) delayed_us: u64,
     pub(crate) files: BTreeMap<u64, File>,
     next_file: u64,
     pub(crate) kprocs: BTreeMap<u64, Kproc>,
@@ -994,6 +996,7 @@ impl Machine {
             pmc_ss_count: 0,
             soft_events,
             time_ns: 1_790_000_000_000_000_000,
+            delayed_us: 0,
             files: BTreeMap::new(),
             next_file: 1,
             kprocs: BTreeMap::new(),
@@ -1304,6 +1307,11 @@ impl Machine {
     /// exec makes a new one).
     pub fn cr3_of(&self, pid: u32) -> u64 {
         self.st().cr3_of(pid)
+    }
+
+    /// The microseconds the kernel has busy-waited with DELAY(9).
+    pub fn delayed_us(&self) -> u64 {
+        self.st().delayed_us
     }
 
     /// `rdmsr` on `cpu`: the PT units' MSRs, else the PMU's.

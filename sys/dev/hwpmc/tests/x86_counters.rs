@@ -666,3 +666,57 @@ fn the_kernel_work_of_every_system_call_counts_in_os_mode() {
     );
     s.finish();
 }
+
+/// The row index of `id`'s system PMC on CPU 0, from PMCGETPMCINFO's row
+/// names (`K8-N`).
+fn k8_row_of(s: &Sim, owner: P, mode: PmcMode) -> u32 {
+    let rows = s.pmcinfo(owner, 0).expect("pmcinfo");
+    let row = rows
+        .iter()
+        .find(|r| r.pm_ownerpid == owner.pid as i32 && r.pm_mode == mode.raw())
+        .expect("the PMC's row");
+    let name = String::from_utf8_lossy(uapi::pmc::c_field_str(&row.pm_name)).into_owned();
+    name.strip_prefix("K8-").unwrap().parse().unwrap()
+}
+
+/// An AMD sampling PMC's stop waits, up to 50 times 1 us, for the NMI of
+/// an overflow that came just before it, so that the NMI finds the PMC on
+/// its row (FreeBSD's amd_stop_pmc): only while the counter shows a wrap
+/// the handler has not reloaded yet, and not for a counting PMC.
+#[test]
+fn an_amd_stop_waits_for_the_nmi_of_an_overflow_just_before_it() {
+    let s = sim(ZEN2);
+    let owner = s.root();
+    let fd = s.open(owner, ksim::FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).expect("log");
+    let mut r = amd_request(
+        PmcMode::Ss,
+        0xC0 | USR | INT,
+        PmcCaps::USER | PmcCaps::INTERRUPT,
+        100_000,
+    );
+    r.pm_cpu = 0;
+    let sampler = allocate(&s, owner, r).expect("K8 system sampler");
+    let mut c = amd_request(PmcMode::Sc, 0xC0 | USR, PmcCaps::USER, 0);
+    c.pm_cpu = 0;
+    let counter = allocate(&s, owner, c).expect("K8 system counter");
+    let perfctr = |ri: u32| 0xC001_0004 + ri;
+    let sampler_ctr = perfctr(k8_row_of(&s, owner, PmcMode::Ss));
+    let counter_ctr = perfctr(k8_row_of(&s, owner, PmcMode::Sc));
+    s.start(owner, sampler).unwrap();
+    s.start(owner, counter).unwrap();
+    let before = s.m.delayed_us();
+    // No overflow pending: the counter is 100000 short of its wrap.
+    s.stop(owner, sampler).unwrap();
+    assert_eq!(s.m.delayed_us(), before);
+    // Wrapped and not reloaded: no NMI comes here, so the whole wait.
+    s.start(owner, sampler).unwrap();
+    s.m.wrmsr(0, sampler_ctr, 5).unwrap();
+    s.stop(owner, sampler).unwrap();
+    assert_eq!(s.m.delayed_us(), before + 50);
+    // A counting PMC raises no NMI: its top bit clear means nothing.
+    s.m.wrmsr(0, counter_ctr, 5).unwrap();
+    s.stop(owner, counter).unwrap();
+    assert_eq!(s.m.delayed_us(), before + 50);
+    s.finish();
+}
