@@ -25,6 +25,7 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus, Stdio};
@@ -793,14 +794,17 @@ fn temp_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
 }
 
-/// Checks that `path` can be opened for reading, as access(2) with R_OK
-/// would (without blocking on a FIFO).
+/// Checks that `path` exists and can be read, with access(2) as FreeBSD
+/// does (R_OK | F_OK): nothing is opened.
 fn check_readable(path: &OsStr) -> io::Result<()> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map(drop)
+    let c = std::ffi::CString::new(path.as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::ENOENT))?;
+    // SAFETY: a NUL-terminated path that lives across the call.
+    if unsafe { libc::access(c.as_ptr(), libc::R_OK | libc::F_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The pmcstat(8) to run: $PMCSTAT, else the one installed beside this
@@ -826,6 +830,35 @@ fn objdump_program() -> OsString {
         .unwrap_or_else(|| OsString::from("objdump"))
 }
 
+/// SIGINT and SIGQUIT ignored while a child runs, as system(3) ignores
+/// them; their dispositions come back when this is dropped.
+struct IgnoredInterrupts {
+    int: libc::sighandler_t,
+    quit: libc::sighandler_t,
+}
+
+impl IgnoredInterrupts {
+    fn new() -> IgnoredInterrupts {
+        // SAFETY: SIG_IGN for two signals; the old dispositions are kept.
+        unsafe {
+            IgnoredInterrupts {
+                int: libc::signal(libc::SIGINT, libc::SIG_IGN),
+                quit: libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+            }
+        }
+    }
+}
+
+impl Drop for IgnoredInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: the dispositions that signal(3) returned before.
+        unsafe {
+            libc::signal(libc::SIGINT, self.int);
+            libc::signal(libc::SIGQUIT, self.quit);
+        }
+    }
+}
+
 /// How a program run for us ended, when it failed.
 fn status_text(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
@@ -844,7 +877,23 @@ fn status_text(status: ExitStatus) -> String {
 /// left, which has nothing to do with the failure.
 fn run_program(mut cmd: Command, message: &'static str) -> Result<(), Failure> {
     let name = pmctool::quoted(cmd.get_program());
-    match cmd.status() {
+    // As system(3): an interrupt from the terminal ends the child, and this
+    // program, which ignores it meanwhile, reports that and removes its
+    // files; the child gets the dispositions this program had.
+    let ignored = IgnoredInterrupts::new();
+    let (int, quit) = (ignored.int, ignored.quit);
+    // SAFETY: between fork and exec the closure only calls signal(3),
+    // which is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGINT, int);
+            libc::signal(libc::SIGQUIT, quit);
+            Ok(())
+        });
+    }
+    let status = cmd.status();
+    drop(ignored);
+    match status {
         Ok(status) if status.success() => Ok(()),
         Ok(status) => Err(Failure::Fatal {
             cause: Some(format!("{name}: {}", status_text(status))),

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -407,11 +408,14 @@ fn script(path: &Path, body: &str) {
 /// Stand-ins for pmcstat(8) and objdump(1) in `dir`: the first writes
 /// $FAKE_MAP into the file after its `-m`, the second prints $FAKE_DUMP;
 /// both record their arguments, one a line, and exit with $FAKE_STATUS_*.
+/// With $FAKE_INTERRUPT, the first sends SIGINT to its process group, as
+/// a terminal's interrupt key does.
 fn stand_ins(dir: &Path) -> (String, String) {
     let pmcstat = dir.join("fake pmcstat");
     script(
         &pmcstat,
         "printf '%s\\n' \"$@\" > \"$FAKE_DIR/pmcstat.args\"\n\
+         if [ -n \"$FAKE_INTERRUPT\" ]; then kill -INT 0; sleep 5; fi\n\
          echo 'CONVERSION STATISTICS:'\n\
          while [ $# -gt 0 ]; do\n\
          \tif [ \"$1\" = -m ]; then printf '%s' \"$FAKE_MAP\" > \"$2\"; fi\n\
@@ -453,11 +457,13 @@ fn with_stand_ins(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     ];
     all.extend_from_slice(env);
     let tmp = fresh_dir("tmp");
+    // A process group of its own, for $FAKE_INTERRUPT.
     let o = Command::new(PMCANNOTATE)
         .args(args)
         .current_dir(dir)
         .env("TMPDIR", &tmp)
         .envs(all.iter().copied())
+        .process_group(0)
         .output()
         .expect("run pmcannotate");
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
@@ -567,6 +573,14 @@ fn failures_of_the_programs_and_of_their_output() {
             vec![("FAKE_STATUS_PMCSTAT", "3")],
             format!(
                 "{exe}: {pmcstat}: exited with status 3\n{exe}: Impossible to create the tmp file\n"
+            ),
+        ),
+        // An interrupt from the terminal ends pmcstat, not pmcannotate,
+        // which cleans up and says so (system(3)'s way).
+        (
+            vec![("FAKE_INTERRUPT", "1")],
+            format!(
+                "{exe}: {pmcstat}: terminated by signal 2\n{exe}: Impossible to create the tmp file\n"
             ),
         ),
         (
