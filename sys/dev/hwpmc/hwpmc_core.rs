@@ -16,6 +16,8 @@
 //!   can make the driver's `wrmsr` fault;
 //! - the off-core response value of the request is written to
 //!   MSR_OFFCORE_RSP_0/1 for events 0xB7 and 0xBB (FreeBSD drops it);
+//!   which bits a model keeps there varies, so the allocation tries the
+//!   value on the register (`wrmsr_safe`) and refuses one that faults;
 //! - counter constraints for the models whose tables FreeBSD leaves
 //!   unchecked (Skylake, Skylake-X, Ice Lake-X) follow the pmu-events
 //!   tables' "Counter" field.
@@ -75,8 +77,6 @@ const SEL_EN: u64 = 1 << 22;
 /// PERFEVTSEL bits a request may set: event, umask, USR, OS, edge, pin
 /// control, INT, ANY, INV and cmask (EN is the driver's).
 const SEL_REQUEST: u64 = 0xFFFF_FFFF & !SEL_EN;
-/// Offcore response bits a request may set.
-const OFFCORE_REQUEST: u64 = (1 << 38) - 1;
 
 /// `IAP_PMC_CAPS`.
 const IAP_CAPS: PmcCaps = PmcCaps::INTERRUPT
@@ -197,6 +197,12 @@ impl Core {
         self.cpus.get(cpu as usize).ok_or(EINVAL)
     }
 
+    /// Whether the counters have AnyThread: it came with version 3, and
+    /// version 5 deprecates it; elsewhere the bit is reserved.
+    fn has_any_thread(&self) -> bool {
+        (3..5).contains(&self.version)
+    }
+
     /// Writes the global control word the driver keeps.
     fn write_globalctrl(&self, c: &CoreCpu) {
         wrmsr(GLOBAL_CTRL, c.globalctrl.load(Ordering::Acquire));
@@ -220,9 +226,13 @@ impl Core {
         }
     }
 
-    /// `core_pcpu_init`: freeze on PMI where the architecture has it.
+    /// `core_pcpu_init`, on the CPU: freeze on PMI where the
+    /// architecture has it, and not in a virtual machine's guest, whose
+    /// hypervisor may refuse the bit (as FreeBSD's).
     fn pcpu_init(&self, _cpu: u32) -> KResult<()> {
-        wrmsr(DEBUGCTL, rdmsr(DEBUGCTL) | DEBUGCTL_FREEZE_ON_PMI);
+        if !kpi::x86::vm_guest() {
+            wrmsr(DEBUGCTL, rdmsr(DEBUGCTL) | DEBUGCTL_FREEZE_ON_PMI);
+        }
         Ok(())
     }
 
@@ -478,6 +488,24 @@ fn from_pmu_tables(req: &AllocRequest<'_>) -> bool {
 #[derive(Debug)]
 pub struct IapClass(pub KArc<Core>);
 
+/// Whether this processor's off-core response register `msr` takes
+/// `value`, which the PMC's start writes there: the bits it keeps differ
+/// from model to model (Atom's reach above bit 37, Sandy Bridge's leave
+/// holes), so the value is tried on the register, which gets its own
+/// value back, in a critical section on this CPU (all CPUs are one
+/// model). A register the processor lacks takes nothing.
+fn offcore_takes(msr: u32, value: u64) -> bool {
+    let _cs = kpi::sync::CriticalSection::enter();
+    let Some(old) = kpi::x86::rdmsr_safe(msr) else {
+        return false;
+    };
+    let taken = kpi::x86::wrmsr_safe(msr, value);
+    if taken {
+        wrmsr(msr, old);
+    }
+    taken
+}
+
 impl IapClass {
     /// The event select the class keeps in the PMC, EN included
     /// ([`PmcClassDep::md_config`]).
@@ -492,8 +520,8 @@ impl IapClass {
     fn start(&self, c: &CoreCpu, ri: u32, pm: &Pmc) {
         let evsel = self.evsel(pm);
         match evsel as u8 {
-            0xB7 => wrmsr(OFFCORE_RSP0, pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST),
-            0xBB => wrmsr(OFFCORE_RSP1, pm.md.iap().pm_iap_rsp & OFFCORE_REQUEST),
+            0xB7 => wrmsr(OFFCORE_RSP0, pm.md.iap().pm_iap_rsp),
+            0xBB => wrmsr(OFFCORE_RSP1, pm.md.iap().pm_iap_rsp),
             _ => {}
         }
         wrmsr(IAP_EVSEL0 + ri, evsel);
@@ -529,10 +557,18 @@ impl PmcClassDep for IapClass {
         }
         let md = req.raw.pm_md.iap();
         let config = md.pm_iap_config;
-        if config & !SEL_REQUEST != 0 || md.pm_iap_rsp & !OFFCORE_REQUEST != 0 {
+        if config & !SEL_REQUEST != 0 {
             return Err(EINVAL);
         }
-        if config & SEL_ANY != 0 && self.0.version >= 5 {
+        let offcore = match config as u8 {
+            0xB7 => Some(OFFCORE_RSP0),
+            0xBB => Some(OFFCORE_RSP1),
+            _ => None,
+        };
+        if offcore.is_some_and(|msr| !offcore_takes(msr, md.pm_iap_rsp)) {
+            return Err(EINVAL);
+        }
+        if config & SEL_ANY != 0 && !self.0.has_any_thread() {
             return Err(EINVAL);
         }
         let (event, umask, cmask) = (config as u8, (config >> 8) as u8, (config >> 24) as u8);
@@ -677,7 +713,7 @@ impl PmcClassDep for IafClass {
         // Only the mode, any-thread and interrupt bits mean anything to
         // a fixed counter.
         let allowed = 0xFFFF | SEL_USR | SEL_OS | SEL_INT | SEL_ANY;
-        if config & !allowed != 0 || (config & SEL_ANY != 0 && self.0.version >= 5) {
+        if config & !allowed != 0 || (config & SEL_ANY != 0 && !self.0.has_any_thread()) {
             return Err(EINVAL);
         }
         let (event, umask) = (config as u8, (config >> 8) as u8);

@@ -850,6 +850,9 @@ impl Module {
                 });
             }
             pcpu[cpu as usize].as_mut().data_mut().rows = rows;
+            // On the CPU itself, as FreeBSD's pmc_select_cpu: the classes
+            // set up its registers.
+            let _bound = kpi::cpu::bind(cpu);
             for slot in classes.iter() {
                 slot.dep.pcpu_init(cpu)?;
             }

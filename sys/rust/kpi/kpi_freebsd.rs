@@ -1264,6 +1264,23 @@ mod x86_backend {
         unsafe { sys::kpi_set_user_rdpmc(core::ffi::c_int::from(enabled)) }
     }
 
+    pub fn vm_guest() -> bool {
+        // SAFETY: no arguments.
+        unsafe { sys::kpi_vm_guest() != 0 }
+    }
+
+    pub fn rdmsr_safe(msr: u32) -> Option<u64> {
+        let mut value = 0u64;
+        // SAFETY: a writable u64; the kernel's trap handler turns a #GP
+        // into the error it returns.
+        (unsafe { sys::kpi_rdmsr_safe(msr, &mut value) } == 0).then_some(value)
+    }
+
+    pub fn wrmsr_safe(msr: u32, value: u64) -> bool {
+        // SAFETY: integers; a #GP is turned into the error it returns.
+        unsafe { sys::kpi_wrmsr_safe(msr, value) == 0 }
+    }
+
     pub fn delay(usec: u32) {
         // SAFETY: an integer argument.
         unsafe { sys::kpi_delay(usec.min(i32::MAX as u32) as core::ffi::c_int) }

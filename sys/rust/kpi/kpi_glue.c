@@ -2250,6 +2250,24 @@ kpi_delay(int usec)
 {
 	DELAY(usec);
 }
+
+int
+kpi_vm_guest(void)
+{
+	return (vm_guest != VM_GUEST_NO);
+}
+
+int
+kpi_rdmsr_safe(uint32_t msr, uint64_t *value)
+{
+	return (rdmsr_safe(msr, value));
+}
+
+int
+kpi_wrmsr_safe(uint32_t msr, uint64_t value)
+{
+	return (wrmsr_safe(msr, value));
+}
 #endif
 
 /*

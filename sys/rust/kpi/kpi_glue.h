@@ -202,6 +202,10 @@ typedef int kpi_pmc_intr_t(void);	/* 1: the NMI was the PMU's */
 void	kpi_set_pmc_intr(kpi_pmc_intr_t *handler);
 void	kpi_set_user_rdpmc(int enabled);	/* CR4.PCE */
 void	kpi_delay(int usec);		/* DELAY(9): a busy wait */
+int	kpi_vm_guest(void);		/* 1: vm_guest != VM_GUEST_NO */
+/* rdmsr_safe and wrmsr_safe: 0, or EFAULT where the access faults. */
+int	kpi_rdmsr_safe(uint32_t msr, uint64_t *value);
+int	kpi_wrmsr_safe(uint32_t msr, uint64_t value);
 /*
  * Further NMI handlers (nmi_register_handler): a few slots, each its own
  * C function.  Register returns the slot or -1 (all taken); remove waits

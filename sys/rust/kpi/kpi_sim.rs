@@ -833,6 +833,18 @@ pub fn rdmsr(msr: u32) -> u64 {
 pub fn wrmsr(msr: u32, value: u64) {
     kern::wrmsr(msr, value)
 }
+#[inline(never)]
+pub fn vm_guest() -> bool {
+    kern::vm_guest()
+}
+#[inline(never)]
+pub fn rdmsr_safe(msr: u32) -> Option<u64> {
+    kern::rdmsr_safe(msr)
+}
+#[inline(never)]
+pub fn wrmsr_safe(msr: u32, value: u64) -> bool {
+    kern::wrmsr_safe(msr, value)
+}
 pub fn cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
     kern::cpuid(leaf, subleaf)
 }

@@ -53,6 +53,27 @@ pub fn set_pmc_intr(handler: Option<PmcIntrFn>) -> crate::KResult<()> {
     crate::backend::set_pmc_intr(handler)
 }
 
+/// Whether the kernel runs as a virtual machine's guest (`vm_guest !=
+/// VM_GUEST_NO`), where some MSR bits are best left alone.
+#[inline]
+pub fn vm_guest() -> bool {
+    crate::backend::vm_guest()
+}
+
+/// `rdmsr_safe(msr)`: the value, or None when the read faults (an MSR this
+/// processor does not have).
+#[inline]
+pub fn rdmsr_safe(msr: u32) -> Option<u64> {
+    crate::backend::rdmsr_safe(msr)
+}
+
+/// `wrmsr_safe(msr, value)`: false when the write faults (bits this
+/// processor reserves, or no such MSR), which then writes nothing.
+#[inline]
+pub fn wrmsr_safe(msr: u32, value: u64) -> bool {
+    crate::backend::wrmsr_safe(msr, value)
+}
+
 /// `DELAY(usec)`: busy-waits `usec` microseconds, in any context (spin
 /// locks held, interrupts off, an NMI's handler excepted).
 #[inline]

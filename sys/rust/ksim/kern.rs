@@ -912,6 +912,25 @@ pub fn rdmsr(msr: u32) -> u64 {
     })
 }
 
+/// Whether the kernel runs as a virtual machine's guest (`vm_guest`).
+pub fn vm_guest() -> bool {
+    current().st().cfg.vm_guest
+}
+
+/// `rdmsr_safe`: None where `rdmsr` faults.
+pub fn rdmsr_safe(msr: u32) -> Option<u64> {
+    let m = current();
+    let cpu = m.st().cur().0;
+    m.rdmsr(cpu, msr).ok()
+}
+
+/// `wrmsr_safe`: false where `wrmsr` faults, which then writes nothing.
+pub fn wrmsr_safe(msr: u32, value: u64) -> bool {
+    let m = current();
+    let cpu = m.st().cur().0;
+    m.wrmsr(cpu, msr, value).is_ok()
+}
+
 /// `wrmsr` on the current CPU; a #GP panics, as [`rdmsr`].
 pub fn wrmsr(msr: u32, value: u64) {
     let m = current();

@@ -65,6 +65,9 @@ pub struct MachineConfig {
     /// tick, user and kernel work together (10,000 at 1000 Hz: a 10 MIPS
     /// machine, slow enough that the emulator keeps up with the clock).
     pub insns_per_tick: u64,
+    /// The kernel runs as a virtual machine's guest (`vm_guest` is not
+    /// `VM_GUEST_NO`).
+    pub vm_guest: bool,
 }
 
 impl Default for MachineConfig {
@@ -82,6 +85,7 @@ impl Default for MachineConfig {
             first_pid: FIRST_PID,
             exterr_strings: true,
             insns_per_tick: 10_000,
+            vm_guest: false,
         }
     }
 }

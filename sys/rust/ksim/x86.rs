@@ -49,6 +49,8 @@ pub enum PmuSpec {
         fixed: u8,
         /// Width of every counter in bits.
         width: u8,
+        /// The bits MSR_OFFCORE_RSP_0/1 keep; a write of another faults.
+        offcore_valid: u64,
         /// The microarchitecture, for messages and documentation.
         name: &'static str,
     },
@@ -73,12 +75,33 @@ impl PmuSpec {
             gp,
             fixed,
             width: 48,
+            offcore_valid: (1 << 38) - 1,
+            name,
+        };
+        // Sandy Bridge and Ivy Bridge reserve bits 12-14 and 23-30 of the
+        // off-core response registers too (FreeBSD's
+        // IA_OFFCORE_RSP_MASK_SBIB).
+        let sbib = |name| PmuSpec::Intel {
+            version: 3,
+            gp: 4,
+            fixed: 3,
+            width: 48,
+            offcore_valid: 0x3F_807F_8FFF,
             name,
         };
         match (vendor, family) {
             (Vendor::Intel, 6) => match model {
-                0x2A | 0x2D => Some(intel(3, 4, 3, "Sandy Bridge")),
-                0x3A | 0x3E => Some(intel(3, 4, 3, "Ivy Bridge")),
+                // Core 2 (Penryn): version 2, 40-bit counters.
+                0x17 => Some(PmuSpec::Intel {
+                    version: 2,
+                    gp: 2,
+                    fixed: 3,
+                    width: 40,
+                    offcore_valid: 0,
+                    name: "Penryn",
+                }),
+                0x2A | 0x2D => Some(sbib("Sandy Bridge")),
+                0x3A | 0x3E => Some(sbib("Ivy Bridge")),
                 0x3C | 0x3F | 0x45 | 0x46 => Some(intel(3, 4, 3, "Haswell")),
                 0x3D | 0x47 | 0x4F | 0x56 => Some(intel(3, 4, 3, "Broadwell")),
                 0x4E | 0x5E | 0x8E | 0x9E | 0xA5 | 0xA6 => Some(intel(4, 4, 3, "Skylake")),

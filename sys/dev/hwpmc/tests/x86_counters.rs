@@ -720,3 +720,103 @@ fn an_amd_stop_waits_for_the_nmi_of_an_overflow_just_before_it() {
     assert_eq!(s.m.delayed_us(), before + 50);
     s.finish();
 }
+
+/// An off-core response event's allocation tries its response value on
+/// the register, which keeps different bits on different models: Sandy
+/// Bridge reserves bits 12-14 and 23-30 (FreeBSD's
+/// IA_OFFCORE_RSP_MASK_SBIB), where a fixed mask of bits 37:0 had let a
+/// process PMC, which needs no privilege, make the start's `wrmsr` fault.
+/// The register gets its own value back; a value it takes is written at
+/// the PMC's start.
+#[test]
+fn off_core_response_values_are_tried_on_the_register() {
+    const RSP0: u32 = 0x1A6;
+    let s = sim("GenuineIntel-6-2A-7");
+    let owner = s.root();
+    let ncpu = s.cpuinfo(owner).pm_ncpu;
+    for cpu in 0..ncpu {
+        s.m.wrmsr(cpu, RSP0, 0x8FFF).unwrap();
+    }
+    let offcore = |rsp: u64| {
+        let mut r = request(PmcClass::Iap, PmcMode::Tc, 0x01B7 | USR, PmcCaps::USER, 0);
+        r.pm_md.pm_iap.pm_iap_rsp = rsp;
+        allocate(&s, owner, r)
+    };
+    for bad in [1 << 12, 1 << 23, 1 << 38, 1 << 63] {
+        assert_eq!(offcore(bad), Err(EINVAL), "{bad:#x}");
+    }
+    let id = offcore(0x10001).expect("a response value Sandy Bridge keeps");
+    for cpu in 0..ncpu {
+        assert_eq!(
+            s.m.rdmsr(cpu, RSP0),
+            Ok(0x8FFF),
+            "CPU {cpu} got its value back"
+        );
+    }
+    let (prog, _) = exec(&s, "calls", &["calls", "10"]);
+    follow(&s, owner, &[id], prog.pid);
+    s.m.switch_in(0, prog.tid);
+    assert_eq!(s.m.rdmsr(0, RSP0), Ok(0x10001));
+    s.m.switch_out(0);
+    s.finish();
+}
+
+/// Each CPU's IA32_DEBUGCTL gets freeze-on-PMI from the load, done on
+/// that CPU (it had been the loading CPU's, once per CPU); in a virtual
+/// machine's guest the bit is left alone, as FreeBSD's core_pcpu_init
+/// leaves it.
+#[test]
+fn freeze_on_pmi_is_set_on_every_cpu_but_not_in_a_guest() {
+    const DEBUGCTL: u32 = 0x1D9;
+    const FREEZE_ON_PMI: u64 = 1 << 12;
+    for vm_guest in [false, true] {
+        let s = Sim::with_md(
+            MachineConfig {
+                cpuid: SKYLAKE_X.into(),
+                vm_guest,
+                ..MachineConfig::default()
+            },
+            &[],
+            hwpmc::MachineDep::initialize,
+        );
+        let ncpu = s.cpuinfo(s.root()).pm_ncpu;
+        assert!(ncpu > 1);
+        for cpu in 0..ncpu {
+            let debugctl = s.m.rdmsr(cpu, DEBUGCTL).unwrap();
+            assert_eq!(
+                debugctl & FREEZE_ON_PMI != 0,
+                !vm_guest,
+                "CPU {cpu}, guest {vm_guest}"
+            );
+        }
+        s.finish();
+    }
+}
+
+/// AnyThread came with version 3 of the architectural facility: on a
+/// version 2 processor (Core 2) the bit is reserved, and a request that
+/// sets it, for a programmable or a fixed-function counter, is refused
+/// rather than written (where it faults: FreeBSD's writes it).
+#[test]
+fn any_thread_is_refused_before_version_3() {
+    const ANY: u64 = 1 << 21;
+    let s = sim("GenuineIntel-6-17-6");
+    let owner = s.root();
+    assert_eq!(
+        s.cpuinfo(owner).pm_cputype,
+        PmcCputype::IntelCore2Extreme.raw()
+    );
+    for class in [PmcClass::Iap, PmcClass::Iaf] {
+        let config = if class == PmcClass::Iaf {
+            0x00C0
+        } else {
+            0x00C0 | USR
+        };
+        let any = request(class, PmcMode::Tc, config | USR | ANY, PmcCaps::USER, 0);
+        assert_eq!(allocate(&s, owner, any), Err(EINVAL), "{class:?}");
+        let plain = request(class, PmcMode::Tc, config | USR, PmcCaps::USER, 0);
+        let id = allocate(&s, owner, plain).unwrap_or_else(|e| panic!("{class:?}: {e:?}"));
+        s.release(owner, id).unwrap();
+    }
+    s.finish();
+}

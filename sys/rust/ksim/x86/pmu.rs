@@ -18,11 +18,13 @@
 //!   fixed counters take the full width, and bits above it are reserved;
 //! - AMD's PERF_CTR ignores bits 63:48 on writes (they read as zero), as
 //!   the counters' sign-extended reload values need;
-//! - on the version 5 model AnyThread is deprecated (CPUID.0AH:EDX[15]):
-//!   PERFEVTSEL bit 21 and the fixed counters' AnyThread bits are
+//! - AnyThread came with version 3, and version 5 deprecates it
+//!   (CPUID.0AH:EDX[15]): on the version 2 and 5 models PERFEVTSEL bit 21
+//!   and the fixed counters' AnyThread bits are
 //!   reserved;
 //! - MSR_OFFCORE_RSP_0/1 keep bits 37:0 (request, supplier and snoop
-//!   fields); the off-core response events themselves count nothing.
+//!   fields), less bits 12-14 and 23-30 on Sandy Bridge and Ivy Bridge;
+//!   the off-core response events themselves count nothing.
 //!
 //! What the counters count comes from the event model of the CPU
 //! ([`crate::cpu::events`]) and its cost model ([`crate::cpu::cost`]):
@@ -141,8 +143,6 @@ pub const SEL_ANY: u64 = 1 << 21;
 pub const SEL_EN: u64 = 1 << 22;
 /// PERFEVTSEL: invert the counter mask.
 pub const SEL_INV: u64 = 1 << 23;
-/// Offcore response MSR bits the model keeps.
-const OFFCORE_VALID: u64 = (1 << 38) - 1;
 /// The LVT entry's mask bit.
 pub const LVT_MASKED: u32 = 1 << 16;
 /// The LVT entry's NMI delivery mode (bits 10:8 = 100b).
@@ -349,6 +349,8 @@ struct IntelRegs {
     fixed_ctrl: u64,
     debugctl: u64,
     offcore: [u64; 2],
+    /// The bits the off-core response registers keep.
+    offcore_valid: u64,
 }
 
 /// One logical CPU's PMU.
@@ -372,6 +374,7 @@ impl Pmu {
                 gp,
                 fixed,
                 width,
+                offcore_valid,
                 ..
             } => (
                 gp,
@@ -386,6 +389,7 @@ impl Pmu {
                     fixed_ctrl: 0,
                     debugctl: 0,
                     offcore: [0; 2],
+                    offcore_valid,
                 }),
             ),
             PmuSpec::Amd {
@@ -427,13 +431,18 @@ impl Pmu {
         self.counter_bits() | extra
     }
 
+    /// AnyThread: versions 3 and 4.
+    fn has_any_thread(&self) -> bool {
+        (3..5).contains(&self.version())
+    }
+
     fn evtsel_valid(&self) -> u64 {
-        let any = if self.version() >= 5 { 0 } else { SEL_ANY };
+        let any = if self.has_any_thread() { SEL_ANY } else { 0 };
         0xFFFF_FFFF & !(SEL_ANY) | any
     }
 
     fn fixed_ctrl_valid(&self) -> u64 {
-        let per = if self.version() >= 5 { 0xB } else { 0xF };
+        let per = if self.has_any_thread() { 0xF } else { 0xB };
         (0..self.fixed.len()).fold(0, |m, i| m | per << (4 * i))
     }
 
@@ -606,7 +615,7 @@ impl Pmu {
                 self.intel_mut().debugctl = value;
             }
             msr::MSR_OFFCORE_RSP0 | msr::MSR_OFFCORE_RSP1 => {
-                if value & !OFFCORE_VALID != 0 {
+                if value & !self.intel_mut().offcore_valid != 0 {
                     return fault("reserved MSR_OFFCORE_RSP bits set");
                 }
                 self.intel_mut().offcore[(msr - msr::MSR_OFFCORE_RSP0) as usize] = value;
