@@ -715,57 +715,29 @@ fn a_live_run_shuts_its_analysis_down_as_freebsds() {
     // -g with -v -v the map's header; so does -M when -R prints a log.
     let tree = tmp("live.tree");
     let log = tmp("live-tree.log");
-    let o = pmcstat(&[
-        "-S",
-        "SOFT-CLOCK.HARD",
-        "-F",
-        &tree,
-        "-O",
-        &log,
-        "-l",
-        "0.1",
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    // A tenth of a second of clock-tick sampling into the log, with
+    // `options` first; its standard error, the run having succeeded.
+    let measure = |options: &[&str]| {
+        let mut args = options.to_vec();
+        args.extend_from_slice(&["-S", "SOFT-CLOCK.HARD", "-O", &log, "-l", "0.1"]);
+        let o = pmcstat(&args);
+        assert!(o.status.success(), "{options:?}: {}", text(&o.stderr));
+        text(&o.stderr)
+    };
+    assert_eq!(measure(&["-F", &tree]), "CONVERSION STATISTICS:\n");
     assert_eq!(
         std::fs::read_to_string(&tree).unwrap(),
         "version: 1\ncreator: pmcstat\npositions: instr line\nevents:\nsummary:\nfn=root\n0x0 1\n"
     );
-    assert_eq!(text(&o.stderr), "CONVERSION STATISTICS:\n");
-    let o = pmcstat(&[
-        "-q",
-        "-S",
-        "SOFT-CLOCK.HARD",
-        "-F",
-        &tree,
-        "-O",
-        &log,
-        "-l",
-        "0.1",
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(text(&o.stderr), "");
-    let o = pmcstat(&[
-        "-v",
-        "-v",
-        "-S",
-        "SOFT-CLOCK.HARD",
-        "-g",
-        "-O",
-        &log,
-        "-l",
-        "0.1",
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
+    assert_eq!(measure(&["-q", "-F", &tree]), "");
+    let err = measure(&["-v", "-v", "-g"]);
     assert!(err.starts_with("MAP:\nCONVERSION STATISTICS:\n"), "{err}");
     assert!(
         err.ends_with(" #callchain/dubious-frames                0\n"),
         "{err}"
     );
     // Without an analysis, no statistics.
-    let o = pmcstat(&["-S", "SOFT-CLOCK.HARD", "-O", &log, "-l", "0.1"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(text(&o.stderr), "");
+    assert_eq!(measure(&[]), "");
     // The log printed by -R: -M's map has its header.
     let map = tmp("printed.map");
     let o = pmcstat(&["-R", &log, "-M", &map]);

@@ -138,16 +138,21 @@ fn the_top_view_in_a_terminal() {
 #[test]
 fn the_top_view_of_a_log_written_to_a_file() {
     let (dir, log, root) = sort_log("top-log");
-    let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
-        .arg("-R")
-        .arg(&log)
-        .arg("-r")
-        .arg(&root)
-        .arg("-T")
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    // pmcstat -T of the log, `options` first: its standard output.
+    let top = |options: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
+            .args(options)
+            .arg("-R")
+            .arg(&log)
+            .arg("-r")
+            .arg(&root)
+            .arg("-T")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{options:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = top(&[]);
     // One view, then the separator (the output is not a terminal).
     assert!(
         out.starts_with("PMC: [inst_retired.any_p] Samples: "),
@@ -183,16 +188,7 @@ fn the_top_view_of_a_log_written_to_a_file() {
         ),
         "{out}"
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_pmcstat"))
-        .args(["-q", "-R"])
-        .arg(&log)
-        .arg("-r")
-        .arg(&root)
-        .arg("-T")
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).ends_with("---\n"));
+    assert!(top(&["-q"]).ends_with("---\n"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
