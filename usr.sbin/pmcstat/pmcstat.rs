@@ -191,6 +191,14 @@ impl PrintFile {
     fn flush(&mut self) {
         let _ = Write::flush(self);
     }
+    /// Another handle on the same output for the analysis's writers; the
+    /// standard error should the output's descriptor fail to duplicate.
+    fn boxed(&self) -> Box<dyn Write> {
+        match self.try_clone() {
+            Ok(p) => Box::new(p),
+            Err(_) => Box::new(std::io::stderr()),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -947,12 +955,7 @@ fn read_log(a: &mut Args) -> Result<(), Exit> {
     }
     if a.analysis.any() {
         let out = a.printfile.take().unwrap_or(PrintFile::Stdout);
-        let print = || -> Box<dyn Write> {
-            match out.try_clone() {
-                Ok(p) => Box::new(p),
-                Err(_) => Box::new(std::io::stderr()),
-            }
-        };
+        let print = || out.boxed();
         let result =
             pmcstat_analysis::analyze(fd, &a.analysis, a.verbosity, a.cpumask.clone(), &print);
         // SAFETY: the descriptor is the log's, opened above and not used
@@ -964,12 +967,7 @@ fn read_log(a: &mut Args) -> Result<(), Exit> {
     let mut ev = PmclogEv::zeroed();
     let out = a.printfile.get_or_insert(PrintFile::Stdout);
     let map_out = out.try_clone()?;
-    let print_map = move || -> Box<dyn Write> {
-        match map_out.try_clone() {
-            Ok(p) => Box::new(p),
-            Err(_) => Box::new(std::io::stderr()),
-        }
-    };
+    let print_map = move || map_out.boxed();
     // -M's map, which has only its header here.
     let map = pmcstat_analysis::PrintedLogAnalysis::start(&a.analysis, a.verbosity, &print_map)?;
     // The descriptor blocks; the dump stops early only when a read was
@@ -1150,12 +1148,7 @@ extern "C" fn on_sigint(_: libc::c_int) {
 fn measure(mut a: Args) -> Result<(), Exit> {
     let mut printfile = a.printfile.take().unwrap_or(PrintFile::Stderr);
     let live_out = printfile.try_clone()?;
-    let print_live = move || -> Box<dyn Write> {
-        match live_out.try_clone() {
-            Ok(p) => Box::new(p),
-            Err(_) => Box::new(std::io::stderr()),
-        }
-    };
+    let print_live = move || live_out.boxed();
     let live = match a.top {
         true => None,
         false => {

@@ -905,9 +905,8 @@ pub fn ktr(line: &str) {
 /// [`Machine::rdmsr`]). A #GP in the kernel is a panic, as on FreeBSD (a
 /// fault in kernel mode with no recovery handler).
 pub fn rdmsr(msr: u32) -> u64 {
-    let m = current();
-    let cpu = m.st().cur().0;
-    m.rdmsr(cpu, msr).unwrap_or_else(|gp| {
+    let (cpu, value) = rdmsr_here(msr);
+    value.unwrap_or_else(|gp| {
         panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
     })
 }
@@ -919,23 +918,32 @@ pub fn vm_guest() -> bool {
 
 /// `rdmsr_safe`: None where `rdmsr` faults.
 pub fn rdmsr_safe(msr: u32) -> Option<u64> {
-    let m = current();
-    let cpu = m.st().cur().0;
-    m.rdmsr(cpu, msr).ok()
+    rdmsr_here(msr).1.ok()
 }
 
 /// `wrmsr_safe`: false where `wrmsr` faults, which then writes nothing.
 pub fn wrmsr_safe(msr: u32, value: u64) -> bool {
+    wrmsr_here(msr, value).1.is_ok()
+}
+
+/// `rdmsr` on the current CPU: that CPU, and what its MSRs answered.
+fn rdmsr_here(msr: u32) -> (u32, Result<u64, crate::x86::GpFault>) {
     let m = current();
     let cpu = m.st().cur().0;
-    m.wrmsr(cpu, msr, value).is_ok()
+    (cpu, m.rdmsr(cpu, msr))
+}
+
+/// `wrmsr` on the current CPU: that CPU, and what its MSRs answered.
+fn wrmsr_here(msr: u32, value: u64) -> (u32, Result<(), crate::x86::GpFault>) {
+    let m = current();
+    let cpu = m.st().cur().0;
+    (cpu, m.wrmsr(cpu, msr, value))
 }
 
 /// `wrmsr` on the current CPU; a #GP panics, as [`rdmsr`].
 pub fn wrmsr(msr: u32, value: u64) {
-    let m = current();
-    let cpu = m.st().cur().0;
-    m.wrmsr(cpu, msr, value).unwrap_or_else(|gp| {
+    let (cpu, written) = wrmsr_here(msr, value);
+    written.unwrap_or_else(|gp| {
         panic!("fatal trap 9: general protection fault in kernel mode on CPU {cpu}: {gp}")
     })
 }

@@ -141,10 +141,7 @@ fn records_a_reader_needs_first_go_out_without_a_flush() {
     let fd = s.open(owner, FileKind::Regular, true);
     s.configurelog(owner, fd, 0).unwrap();
     assert_eq!(kinds(&s.file(owner, fd)), [Initialize]);
-    let ev = s.soft("PAGE_FAULT.ALL");
-    let id = s
-        .allocate(owner, PmcClass::Soft, ev, PmcMode::Tc, 0, PmcFlags::empty())
-        .unwrap();
+    let id = s.soft_tc(owner);
     assert_eq!(kinds(&s.file(owner, fd)), [Initialize, Pmcallocatedyn]);
     s.writelog(owner, 7).unwrap();
     assert_eq!(kinds(&s.file(owner, fd)), [Initialize, Pmcallocatedyn]);
@@ -503,16 +500,7 @@ fn an_executable_without_a_path_is_unknown() {
     let fd = s.open(owner, FileKind::Regular, true);
     s.configurelog(owner, fd, 0).unwrap();
     s.m.exec(target.pid, "", None);
-    let id = s
-        .allocate(
-            owner,
-            PmcClass::Soft,
-            s.soft("CLOCK.HARD"),
-            PmcMode::Tc,
-            0,
-            PmcFlags::empty(),
-        )
-        .unwrap();
+    let id = s.soft_tc(owner);
     s.attach(owner, id, target.pid as i32).unwrap();
     s.m.exec(target.pid, "", None);
     s.flushlog(owner).unwrap();

@@ -429,13 +429,13 @@ fn a_stalled_sampler_waits_for_a_sweep_that_frees_its_ring() {
     let (owner, w) = (s.root(), s.root());
     let fd = with_log(&s, owner);
     user_chain_sampler(&s, owner);
-    let in_kernel = |user_mode| Location {
+    let location = |user_mode| Location {
         user_mode,
         kernel_stack: vec![0xffff_ffff_8020_1010],
         user_stack: vec![0x40_1010],
         user_regs: None,
     };
-    s.m.set_location(w.tid, in_kernel(false));
+    s.m.set_location(w.tid, location(false));
     s.m.switch_in(0, w.tid);
     // A count of 1: the first sample at the second event, then one an
     // event; four fill the ring, the next stalls the sampler.
@@ -455,11 +455,11 @@ fn a_stalled_sampler_waits_for_a_sweep_that_frees_its_ring() {
     assert_eq!(s.stats(owner).pm_intr_bufferfull, 1, "still stalled");
     // Back in user mode: the samples get their user chains and a sweep
     // logs them; the sampler runs again.
-    s.m.set_location(w.tid, in_kernel(true));
+    s.m.set_location(w.tid, location(true));
     s.m.tick(0);
     s.m.tick(0);
     assert_eq!(d.samples_pending(), 0);
-    s.m.set_location(w.tid, in_kernel(false));
+    s.m.set_location(w.tid, location(false));
     s.m.soft_event(0, "PAGE_FAULT.ALL");
     assert_eq!(d.samples_pending(), 1, "sampling again");
     assert_eq!(s.stats(owner).pm_intr_bufferfull, 1);
