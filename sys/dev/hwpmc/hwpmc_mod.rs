@@ -484,20 +484,25 @@ pub(crate) struct PhwRow {
     pmc: Option<KArc<Pmc>>,
     /// `PMC_PCPU_SAVED`: the value loaded at switch-in.
     saved: u64,
-    /// The process a process PMC was loaded for.
-    pid: Pid,
 }
 
 /// One CPU's rows (`struct pmc_cpu`).
 #[derive(Debug)]
 pub(crate) struct CpuRows {
-    rows: KVec<PhwRow>,
+    /// Room for every row a mask bit can name, so that the switch paths
+    /// index it by a bit's position without a bounds check; the first
+    /// `len` (the driver's rows, none on an absent CPU) are in use.
+    rows: [PhwRow; NPMC_MAX as usize],
+    len: usize,
     /// The SOFT class's state of this CPU's rows 0 to 15, as the class
     /// has it, for the context-switch paths.
     soft: KArc<hwpmc_soft::SoftRows>,
     /// Bit `ri` is set while row `ri` holds a process PMC loaded by a
     /// switch-in: the switch-out visits only those rows.
     loaded: u64,
+    /// The process the `loaded` rows were loaded for: the one switched in
+    /// last (a switch-out unloads every row it loaded).
+    loaded_pid: Pid,
     /// Bit `ri` is set while row `ri` holds a system PMC. With `loaded`,
     /// the rows that hold a PMC, which the classes' interrupt paths visit
     /// ([`RowPmcs::occupied`]); kept apart so that a switch changes one
@@ -526,7 +531,7 @@ impl CpuRows {
 
     /// Puts system PMC `pm` on row `ri`.
     pub(crate) fn put_system(&mut self, ri: u32, pm: &KArc<Pmc>) {
-        if let Some(row) = self.rows.get_mut(ri as usize) {
+        if let Some(row) = self.get_mut(ri as usize) {
             row.pmc = Some(pm.clone());
             self.system |= 1 << ri;
         }
@@ -534,7 +539,7 @@ impl CpuRows {
 
     /// Empties row `ri` (its PMC is no longer there, nor loaded).
     pub(crate) fn clear(&mut self, ri: u32) {
-        if let Some(row) = self.rows.get_mut(ri as usize) {
+        if let Some(row) = self.get_mut(ri as usize) {
             row.pmc = None;
             let bit = !(1u64 << ri);
             self.loaded &= bit;
@@ -546,13 +551,13 @@ impl CpuRows {
 impl core::ops::Deref for CpuRows {
     type Target = [PhwRow];
     fn deref(&self) -> &[PhwRow] {
-        &self.rows
+        &self.rows[..self.len]
     }
 }
 
 impl core::ops::DerefMut for CpuRows {
     fn deref_mut(&mut self) -> &mut [PhwRow] {
-        &mut self.rows
+        &mut self.rows[..self.len]
     }
 }
 
@@ -648,8 +653,9 @@ pub struct Hwpmc {
     unloading: AtomicBool,
     /// The machine's PMI handler.
     intr: Option<KBox<dyn MdIntr>>,
-    debug: KArc<debug::DebugFlags>,
-    _debugflags: kpi::sysctl::StrKnob,
+    /// Inline, not shared: the trace points' test is one load from the
+    /// driver (the sysctl's handler holds the driver).
+    debug: debug::DebugFlags,
     knobs: Knobs,
 }
 
@@ -714,6 +720,8 @@ impl MachineDep {
 /// Dropping it without [`Module::unload`] leaves the registrations.
 #[derive(Debug)]
 pub struct Module {
+    /// Its handler holds the driver: dropped (detached) first.
+    _debugflags: kpi::sysctl::StrKnob,
     driver: KArc<Hwpmc>,
     syscall: u32,
     _events: kpi::hooks::EventTag,
@@ -828,9 +836,15 @@ impl Module {
         );
         let mut pcpu = KVec::try_from_fn(ncpu as usize, Wait::WaitOk, |cpu| {
             let rows = CpuRows {
-                rows: KVec::new(),
+                rows: core::array::from_fn(|_| PhwRow {
+                    enabled: true,
+                    pmc: None,
+                    saved: 0,
+                }),
+                len: 0,
                 soft: soft.rows_of(cpu as u32).ok_or(EINVAL)?,
                 loaded: 0,
+                loaded_pid: 0,
                 system: 0,
                 user_rdpmc: true,
             };
@@ -840,16 +854,7 @@ impl Module {
             if !kpi::cpu::exists(cpu) {
                 continue;
             }
-            let mut rows: KVec<PhwRow> = KVec::with_capacity(npmc as usize, Wait::WaitOk)?;
-            for _ in 0..npmc {
-                let _ = rows.push_within_capacity(PhwRow {
-                    enabled: true,
-                    pmc: None,
-                    saved: 0,
-                    pid: 0,
-                });
-            }
-            pcpu[cpu as usize].as_mut().data_mut().rows = rows;
+            pcpu[cpu as usize].as_mut().data_mut().len = npmc as usize;
             // On the CPU itself, as FreeBSD's pmc_select_cpu: the classes
             // set up its registers.
             let _bound = kpi::cpu::bind(cpu);
@@ -871,7 +876,7 @@ impl Module {
         let samplers = sampling::alloc_samplers()?;
         let owners = KVec::new();
         let procs = PidHash::new(tun.hashsize, Wait::WaitOk)?;
-        let debug = KArc::try_new(debug::DebugFlags::default(), Wait::WaitOk)?;
+        let debug = debug::DebugFlags::default();
         let initial = kpi::sysctl::tunable_str("kern.hwpmc.debugflags", Wait::WaitOk)?;
         let initial = initial.as_deref().unwrap_or(&[]);
         let initial_text = core::str::from_utf8(initial).ok();
@@ -882,16 +887,6 @@ impl Module {
                 initial.escape_ascii()
             ));
         }
-        let flags = debug.clone();
-        let debugflags = kpi::sysctl::StrKnob::new(
-            "kern.hwpmc.debugflags",
-            initial_text.filter(|_| valid).unwrap_or(""),
-            kpi::kbox_dyn!(
-                move |v: &str| flags.set(v),
-                Wait::WaitOk,
-                dyn Fn(&str) -> KResult<()> + Send + Sync
-            )?,
-        )?;
         let driver = KArc::try_new(
             Hwpmc {
                 tun,
@@ -920,10 +915,19 @@ impl Module {
                 unloading: AtomicBool::new(false),
                 intr,
                 debug,
-                _debugflags: debugflags,
                 knobs,
             },
             Wait::WaitOk,
+        )?;
+        let d = driver.clone();
+        let debugflags = kpi::sysctl::StrKnob::new(
+            "kern.hwpmc.debugflags",
+            initial_text.filter(|_| valid).unwrap_or(""),
+            kpi::kbox_dyn!(
+                move |v: &str| d.debug.set(v),
+                Wait::WaitOk,
+                dyn Fn(&str) -> KResult<()> + Send + Sync
+            )?,
         )?;
 
         // Everything the registrations need is allocated before the first
@@ -984,6 +988,7 @@ impl Module {
             ncpu
         );
         Ok(Module {
+            _debugflags: debugflags,
             driver,
             syscall,
             _events: events,

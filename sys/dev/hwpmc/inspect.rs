@@ -91,16 +91,24 @@ impl Hwpmc {
     }
 
     /// The first row of `cpu` holding a process PMC that the switch-out
-    /// would not visit, or a row it would visit that holds a system
-    /// PMC, or a row whose bit in the mask of rows with a PMC (which the
-    /// interrupt paths walk) is wrong, if any.
+    /// would not visit, or one not attached to the process the rows were
+    /// loaded for, or a row the switch-out would visit that holds a
+    /// system PMC, or a row whose bit in the mask of rows with a PMC
+    /// (which the interrupt paths walk) is wrong, if any.
     pub fn loaded_mask_mismatch(&self, cpu: u32) -> Option<u32> {
+        let procs = self.procs.lock();
         let rows = self.pcpu.get(cpu as usize)?.lock();
+        let owner = procs.get(rows.loaded_pid);
         (0..rows.len()).map(|ri| ri as u32).find(|&ri| {
             let bit = rows.loaded >> ri & 1 == 1;
             let pmc = rows[ri as usize].pmc.as_ref();
             let wrong = match pmc {
-                Some(pm) if pm.mode.is_virtual() => !bit,
+                Some(pm) if pm.mode.is_virtual() => {
+                    let attached = owner
+                        .and_then(|pp| pp.slots.get(ri as usize)?.pmc.as_ref())
+                        .is_some_and(|c| kpi::malloc::KArc::ptr_eq(c, pm));
+                    !bit || !attached
+                }
                 Some(_) => bit,
                 None => false,
             };

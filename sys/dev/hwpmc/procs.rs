@@ -253,11 +253,16 @@ enum SwitchClass<'a> {
 }
 
 impl SwitchClass<'_> {
+    /// (The other classes' CPU is read where they need it, not kept
+    /// across the SOFT rows' loops.)
     #[inline]
-    fn switch_in(&self, cpu: u32, ri: usize, pm: &KArc<Pmc>, value: u64) {
+    fn switch_in(&self, ri: usize, pm: &KArc<Pmc>, value: u64) {
         match self {
             SwitchClass::Soft(row) => row.switch_in(pm, value),
-            SwitchClass::Dep(cls) => cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value),
+            SwitchClass::Dep(cls) => {
+                let cpu = kpi::cpu::curcpu();
+                cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value)
+            }
         }
     }
 
@@ -265,7 +270,7 @@ impl SwitchClass<'_> {
     /// switch-in, `saved`, when the class cannot read it), and the mask of
     /// the counter's width.
     #[inline]
-    fn switch_out(&self, cpu: u32, ri: usize, pm: &Pmc, saved: u64) -> (u64, u64) {
+    fn switch_out(&self, ri: usize, pm: &Pmc, saved: u64) -> (u64, u64) {
         match self {
             SwitchClass::Soft(row) => (
                 row.switch_out(pm),
@@ -273,7 +278,7 @@ impl SwitchClass<'_> {
             ),
             SwitchClass::Dep(cls) => (
                 cls.dep
-                    .switch_out(cpu, ri as u32 - cls.first_ri, pm)
+                    .switch_out(kpi::cpu::curcpu(), ri as u32 - cls.first_ri, pm)
                     .unwrap_or(saved),
                 cls.width_mask,
             ),
@@ -303,27 +308,27 @@ impl Hwpmc {
             self.md_switch(true);
             rows.user_rdpmc = true;
         }
-        // Only the rows the process has a PMC on.
+        // Only the rows the process has a PMC on; a row that does not load
+        // (rare: a PMC stopped since) loses its bit again.
         let mut left = pp.attached;
-        let mut now = 0;
+        rows.loaded |= left;
+        rows.loaded_pid = pid;
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
-            if let Some(row) = rows.rows.get_mut(ri) {
-                if self.load_row(cpu, pid, ri, pp, row, &rows.soft) {
-                    now |= 1 << ri;
-                }
+            // Any bit position is a row of the array (the driver's rows
+            // are the only ones a mask names).
+            let row = &mut rows.rows[ri % crate::NPMC_MAX as usize];
+            if !self.load_row(ri, pp, row, &rows.soft) {
+                rows.loaded &= !(1 << ri);
             }
         }
-        rows.loaded |= now;
     }
 
     /// Loads the PMC of a process's row on this CPU's row `ri`.
     #[inline]
     fn load_row(
         &self,
-        cpu: u32,
-        pid: Pid,
         ri: usize,
         pp: &mut PmcProcess,
         row: &mut PhwRow,
@@ -363,9 +368,8 @@ impl Hwpmc {
             value = Self::thread_start(ri, value, pmcval, threads);
         }
         row.saved = value;
-        row.pid = pid;
         row.pmc = Some(pm.clone());
-        cls.switch_in(cpu, ri, pm, value);
+        cls.switch_in(ri, pm, value);
         true
     }
 
@@ -408,10 +412,9 @@ impl Hwpmc {
         while left != 0 {
             let ri = left.trailing_zeros() as usize;
             left &= left - 1;
-            if let Some(row) = rows.rows.get_mut(ri) {
-                if self.unload_row(cpu, pid, ri, row, pp.as_deref_mut(), &rows.soft) {
-                    rows.loaded |= 1 << ri;
-                }
+            let row = &mut rows.rows[ri % crate::NPMC_MAX as usize];
+            if self.unload_row(ri, row, pp.as_deref_mut(), &rows.soft) {
+                rows.loaded |= 1 << ri;
             }
         }
         if core::mem::take(&mut rows.user_rdpmc) {
@@ -450,8 +453,6 @@ impl Hwpmc {
     #[inline]
     fn unload_row(
         &self,
-        cpu: u32,
-        pid: Pid,
         ri: usize,
         row: &mut PhwRow,
         pp: Option<&mut PmcProcess>,
@@ -459,14 +460,14 @@ impl Hwpmc {
     ) -> bool {
         // A row whose PMC was released since the switch-in is empty, and
         // may have been given to a system PMC since.
-        let Some(pm) = row.pmc.take_if(|pm| pm.mode.is_virtual()) else {
+        let Some(pm) = row.pmc.take() else {
             return false;
         };
         let Some(cls) = self.switch_class(ri, soft) else {
             row.pmc = Some(pm);
             return true;
         };
-        let (hw, width_mask) = cls.switch_out(cpu, ri, &pm, row.saved);
+        let (hw, width_mask) = cls.switch_out(ri, &pm, row.saved);
         // The process's own row, if this PMC is still attached to it.
         let mine = pp.and_then(|pp| {
             let slot = pp
@@ -491,7 +492,7 @@ impl Hwpmc {
             if let (true, Some((slot, _))) = (credited, mine) {
                 slot.pmcval = slot.pmcval.wrapping_add(delta);
                 if flags.contains(PmcFlags::LOG_PROCCSW) {
-                    self.log_proccsw(&pm, pid, delta);
+                    self.log_proccsw(&pm, delta);
                 }
             }
         } else {
@@ -525,23 +526,22 @@ impl Hwpmc {
         v.runcount = v.runcount.saturating_sub(1);
     }
 
-    /// A PROCCSW record of what `pm` counted for `pid`, the current
-    /// process, in the slice that ended; none for the pseudo switch-out of
+    /// A PROCCSW record of what `pm` counted for the current process in
+    /// the slice that ended (its pid read here, off the switch's path); none for the pseudo switch-out of
     /// an exiting process, as FreeBSD's `pmc_process_exit` writes none
     /// (PROCEXIT has the count). Under the CPU rows' spin lock: the flag
     /// is read without the process's lock.
     #[cold]
-    fn log_proccsw(&self, pm: &Pmc, pid: Pid, delta: u64) {
+    fn log_proccsw(&self, pm: &Pmc, delta: u64) {
         if kpi::proc::curproc_flags() & kpi::proc::P_WEXIT != 0 {
             return;
         }
         if let Some(log) = pm.log() {
-            let tid = kpi::proc::curthread();
             let body = PmclogBody::Proccsw {
                 value: delta,
                 pmcid: pm.id,
-                pid,
-                tid,
+                pid: kpi::proc::curproc(),
+                tid: kpi::proc::curthread(),
             };
             let _ = log.emit(&PmclogRecord {
                 tsc: kpi::time::rdtsc(),
@@ -564,7 +564,7 @@ impl Hwpmc {
                 continue;
             };
             if !row.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, pm))
-                || pid.is_some_and(|pid| pid != row.pid)
+                || pid.is_some_and(|pid| pid != rows.loaded_pid)
             {
                 continue;
             }
