@@ -65,7 +65,7 @@ mod sampling;
 pub mod sysctls;
 
 use core::fmt::Write as _;
-use kpi::atomic::{AtomicBool, AtomicU64, Ordering};
+use kpi::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kpi::sysctl::SysctlSet;
 
 use kpi::errno::{EINVAL, ENOSYS, EPROGMISMATCH};
@@ -122,6 +122,9 @@ pub struct Pmc {
     /// `pm_reloadcount`.
     running: AtomicBool,
     reload: AtomicU64,
+    /// CPUs a process PMC is loaded on now (`pm_runcount`, a counter(9)
+    /// there): changed by the switch paths without the lock of `vals`.
+    runcount: AtomicU32,
     /// The owner's log, while it has one.
     log: SpinMutexBox<Option<KArc<OwnerLog>>>,
     /// What the PMC's samples name it by (`sampling`'s table of sampling
@@ -152,8 +155,6 @@ pub struct PmcVals {
     pub reloadcount: u64,
     /// `pm_sc.pm_initial` of a system counting PMC.
     pub initial: u64,
-    /// CPUs the PMC is configured on now (`pm_runcount`).
-    pub runcount: u32,
 }
 
 impl Pmc {
@@ -183,13 +184,13 @@ impl Pmc {
                         savedvalue: 0,
                         reloadcount,
                         initial: 0,
-                        runcount: 0,
                     },
                     Wait::WaitOk,
                 )
                 .expect("allocate"),
                 running: AtomicBool::new(true),
                 reload: AtomicU64::new(reloadcount),
+                runcount: AtomicU32::new(0),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)
                     .expect("allocate"),
                 sample_key: AtomicU64::new(sampling::NO_KEY),

@@ -27,7 +27,7 @@ impl Hwpmc {
                     cpu: p.pmc.cpu,
                     state: v.state,
                     flags: v.flags,
-                    runcount: v.runcount,
+                    runcount: p.pmc.runcount.load(kpi::atomic::Ordering::Relaxed),
                     targets: p.targets.len(),
                     owner_sscount: o.sscount,
                     owner_has_log: o.log.is_some(),

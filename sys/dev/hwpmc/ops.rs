@@ -7,7 +7,7 @@
 use core::mem::{offset_of, size_of};
 
 use kpi::KResult;
-use kpi::atomic::{AtomicBool, AtomicU64};
+use kpi::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use kpi::errno::*;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{P_HWPMC, PRIV_PMC_MANAGE, PRIV_PMC_SYSTEM, Pid, SIGIO};
@@ -515,12 +515,12 @@ impl Hwpmc {
                         savedvalue: 0,
                         reloadcount,
                         initial,
-                        runcount: 0,
                     },
                     Wait::WaitOk,
                 )?,
                 running: AtomicBool::new(false),
                 reload: AtomicU64::new(reloadcount),
+                runcount: AtomicU32::new(0),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)?,
                 sample_key: AtomicU64::new(sampling::NO_KEY),
                 dropped: AtomicU64::new(0),
@@ -1020,14 +1020,22 @@ impl Hwpmc {
                 let v = pm.vals();
                 old = v.savedvalue;
                 if v.flags.contains(PmcFlags::ATTACHED_TO_OWNER) && v.state == PmcState::Running {
+                    // The owner is running it here: the row. A counting
+                    // PMC's count is the total and what the row counted
+                    // since its switch-in (a row starts from the total, or
+                    // from zero for a SOFT counting PMC).
                     let cpu = kpi::cpu::curcpu();
                     let rows = self.pcpu[cpu as usize].lock();
-                    if rows[pm.ri as usize]
-                        .pmc
-                        .as_ref()
-                        .is_some_and(|c| KArc::ptr_eq(c, &pm))
-                    {
-                        old = dep.read_pmc(cpu, adjri)?;
+                    let row = &rows[pm.ri as usize];
+                    if row.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)) {
+                        let hw = dep.read_pmc(cpu, adjri)?;
+                        old = if pm.mode == PmcMode::Tc {
+                            let width_mask =
+                                self.ri_to_slot(pm.ri).map_or(u64::MAX, |s| s.width_mask);
+                            old.wrapping_add(hw.wrapping_sub(row.saved) & width_mask)
+                        } else {
+                            hw
+                        };
                     }
                 }
             }

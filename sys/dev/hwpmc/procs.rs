@@ -6,6 +6,7 @@
 //! ([`PidHash::prepare`]) and linked in afterwards.
 
 use kpi::KResult;
+use kpi::atomic::Ordering;
 use kpi::hooks::ThreadInfo;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{Pid, Tid};
@@ -344,29 +345,34 @@ impl Hwpmc {
         let Some(cls) = self.switch_class(ri, soft) else {
             return false;
         };
-        let ts = pm.mode == PmcMode::Ts;
-        // One acquisition of the PMC's lock: the run count, and the value
-        // to start from (a sampling PMC's reload count, or a counting
-        // one's total).
-        let start = pm.update(|v| {
-            if v.state != PmcState::Running {
-                return None;
-            }
-            v.runcount += 1;
-            kassert!(
-                v.runcount <= self.ncpu,
-                "PMC {:#x} running on {} CPUs",
-                pm.id,
-                v.runcount
-            );
-            Some(if ts { v.reloadcount } else { v.savedvalue })
-        });
-        let Some(mut value) = start else {
+        // The state as published for the unlocked readers (FreeBSD's
+        // csw_in reads pm_state without a lock too): a release or a stop
+        // racing with this switch-in takes the row off again under this
+        // CPU's rows' lock, which this holds.
+        if !pm.running.load(Ordering::Acquire) {
             return false;
-        };
-        if ts {
-            value = Self::thread_start(ri, value, pmcval, threads);
         }
+        let before = pm.runcount.fetch_add(1, Ordering::Relaxed);
+        kassert!(
+            before < self.ncpu,
+            "PMC {:#x} running on {} CPUs",
+            pm.id,
+            before + 1
+        );
+        // Where the row starts: a sampling PMC from the thread's count
+        // left (or its reload count); a SOFT counting PMC from zero, its
+        // count at the switch-out being what it adds to the total; a
+        // hardware counting PMC from the total, which user-mode RDPMC
+        // then reads, as FreeBSD loads it (under the PMC's lock, since
+        // other CPUs' switch-outs add to it).
+        let value = if pm.mode == PmcMode::Ts {
+            let reload = pm.reload.load(Ordering::Acquire);
+            Self::thread_start(ri, reload, pmcval, threads)
+        } else if matches!(cls, SwitchClass::Soft(_)) {
+            0
+        } else {
+            pm.vals.lock().savedvalue
+        };
         row.saved = value;
         row.pmc = Some(pm.clone());
         cls.switch_in(ri, pm, value);
@@ -476,13 +482,13 @@ impl Hwpmc {
                 .filter(|s| s.pmc.as_ref().is_some_and(|c| KArc::ptr_eq(c, &pm)))?;
             Some((slot, &mut pp.threads))
         });
-        // One acquisition of the PMC's lock each, as FreeBSD's one
-        // mtx_pool_lock_spin: the run count, and what it counted.
+        Self::switched_out(&pm);
+        // One acquisition of the PMC's lock, as FreeBSD's one
+        // mtx_pool_lock_spin: what it counted.
         if pm.mode == PmcMode::Tc {
             let delta = hw.wrapping_sub(row.saved) & width_mask;
             let attached = mine.is_some();
             let (credited, flags) = pm.update(|v| {
-                Self::switched_out(&pm, v);
                 let credited = attached && v.state != PmcState::Deleted;
                 if credited {
                     v.savedvalue = v.savedvalue.wrapping_add(delta);
@@ -496,10 +502,7 @@ impl Hwpmc {
                 }
             }
         } else {
-            let deleted = pm.update(|v| {
-                Self::switched_out(&pm, v);
-                v.state == PmcState::Deleted
-            });
+            let deleted = pm.state() == PmcState::Deleted;
             if let (false, Some((slot, threads))) = (deleted, mine) {
                 // The remaining count belongs to the thread.
                 let tid = kpi::proc::curthread();
@@ -515,15 +518,11 @@ impl Hwpmc {
         false
     }
 
-    /// A switch-out's change of the run count, under the PMC's lock.
+    /// A switch-out's change of the run count.
     #[inline]
-    fn switched_out(pm: &Pmc, v: &mut crate::PmcVals) {
-        kassert!(
-            v.runcount > 0,
-            "PMC {:#x} switched out with runcount 0",
-            pm.id
-        );
-        v.runcount = v.runcount.saturating_sub(1);
+    fn switched_out(pm: &Pmc) {
+        let before = pm.runcount.fetch_sub(1, Ordering::Relaxed);
+        kassert!(before > 0, "PMC {:#x} switched out with runcount 0", pm.id);
     }
 
     /// A PROCCSW record of what `pm` counted for the current process in
@@ -572,14 +571,8 @@ impl Hwpmc {
             let _ = dep.stop_pmc(cpu, adjri, pm);
             let _ = dep.config_pmc(cpu, adjri, None);
             rows.clear(pm.ri);
-            pm.update(|v| {
-                kassert!(
-                    v.runcount > 0,
-                    "PMC {:#x} on CPU {cpu} with runcount 0",
-                    pm.id
-                );
-                v.runcount = v.runcount.saturating_sub(1)
-            });
+            let before = pm.runcount.fetch_sub(1, Ordering::Relaxed);
+            kassert!(before > 0, "PMC {:#x} on CPU {cpu} with runcount 0", pm.id);
         }
     }
 

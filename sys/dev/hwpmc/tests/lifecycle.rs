@@ -744,3 +744,51 @@ fn soft_events_count_only_while_armed() {
     assert_eq!(st.pm_intr_processed, 5);
     s.finish();
 }
+
+/// An owner that reads its own counting SOFT PMC while it runs gets the
+/// slices it was switched out of and what the running slice counted so
+/// far: the row counts the slice from zero, and the read adds the total.
+/// A second thread's slice on another CPU is in the total once it ends.
+#[test]
+fn an_owner_reads_its_own_running_soft_counter_whole() {
+    let s = Sim::new();
+    let p = s.root();
+    let pf = s
+        .allocate(
+            p,
+            PmcClass::Soft,
+            s.soft("PAGE_FAULT.ALL"),
+            PmcMode::Tc,
+            0,
+            PmcFlags::empty(),
+        )
+        .unwrap();
+    s.attach(p, pf, p.pid as i32).unwrap();
+    s.start(p, pf).unwrap();
+    let events = |cpu, n| {
+        for _ in 0..n {
+            s.m.soft_event(cpu, "PAGE_FAULT.ALL");
+        }
+    };
+    s.m.switch_in(0, p.tid);
+    events(0, 3);
+    s.m.switch_out(0);
+    s.m.switch_in(1, p.tid);
+    events(1, 2);
+    assert_eq!(s.read(p, pf), Ok(5), "3 switched out, 2 running");
+    events(1, 4);
+    assert_eq!(s.read(p, pf), Ok(9), "the running slice goes on");
+    s.m.switch_out(1);
+    assert_eq!(s.read(p, pf), Ok(9), "read switched in for the call");
+    let t2 = s.m.thread_create(p.pid);
+    s.m.switch_in(2, t2);
+    events(2, 6);
+    s.m.switch_in(0, p.tid);
+    events(0, 1);
+    assert_eq!(s.read(p, pf), Ok(10), "the other thread's slice still runs");
+    s.m.switch_out(2);
+    assert_eq!(s.read(p, pf), Ok(16), "and is in the total once it ends");
+    s.m.switch_out(0);
+    assert_eq!(s.read(p, pf), Ok(16));
+    s.finish();
+}
