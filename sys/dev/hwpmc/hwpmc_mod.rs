@@ -13,7 +13,10 @@
 //!   context-switch hooks use;
 //! - `pmc-pcpu` (spin, one per CPU) guards what each CPU's rows hold;
 //! - the classes' own per-CPU spin locks;
-//! - `pmc-pool` (spin, one per PMC) guards a PMC's state and values.
+//! - `pmc-pool` (spin, one per PMC) guards a PMC's state and values;
+//!   what the context switches and the interrupt path use of them (the
+//!   state as published, the run count, a process counting PMC's total)
+//!   they read and change atomically, without it.
 //!
 //! Memory is allocated only with `pmc-sx` held and no spin lock: anything a
 //! spin-locked section inserts is allocated before it.
@@ -121,10 +124,16 @@ pub struct Pmc {
     /// reads them without the lock, as FreeBSD's reads `pm_state` and
     /// `pm_reloadcount`.
     running: AtomicBool,
+    /// Whether `vals.state` is Deleted, published with `running`: a
+    /// switch-out does not credit a released PMC.
+    deleted: AtomicBool,
     reload: AtomicU64,
     /// CPUs a process PMC is loaded on now (`pm_runcount`, a counter(9)
     /// there): changed by the switch paths without the lock of `vals`.
     runcount: AtomicU32,
+    /// `pm_gv.pm_savedvalue`: a process counting PMC's total, which the
+    /// switch-outs of every CPU add to without a lock.
+    savedvalue: AtomicU64,
     /// The owner's log, while it has one.
     log: SpinMutexBox<Option<KArc<OwnerLog>>>,
     /// What the PMC's samples name it by (`sampling`'s table of sampling
@@ -149,8 +158,6 @@ pub struct PmcVals {
     pub state: PmcState,
     /// `pm_flags`, with the driver's internal bits.
     pub flags: PmcFlags,
-    /// `pm_gv.pm_savedvalue`: a process-counting PMC's total.
-    pub savedvalue: u64,
     /// `pm_sc.pm_reloadcount` of a sampling PMC.
     pub reloadcount: u64,
     /// `pm_sc.pm_initial` of a system counting PMC.
@@ -181,7 +188,6 @@ impl Pmc {
                     PmcVals {
                         state: PmcState::Running,
                         flags: PmcFlags::empty(),
-                        savedvalue: 0,
                         reloadcount,
                         initial: 0,
                     },
@@ -189,8 +195,10 @@ impl Pmc {
                 )
                 .expect("allocate"),
                 running: AtomicBool::new(true),
+                deleted: AtomicBool::new(false),
                 reload: AtomicU64::new(reloadcount),
                 runcount: AtomicU32::new(0),
+                savedvalue: AtomicU64::new(0),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)
                     .expect("allocate"),
                 sample_key: AtomicU64::new(sampling::NO_KEY),
@@ -233,6 +241,8 @@ impl Pmc {
         let r = f(&mut v);
         self.running
             .store(v.state == PmcState::Running, Ordering::Release);
+        self.deleted
+            .store(v.state == PmcState::Deleted, Ordering::Release);
         self.reload.store(v.reloadcount, Ordering::Release);
         r
     }

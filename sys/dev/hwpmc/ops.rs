@@ -7,7 +7,7 @@
 use core::mem::{offset_of, size_of};
 
 use kpi::KResult;
-use kpi::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use kpi::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use kpi::errno::*;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{P_HWPMC, PRIV_PMC_MANAGE, PRIV_PMC_SYSTEM, Pid, SIGIO};
@@ -512,15 +512,16 @@ impl Hwpmc {
                     PmcVals {
                         state: PmcState::Allocated,
                         flags: pflags,
-                        savedvalue: 0,
                         reloadcount,
                         initial,
                     },
                     Wait::WaitOk,
                 )?,
                 running: AtomicBool::new(false),
+                deleted: AtomicBool::new(false),
                 reload: AtomicU64::new(reloadcount),
                 runcount: AtomicU32::new(0),
+                savedvalue: AtomicU64::new(0),
                 log: kpi::sync::SpinMutex::new(c"pmc-logref", None, Wait::WaitOk)?,
                 sample_key: AtomicU64::new(sampling::NO_KEY),
                 dropped: AtomicU64::new(0),
@@ -1018,7 +1019,7 @@ impl Hwpmc {
             }
             if flags.contains(PmcFlags::OLDVALUE) {
                 let v = pm.vals();
-                old = v.savedvalue;
+                old = pm.savedvalue.load(Ordering::Acquire);
                 if v.flags.contains(PmcFlags::ATTACHED_TO_OWNER) && v.state == PmcState::Running {
                     // The owner is running it here: the row. A counting
                     // PMC's count is the total and what the row counted
@@ -1040,7 +1041,7 @@ impl Hwpmc {
                 }
             }
             if flags.contains(PmcFlags::NEWVALUE) {
-                pm.update(|v| v.savedvalue = prw.pm_value);
+                pm.savedvalue.store(prw.pm_value, Ordering::Release);
             }
         } else {
             let cpu = pm.cpu;
@@ -1077,10 +1078,8 @@ impl Hwpmc {
             // PMCRW reads), so the count set becomes that total. FreeBSD's
             // C driver keeps it in pm_initial, which process mode never
             // reads; see hwpmc(4) COMPATIBILITY.
-            pm.update(|v| {
-                v.initial = sc.pm_count;
-                v.savedvalue = sc.pm_count;
-            });
+            pm.update(|v| v.initial = sc.pm_count);
+            pm.savedvalue.store(sc.pm_count, Ordering::Release);
         } else {
             pm.update(|v| v.initial = sc.pm_count);
         }

@@ -10,7 +10,7 @@ use kpi::atomic::Ordering;
 use kpi::hooks::ThreadInfo;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{Pid, Tid};
-use uapi::pmc::{PmcFlags, PmcMode, PmcState};
+use uapi::pmc::{PmcFlags, PmcMode};
 use uapi::pmclog::{PmclogBody, PmclogRecord};
 
 use crate::ops::ARMED_AT_ZERO;
@@ -363,19 +363,27 @@ impl Hwpmc {
         // left (or its reload count); a SOFT counting PMC from zero, its
         // count at the switch-out being what it adds to the total; a
         // hardware counting PMC from the total, which user-mode RDPMC
-        // then reads, as FreeBSD loads it (under the PMC's lock, since
-        // other CPUs' switch-outs add to it).
-        let value = if pm.mode == PmcMode::Ts {
-            let reload = pm.reload.load(Ordering::Acquire);
-            Self::thread_start(ri, reload, pmcval, threads)
-        } else if matches!(cls, SwitchClass::Soft(_)) {
-            0
-        } else {
-            pm.vals.lock().savedvalue
+        // then reads, as FreeBSD loads it.
+        let ts = pm.mode == PmcMode::Ts;
+        let mut start = |counting: fn(&Pmc) -> u64| {
+            let value = if ts {
+                let reload = pm.reload.load(Ordering::Acquire);
+                Self::thread_start(ri, reload, pmcval, threads)
+            } else {
+                counting(pm)
+            };
+            row.saved = value;
+            row.pmc = Some(pm.clone());
+            value
         };
-        row.saved = value;
-        row.pmc = Some(pm.clone());
-        cls.switch_in(ri, pm, value);
+        // One test of the class for both the start and the switch-in.
+        match cls {
+            SwitchClass::Soft(soft) => soft.switch_in(pm, start(|_| 0)),
+            SwitchClass::Dep(_) => {
+                let value = start(|pm| pm.savedvalue.load(Ordering::Acquire));
+                cls.switch_in(ri, pm, value)
+            }
+        }
         true
     }
 
@@ -483,36 +491,30 @@ impl Hwpmc {
             Some((slot, &mut pp.threads))
         });
         Self::switched_out(&pm);
-        // One acquisition of the PMC's lock, as FreeBSD's one
-        // mtx_pool_lock_spin: what it counted.
+        // What it counted goes to the process, and to the total, unless
+        // the PMC was released since (its state as published: FreeBSD's
+        // csw_out reads pm_state unlocked too). No lock: other CPUs'
+        // switch-outs add to the total atomically.
+        let Some((slot, threads)) = mine.filter(|_| !pm.deleted.load(Ordering::Acquire)) else {
+            return false;
+        };
         if pm.mode == PmcMode::Tc {
             let delta = hw.wrapping_sub(row.saved) & width_mask;
-            let attached = mine.is_some();
-            let (credited, flags) = pm.update(|v| {
-                let credited = attached && v.state != PmcState::Deleted;
-                if credited {
-                    v.savedvalue = v.savedvalue.wrapping_add(delta);
-                }
-                (credited, v.flags)
-            });
-            if let (true, Some((slot, _))) = (credited, mine) {
-                slot.pmcval = slot.pmcval.wrapping_add(delta);
-                if flags.contains(PmcFlags::LOG_PROCCSW) {
-                    self.log_proccsw(&pm, delta);
-                }
+            pm.savedvalue.fetch_add(delta, Ordering::AcqRel);
+            slot.pmcval = slot.pmcval.wrapping_add(delta);
+            // An allocation flag: it never changes.
+            if pm.alloc_flags.contains(PmcFlags::LOG_PROCCSW) {
+                self.log_proccsw(&pm, delta);
             }
         } else {
-            let deleted = pm.state() == PmcState::Deleted;
-            if let (false, Some((slot, threads))) = (deleted, mine) {
-                // The remaining count belongs to the thread.
-                let tid = kpi::proc::curthread();
-                // A counter switched out at zero samples on its next
-                // event; 0 in a descriptor means "nothing saved".
-                let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
-                match threads.iter_mut().find(|t| t.tid == tid) {
-                    Some(t) => t.vals[ri] = saved,
-                    None => slot.pmcval = saved,
-                }
+            // The remaining count belongs to the thread.
+            let tid = kpi::proc::curthread();
+            // A counter switched out at zero samples on its next event; 0
+            // in a descriptor means "nothing saved".
+            let saved = if hw == 0 { ARMED_AT_ZERO } else { hw };
+            match threads.iter_mut().find(|t| t.tid == tid) {
+                Some(t) => t.vals[ri] = saved,
+                None => slot.pmcval = saved,
             }
         }
         false
