@@ -1369,6 +1369,15 @@ impl Run {
                 return Err(format!("exited process {} is still a target", q.pid));
             }
         }
+        // A target's thread has one descriptor at most.
+        for q in self.procs.iter().filter(|q| q.alive) {
+            for &tid in &q.threads {
+                let n = self.driver().thread_descriptors(q.pid, tid);
+                if n > 1 {
+                    return Err(format!("thread {tid} of {} has {n} descriptors", q.pid));
+                }
+            }
+        }
         // The masks the context-switch paths walk agree with the rows.
         for q in self.procs.iter() {
             if let Some(ri) = self.driver().attached_mask_mismatch(q.pid) {

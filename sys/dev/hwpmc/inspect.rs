@@ -80,6 +80,15 @@ impl Hwpmc {
         self.thread_freelist.lock().entries()
     }
 
+    /// How many thread descriptors process `pid`'s descriptor holds for
+    /// thread `tid` (at most one).
+    pub fn thread_descriptors(&self, pid: Pid, tid: kpi::proc::Tid) -> usize {
+        let procs = self.procs.lock();
+        procs
+            .get(pid)
+            .map_or(0, |pp| pp.threads.iter().filter(|t| t.tid == tid).count())
+    }
+
     /// The first row whose bit in the process's mask of attached rows
     /// disagrees with its slot, if any.
     pub fn attached_mask_mismatch(&self, pid: Pid) -> Option<u32> {

@@ -112,10 +112,18 @@ impl PmcProcess {
         self.attached |= 1 << ri;
     }
 
-    /// Empties slot `ri`, returning its PMC.
+    /// Empties slot `ri`, returning its PMC: the process's count and each
+    /// thread's for the row go (a sampling PMC attached there later starts
+    /// every thread from its own reload count, as FreeBSD's unlink clears
+    /// them).
     pub fn detach_slot(&mut self, ri: usize) -> Option<KArc<Pmc>> {
         self.attached &= !(1 << ri);
         self.slots[ri].pmcval = 0;
+        for t in self.threads.iter_mut() {
+            if let Some(v) = t.vals.get_mut(ri) {
+                *v = 0;
+            }
+        }
         self.slots[ri].pmc.take()
     }
 
@@ -837,6 +845,9 @@ impl Hwpmc {
             let mut procs = self.procs.lock();
             match procs.get_mut(t.pid) {
                 None => (None, Some(d)),
+                // An attach between the thread's linking and this hook
+                // gave it its descriptor already (FreeBSD's looks first).
+                Some(pp) if pp.threads.iter().any(|x| x.tid == t.tid) => (None, Some(d)),
                 Some(pp) if pp.threads.spare_capacity() > 0 => {
                     let _ = pp.threads.push_within_capacity(d);
                     (None, None)

@@ -424,3 +424,75 @@ fn process_sampling_counts_survive_context_switches() {
         s.finish();
     }
 }
+
+/// A process sampling PMC of `count` on CLOCK.HARD, allocated by `owner`
+/// (whose log is configured already), attached to `target` and started.
+fn ts_more(s: &Sim, owner: P, target: P, count: u64) -> PmcId {
+    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
+    a.pm_class = PmcClass::Soft.raw();
+    a.pm_ev = s.soft("CLOCK.HARD");
+    a.pm_mode = PmcMode::Ts.raw();
+    a.pm_cpu = PMC_CPU_ANY;
+    a.pm_caps = PmcCaps::READ.bits();
+    a.pm_count = count;
+    let id = s.allocate_raw(owner, &a).unwrap();
+    s.attach(owner, id, target.pid as i32).unwrap();
+    s.start(owner, id).unwrap();
+    id
+}
+
+/// A sampling PMC attached on the row another one was detached from
+/// inherits none of its per-thread counts: the thread starts from the new
+/// PMC's reload count (FreeBSD's unlink clears them). A counting PMC keeps
+/// the target tracked, with its thread descriptors, in between.
+#[test]
+fn a_detached_sampler_leaves_no_thread_count_on_its_row() {
+    let s = sim(&[]);
+    let (owner, target) = (s.root(), s.root());
+    let keep = s.soft_tc(owner);
+    s.attach(owner, keep, target.pid as i32).unwrap();
+    let (first, fd) = ts(&s, owner, target, 10);
+    s.m.set_location(target.tid, user_loc());
+    // 9 of the 11 events to the first sample: 2 left in the thread's
+    // descriptor at the switch-out.
+    s.run(target, 1, 9);
+    s.detach(owner, first, target.pid as i32).unwrap();
+    s.release(owner, first).unwrap();
+    let second = ts_more(&s, owner, target, 5);
+    assert_eq!(
+        uapi::pmc::pmc_id_to_rowindex(second),
+        uapi::pmc::pmc_id_to_rowindex(first),
+        "the same row"
+    );
+    s.run(target, 1, 5);
+    s.flushlog(owner).unwrap();
+    assert_eq!(chains(&s.file(owner, fd)).len(), 0, "5 of the 6 events");
+    s.run(target, 1, 1);
+    s.flushlog(owner).unwrap();
+    assert_eq!(chains(&s.file(owner, fd)).len(), 1, "the 6th");
+    s.finish();
+}
+
+/// A thread that an attach finds already linked into its process, before
+/// its creation hook runs, has one descriptor after the hook, not two
+/// (FreeBSD's pmc_process_thread_add looks first); its exit frees it.
+#[test]
+fn a_thread_created_during_an_attach_gets_one_descriptor() {
+    let s = sim(&[]);
+    let (owner, target) = (s.root(), s.root());
+    let fd = s.open(owner, FileKind::Regular, true);
+    s.configurelog(owner, fd, 0).unwrap();
+    let mut id = None;
+    let tid = s.m.thread_create_interleaved(target.pid, |_| {
+        id = Some(ts_more(&s, owner, target, 5));
+    });
+    let driver = s.module().driver();
+    assert_eq!(driver.thread_descriptors(target.pid, tid), 1);
+    assert_eq!(driver.thread_descriptors(target.pid, target.tid), 1);
+    let free = driver.thread_freelist_entries();
+    s.m.thread_exit(tid);
+    assert_eq!(s.module().driver().thread_descriptors(target.pid, tid), 0);
+    assert_eq!(s.module().driver().thread_freelist_entries(), free + 1);
+    assert!(id.is_some());
+    s.finish();
+}

@@ -239,15 +239,43 @@ impl Machine {
         tid
     }
 
+    /// [`Self::thread_create`] with `between` run in kern_thr.c's window
+    /// after the new thread is linked into its process and before the
+    /// creation hook (an attach there sees the thread already).
+    pub fn thread_create_interleaved(&self, pid: u32, between: impl FnOnce(u32)) -> u32 {
+        let tid = {
+            let mut st = self.st();
+            let tid = st.next_tid;
+            st.next_tid += 1;
+            tid
+        };
+        let creator = self.st().procs[&pid].info.threads.first().copied();
+        self.thread_link(pid, tid);
+        between(tid);
+        self.thread_created_hooks(creator.unwrap_or(tid), tid);
+        tid
+    }
+
     /// thr_new(2) by thread `creator` of `pid`, of a thread whose id `tid`
     /// was reserved.
     pub(crate) fn thread_create_reserved(&self, pid: u32, tid: u32, creator: u32) {
+        self.thread_link(pid, tid);
+        self.thread_created_hooks(creator, tid);
+    }
+
+    /// thread_link(9): the thread joins its process.
+    fn thread_link(&self, pid: u32, tid: u32) {
         {
             let mut st = self.st();
             let comm = st.procs[&pid].info.comm.clone();
             st.insert_thread(pid, &comm, tid);
             st.procs.get_mut(&pid).unwrap().info.threads.push(tid);
         }
+    }
+
+    /// What thr_new(2) calls about new thread `tid` once it is linked,
+    /// run by `creator`.
+    fn thread_created_hooks(&self, creator: u32, tid: u32) {
         if self.thread_uses_pmcs(tid) {
             self.with_ctx(creator, || self.hook(&HookCall::ThrCreate { tid }));
         } else if self.system_sampling_active() {
