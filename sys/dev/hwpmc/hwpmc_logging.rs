@@ -15,7 +15,7 @@ use kpi::kproc::Kproc;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{Pid, SIGIO};
 use kpi::sync::{SpinMutex, SpinMutexBox, Sx, SxBox};
-use uapi::pmclog::PmclogRecord;
+use uapi::pmclog::{PmclogBody, PmclogRecord};
 
 use crate::Stats;
 
@@ -142,7 +142,7 @@ impl OwnerLog {
         let queue = KVec::with_capacity(pool.total + 1, Wait::WaitOk)?;
         let closing_record = PmclogRecord {
             tsc: 0,
-            body: uapi::pmclog::PmclogBody::Closelog,
+            body: PmclogBody::Closelog,
         };
         let closelog = KBox::try_new(
             LogBuffer {
@@ -213,6 +213,22 @@ impl OwnerLog {
     /// without waiting for the buffer to fill, whatever CPU logs next.
     pub fn emit_sync(&self, rec: &PmclogRecord<'_>) -> KResult<()> {
         self.append(rec, true)
+    }
+
+    /// [`Self::emit`] of a record of `body` stamped with the TSC now.
+    pub fn log(&self, body: PmclogBody<'_>) -> KResult<()> {
+        self.emit(&PmclogRecord {
+            tsc: kpi::time::rdtsc(),
+            body,
+        })
+    }
+
+    /// [`Self::emit_sync`] of a record of `body` stamped with the TSC now.
+    pub fn log_sync(&self, body: PmclogBody<'_>) -> KResult<()> {
+        self.emit_sync(&PmclogRecord {
+            tsc: kpi::time::rdtsc(),
+            body,
+        })
     }
 
     #[inline(always)]
@@ -324,7 +340,7 @@ impl OwnerLog {
         // would leave a record in a buffer nobody writes).
         let rec = PmclogRecord {
             tsc: kpi::time::rdtsc(),
-            body: uapi::pmclog::PmclogBody::Closelog,
+            body: PmclogBody::Closelog,
         };
         {
             let mut st = self.st.lock();

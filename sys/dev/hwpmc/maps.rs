@@ -14,7 +14,7 @@ use kpi::KResult;
 use kpi::hooks::{Comm, ThreadInfo};
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{Mapping, P_HWPMC, Pid, Tid};
-use uapi::pmclog::{PmclogBody, PmclogRecord};
+use uapi::pmclog::PmclogBody;
 
 use crate::hwpmc_logging::OwnerLog;
 use crate::{Core, Hwpmc};
@@ -90,22 +90,6 @@ impl Drop for SsOwners {
 /// The pid of kernel mappings in MAP_IN and MAP_OUT records (-1).
 const KERNEL_PID: u32 = u32::MAX;
 
-fn emit(log: &OwnerLog, body: PmclogBody<'_>) {
-    let _ = log.emit(&PmclogRecord {
-        tsc: kpi::time::rdtsc(),
-        body,
-    });
-}
-
-/// [`emit`] with the buffer handed to the writer at once
-/// ([`OwnerLog::emit_sync`]).
-fn emit_sync(log: &OwnerLog, body: PmclogBody<'_>) {
-    let _ = log.emit_sync(&PmclogRecord {
-        tsc: kpi::time::rdtsc(),
-        body,
-    });
-}
-
 impl Hwpmc {
     /// `PMC_SYSTEM_SAMPLING_ACTIVE()`: whether system-wide events need the
     /// logs of system samplers (the kernel's count, which this driver
@@ -122,10 +106,11 @@ impl Hwpmc {
     }
 
     /// Calls `f` with the open log of each owner of running system-wide
-    /// sampling PMCs, with their list's spin lock held.
-    fn for_each_ss_log(&self, mut f: impl FnMut(&OwnerLog)) {
+    /// sampling PMCs, with their list's spin lock held. A record a log
+    /// cannot take is lost, and counted there, as FreeBSD's.
+    fn for_each_ss_log(&self, mut f: impl FnMut(&OwnerLog) -> KResult<()>) {
         for log in self.ss_owners.lock().logs() {
-            f(log);
+            let _ = f(log);
         }
     }
 
@@ -224,14 +209,11 @@ impl Hwpmc {
     /// MAP_IN records for the executable mappings `maps` of `pid`.
     pub(crate) fn log_mappings(log: &OwnerLog, pid: Pid, maps: &[Mapping]) {
         for m in maps {
-            emit_sync(
-                log,
-                PmclogBody::MapIn {
-                    pid,
-                    start: m.start as usize,
-                    pathname: &m.path,
-                },
-            );
+            let _ = log.log_sync(PmclogBody::MapIn {
+                pid,
+                start: m.start as usize,
+                pathname: &m.path,
+            });
         }
     }
 
@@ -266,14 +248,11 @@ impl Hwpmc {
         let objects = kpi::kern_pmc::kernel_objects(Wait::WaitOk)?;
         core.owners[owner].kernel_maps_logged = true;
         for p in procs.iter() {
-            emit(
-                &log,
-                PmclogBody::ProcCreate {
-                    pid: p.pid,
-                    flags: p.flags,
-                    pcomm: &p.comm,
-                },
-            );
+            let _ = log.log(PmclogBody::ProcCreate {
+                pid: p.pid,
+                flags: p.flags,
+                pcomm: &p.comm,
+            });
             for tid in p.threads.iter() {
                 let body = PmclogBody::ThrCreate {
                     tid: *tid,
@@ -281,18 +260,15 @@ impl Hwpmc {
                     flags: p.flags,
                     tdname: &p.comm,
                 };
-                emit(&log, body);
+                let _ = log.log(body);
             }
         }
         for m in objects.iter() {
-            emit_sync(
-                &log,
-                PmclogBody::MapIn {
-                    pid: KERNEL_PID,
-                    start: m.start as usize,
-                    pathname: &m.path,
-                },
-            );
+            let _ = log.log_sync(PmclogBody::MapIn {
+                pid: KERNEL_PID,
+                start: m.start as usize,
+                pathname: &m.path,
+            });
         }
         Ok(())
     }
@@ -344,9 +320,9 @@ impl Hwpmc {
             pathname: &m.path,
         };
         let core = self.core.lock();
-        self.for_each_ss_log(|log| emit_sync(log, body));
+        self.for_each_ss_log(|log| log.log_sync(body));
         for log in self.target_logs(&core, pid)?.iter() {
-            emit_sync(log, body);
+            let _ = log.log_sync(body);
         }
         Ok(())
     }
@@ -363,13 +339,13 @@ impl Hwpmc {
             start: addr as usize,
             end: addr.saturating_add(size) as usize,
         };
-        self.for_each_ss_log(|log| emit(log, body));
+        self.for_each_ss_log(|log| log.log(body));
         let Ok(logs) = self.target_logs(&core, pid) else {
             self.records_lost();
             return;
         };
         for log in logs.iter() {
-            emit(log, body);
+            let _ = log.log(body);
         }
     }
 
@@ -402,8 +378,8 @@ impl Hwpmc {
         // MAP_IN goes out at once, MAP_OUT with the buffer, as FreeBSD's.
         let sync = matches!(body, PmclogBody::MapIn { .. });
         self.for_each_ss_log(|log| match sync {
-            true => emit_sync(log, body),
-            false => emit(log, body),
+            true => log.log_sync(body),
+            false => log.log(body),
         });
         Ok(())
     }
@@ -416,21 +392,15 @@ impl Hwpmc {
         }
         match kpi::proc::pfind(child, Wait::WaitOk) {
             Ok(Some(p)) => self.for_each_ss_log(|log| {
-                emit(
-                    log,
-                    PmclogBody::Procfork {
-                        oldpid: parent,
-                        newpid: child,
-                    },
-                );
-                emit_sync(
-                    log,
-                    PmclogBody::ProcCreate {
-                        pid: child,
-                        flags: p.flags,
-                        pcomm: &p.comm,
-                    },
-                );
+                let _ = log.log(PmclogBody::Procfork {
+                    oldpid: parent,
+                    newpid: child,
+                });
+                log.log_sync(PmclogBody::ProcCreate {
+                    pid: child,
+                    flags: p.flags,
+                    pcomm: &p.comm,
+                })
             }),
             Ok(None) => {}
             Err(_) => self.records_lost(),
@@ -447,16 +417,13 @@ impl Hwpmc {
         let pid = kpi::proc::curproc();
         match kpi::proc::pfind(pid, Wait::WaitOk) {
             Ok(Some(p)) => self.for_each_ss_log(|log| {
-                emit_sync(
-                    log,
-                    PmclogBody::Procexec {
-                        pid,
-                        pmcid: uapi::pmc::PMC_ID_INVALID,
-                        base: base as usize,
-                        dyn_base: dyn_base as usize,
-                        pathname: crate::executable_path(&p.path),
-                    },
-                )
+                log.log_sync(PmclogBody::Procexec {
+                    pid,
+                    pmcid: uapi::pmc::PMC_ID_INVALID,
+                    base: base as usize,
+                    dyn_base: dyn_base as usize,
+                    pathname: crate::executable_path(&p.path),
+                })
             }),
             Ok(None) => {}
             Err(_) => self.records_lost(),
@@ -466,7 +433,7 @@ impl Hwpmc {
     /// `pmc_process_exit`'s part for system samplers: every exit
     /// (SYSEXIT).
     pub(crate) fn ss_exit(&self, pid: Pid) {
-        self.for_each_ss_log(|log| emit(log, PmclogBody::Sysexit { pid }));
+        self.for_each_ss_log(|log| log.log(PmclogBody::Sysexit { pid }));
     }
 
     /// `pmc_process_threadcreate`: THR_CREATE for the system samplers
@@ -478,14 +445,14 @@ impl Hwpmc {
             flags: t.flags,
             tdname: t.name.as_bytes(),
         };
-        self.for_each_ss_log(|log| emit_sync(log, body));
+        self.for_each_ss_log(|log| log.log_sync(body));
     }
 
     /// `pmc_process_threadexit`: THR_EXIT for the system samplers
     /// (PMC_FN_THR_EXIT and PMC_FN_THR_EXIT_LOG, which the kernel calls
     /// with the process's spin lock held). Allocates nothing.
     pub(crate) fn ss_thread_exit(&self, tid: Tid) {
-        self.for_each_ss_log(|log| emit(log, PmclogBody::ThrExit { tid }));
+        self.for_each_ss_log(|log| log.log(PmclogBody::ThrExit { tid }));
     }
 
     /// `pmc_process_proccreate`: PROC_CREATE for the system samplers
@@ -496,6 +463,6 @@ impl Hwpmc {
             flags,
             pcomm: comm.as_bytes(),
         };
-        self.for_each_ss_log(|log| emit_sync(log, body));
+        self.for_each_ss_log(|log| log.log_sync(body));
     }
 }

@@ -786,13 +786,10 @@ impl Hwpmc {
         kpi::proc::set_flags(pid, P_HWPMC, 0);
         pmcdbg!(self.debug, "pmc", "attach", "id={:#x} pid={pid}", pm.id);
         if let (Some(log), Some(p)) = (record, snapshot) {
-            let _ = log.emit_sync(&PmclogRecord {
-                tsc: kpi::time::rdtsc(),
-                body: PmclogBody::Pmcattach {
-                    pmcid: pm.id,
-                    pid,
-                    pathname: crate::executable_path(&p.path),
-                },
+            let _ = log.log_sync(PmclogBody::Pmcattach {
+                pmcid: pm.id,
+                pid,
+                pathname: crate::executable_path(&p.path),
             });
             if let Some(maps) = maps {
                 Self::log_mappings(&log, pid, &maps);
@@ -855,10 +852,7 @@ impl Hwpmc {
         );
         self.unlink_target(core, at, pid);
         if let Some(log) = pm.log().filter(|_| log) {
-            let _ = log.emit_sync(&PmclogRecord {
-                tsc: kpi::time::rdtsc(),
-                body: PmclogBody::Pmcdetach { pmcid: pm.id, pid },
-            });
+            let _ = log.log_sync(PmclogBody::Pmcdetach { pmcid: pm.id, pid });
         }
         Ok(())
     }
@@ -1253,21 +1247,18 @@ impl Hwpmc {
             );
             kpi::proc::set_flags(me, P_HWPMC, 0);
             let (sec, nsec) = kpi::time::nanotime();
-            let init = PmclogRecord {
-                tsc: kpi::time::rdtsc(),
-                body: PmclogBody::Initialize {
-                    version: kpi::kern_pmc::pmc_module_version(),
-                    cpu: self.cputype.raw(),
-                    tsc_freq: kpi::time::tsc_freq(),
-                    ts: Timespec {
-                        tv_sec: sec as isize,
-                        tv_nsec: nsec as isize,
-                    },
-                    cpuid: &cpuid,
+            let init = PmclogBody::Initialize {
+                version: kpi::kern_pmc::pmc_module_version(),
+                cpu: self.cputype.raw(),
+                tsc_freq: kpi::time::tsc_freq(),
+                ts: Timespec {
+                    tv_sec: sec as isize,
+                    tv_nsec: nsec as isize,
                 },
+                cpuid: &cpuid,
             };
             // INITIALIZE is written at once, as FreeBSD does.
-            if let Err(e) = log.emit_sync(&init) {
+            if let Err(e) = log.log_sync(init) {
                 log.deconfigure();
                 return Err(e);
             }
@@ -1326,11 +1317,8 @@ impl Hwpmc {
         let wl = copyin::<PmcOpWritelog>(arg)?;
         let o = Self::owner_index(core, kpi::proc::curproc()).ok_or(EINVAL)?;
         let log = core.owners[o].log.as_ref().ok_or(EINVAL)?;
-        log.emit(&PmclogRecord {
-            tsc: kpi::time::rdtsc(),
-            body: PmclogBody::Userdata {
-                userdata: wl.pm_userdata,
-            },
+        log.log(PmclogBody::Userdata {
+            userdata: wl.pm_userdata,
         })
     }
 }

@@ -11,7 +11,7 @@ use kpi::hooks::ThreadInfo;
 use kpi::malloc::{KArc, KBox, KVec, Wait};
 use kpi::proc::{Pid, Tid};
 use uapi::pmc::{PmcFlags, PmcMode};
-use uapi::pmclog::{PmclogBody, PmclogRecord};
+use uapi::pmclog::PmclogBody;
 
 use crate::ops::ARMED_AT_ZERO;
 use crate::{ClassSlot, Core, Hwpmc, PhwRow, Pmc, hwpmc_soft};
@@ -552,10 +552,7 @@ impl Hwpmc {
                 pid: kpi::proc::curproc(),
                 tid: kpi::proc::curthread(),
             };
-            let _ = log.emit(&PmclogRecord {
-                tsc: kpi::time::rdtsc(),
-                body,
-            });
+            let _ = log.log(body);
         }
     }
 
@@ -620,10 +617,7 @@ impl Hwpmc {
                         oldpid: parent,
                         newpid: child,
                     };
-                    let _ = log.emit(&PmclogRecord {
-                        tsc: kpi::time::rdtsc(),
-                        body,
-                    });
+                    let _ = log.log(body);
                 }
             }
         }
@@ -684,10 +678,7 @@ impl Hwpmc {
                 pid,
                 value,
             };
-            let _ = log.emit(&PmclogRecord {
-                tsc: kpi::time::rdtsc(),
-                body,
-            });
+            let _ = log.log(body);
         }
     }
 
@@ -718,10 +709,7 @@ impl Hwpmc {
                     dyn_base: dyn_base as usize,
                     pathname: crate::executable_path(&p.path),
                 };
-                let _ = log.emit_sync(&PmclogRecord {
-                    tsc: kpi::time::rdtsc(),
-                    body,
-                });
+                let _ = log.log_sync(body);
             }
         }
         Ok(())
