@@ -96,6 +96,37 @@ pub fn strerror(errno: i32) -> String {
     text.split(" (os error").next().unwrap_or(&text).to_owned()
 }
 
+/// A number as the C library's strtol(3) or strtoul(3) reads it (base 0:
+/// leading blanks, a sign, `0x` and `0` prefixes, clamping on overflow,
+/// as FreeBSD's tools read theirs): the value and how many bytes of `s`
+/// it read, 0 when it read no number; None when `s` holds a NUL.
+fn c_number<T>(
+    s: &[u8],
+    convert: unsafe extern "C" fn(*const libc::c_char, *mut *mut libc::c_char, libc::c_int) -> T,
+) -> Option<(T, usize)> {
+    let text = std::ffi::CString::new(s).ok()?;
+    let mut end: *mut libc::c_char = std::ptr::null_mut();
+    // SAFETY: `text` is a NUL-terminated string that outlives the call;
+    // strtol and strtoul store in `end` a pointer into it.
+    let value = unsafe { convert(text.as_ptr(), &mut end, 0) };
+    // SAFETY: `end` points into `text`, at its NUL at the latest.
+    let used = unsafe { end.offset_from(text.as_ptr()) } as usize;
+    Some((value, used))
+}
+
+/// strtol(3) with base 0 (see [`c_number`]).
+pub fn strtol(s: &[u8]) -> Option<(i64, usize)> {
+    // A long is 32 bits on some targets (lib32), 64 on this one.
+    #[allow(clippy::useless_conversion)]
+    c_number(s, libc::strtol).map(|(v, used)| (i64::from(v), used))
+}
+
+/// strtoul(3) with base 0 (see [`c_number`]).
+pub fn strtoul(s: &[u8]) -> Option<(u64, usize)> {
+    #[allow(clippy::useless_conversion)]
+    c_number(s, libc::strtoul).map(|(v, used)| (u64::from(v), used))
+}
+
 /// errno after a failed call, EIO when there is none.
 pub fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(5)

@@ -3,7 +3,7 @@
 //! rows (-e, -d, per CPU with -c). Options, messages, output and exit
 //! codes are FreeBSD's.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
@@ -47,13 +47,8 @@ struct Op {
 /// base 0 over the whole argument (leading blanks and a sign allowed, an
 /// empty one being 0), stored in an int, which must not be negative.
 fn parse_number(s: &OsStr) -> Option<u32> {
-    let text = CString::new(s.as_bytes()).ok()?;
-    let mut end: *mut libc::c_char = std::ptr::null_mut();
-    // SAFETY: `text` is a NUL-terminated string that outlives the call;
-    // strtoul stores in `end` a pointer into it.
-    let value = unsafe { libc::strtoul(text.as_ptr(), &mut end, 0) };
-    // SAFETY: `end` points into `text`, at its NUL at the latest.
-    if unsafe { *end } != 0 {
+    let (value, used) = pmctool::strtoul(s.as_bytes())?;
+    if used != s.len() {
         return None;
     }
     // C's conversion of the unsigned long to int keeps the low 32 bits.

@@ -269,17 +269,8 @@ fn all_cpus(pmc: &Pmc) -> Vec<u32> {
 /// strtol(3) with base 0, libc's own: the value and the rest of `s`
 /// after the number, or None when it reads no number (`end == s`).
 fn strtol(s: &str) -> Option<(i64, &str)> {
-    let text = std::ffi::CString::new(s).ok()?;
-    let mut end: *mut libc::c_char = std::ptr::null_mut();
-    // SAFETY: `text` is a NUL-terminated string that outlives the call;
-    // strtol stores in `end` a pointer into it.
-    let value = unsafe { libc::strtol(text.as_ptr(), &mut end, 0) };
-    // SAFETY: `end` points into `text`, at its NUL at the latest.
-    let used = unsafe { end.offset_from(text.as_ptr()) } as usize;
+    let (value, used) = pmctool::strtol(s.as_bytes())?;
     // strtol reads only ASCII, so `used` ends on a character boundary.
-    // A long is 32 bits on some targets (lib32), 64 on this one.
-    #[allow(clippy::useless_conversion)]
-    let value = i64::from(value);
     (used > 0).then_some((value, &s[used..]))
 }
 
