@@ -22,9 +22,12 @@ pub struct SymbolTable {
 }
 
 impl SymbolTable {
-    /// The table of `symbols`, sorted, with what FreeBSD's loader does to
-    /// them: of symbols at the same address the first is kept, and a
-    /// symbol of size zero (usually assembly) reaches to the next one.
+    /// The table of `symbols`, sorted: of symbols at the same address the
+    /// first is kept (FreeBSD's keeps every alias and its binary search
+    /// returns any of them, so the name it prints for an aliased address
+    /// is unspecified; this one is the static table's), and a symbol of
+    /// size zero (usually assembly) reaches to the next one, as
+    /// FreeBSD's.
     pub fn new(mut symbols: Vec<Symbol>) -> SymbolTable {
         // A stable sort: among symbols at one address, the first seen
         // (the static table's before the dynamic one's) stays.
