@@ -76,17 +76,7 @@ fn ss(s: &Sim, p: P, ev: &str, cpu: u32, count: u64, flags: PmcFlags) -> (PmcId,
 fn ts(s: &Sim, owner: P, target: P, count: u64) -> (PmcId, i32) {
     let fd = s.open(owner, FileKind::Regular, true);
     s.configurelog(owner, fd, 0).unwrap();
-    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
-    a.pm_class = PmcClass::Soft.raw();
-    a.pm_ev = s.soft("CLOCK.HARD");
-    a.pm_mode = PmcMode::Ts.raw();
-    a.pm_cpu = PMC_CPU_ANY;
-    a.pm_caps = PmcCaps::READ.bits();
-    a.pm_count = count;
-    let id = s.allocate_raw(owner, &a).unwrap();
-    s.attach(owner, id, target.pid as i32).unwrap();
-    s.start(owner, id).unwrap();
-    (id, fd)
+    (ts_more(s, owner, target, count), fd)
 }
 
 /// A thread in the kernel, sampled on every tick of CPU 1 with kernel and
@@ -425,8 +415,7 @@ fn process_sampling_counts_survive_context_switches() {
     }
 }
 
-/// A process sampling PMC of `count` on CLOCK.HARD, allocated by `owner`
-/// (whose log is configured already), attached to `target` and started.
+/// [`ts`] for an owner whose log is configured already.
 fn ts_more(s: &Sim, owner: P, target: P, count: u64) -> PmcId {
     let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
     a.pm_class = PmcClass::Soft.raw();

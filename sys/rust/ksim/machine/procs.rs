@@ -226,17 +226,7 @@ impl Machine {
     /// uses PMCs, else PMC_FN_THR_CREATE_LOG while system-wide sampling is
     /// active, else nothing.
     pub fn thread_create(&self, pid: u32) -> u32 {
-        let tid = {
-            let mut st = self.st();
-            let tid = st.next_tid;
-            st.next_tid += 1;
-            tid
-        };
-        // As on FreeBSD, the creator (here the process's first thread)
-        // runs the hook about the new one.
-        let creator = self.st().procs[&pid].info.threads.first().copied();
-        self.thread_create_reserved(pid, tid, creator.unwrap_or(tid));
-        tid
+        self.thread_create_interleaved(pid, |_| {})
     }
 
     /// [`Self::thread_create`] with `between` run in kern_thr.c's window
@@ -249,6 +239,8 @@ impl Machine {
             st.next_tid += 1;
             tid
         };
+        // As on FreeBSD, the creator (here the process's first thread)
+        // runs the hook about the new one.
         let creator = self.st().procs[&pid].info.threads.first().copied();
         self.thread_link(pid, tid);
         between(tid);
