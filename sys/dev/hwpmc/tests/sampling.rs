@@ -268,14 +268,7 @@ fn a_full_ring_drops_and_counts_then_recovers_after_draining() {
 fn samples_of_an_owner_without_a_log_are_counted_not_lost() {
     let s = sim(&[]);
     let p = s.root();
-    let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
-    a.pm_class = PmcClass::Soft.raw();
-    a.pm_ev = s.soft("CLOCK.HARD");
-    a.pm_mode = PmcMode::Ts.raw();
-    a.pm_cpu = PMC_CPU_ANY;
-    a.pm_caps = PmcCaps::READ.bits();
-    a.pm_count = 1;
-    let id = s.allocate_raw(p, &a).unwrap();
+    let id = ts_alloc(&s, p, 1);
     s.start(p, id).unwrap();
     s.m.set_location(p.tid, user_loc());
     s.run(p, 2, 9);
@@ -415,8 +408,8 @@ fn process_sampling_counts_survive_context_switches() {
     }
 }
 
-/// [`ts`] for an owner whose log is configured already.
-fn ts_more(s: &Sim, owner: P, target: P, count: u64) -> PmcId {
+/// A process sampling PMC of `count` on CLOCK.HARD, allocated by `owner`.
+fn ts_alloc(s: &Sim, owner: P, count: u64) -> PmcId {
     let mut a = <PmcOpPmcallocate as uapi::Plain>::zeroed();
     a.pm_class = PmcClass::Soft.raw();
     a.pm_ev = s.soft("CLOCK.HARD");
@@ -424,7 +417,12 @@ fn ts_more(s: &Sim, owner: P, target: P, count: u64) -> PmcId {
     a.pm_cpu = PMC_CPU_ANY;
     a.pm_caps = PmcCaps::READ.bits();
     a.pm_count = count;
-    let id = s.allocate_raw(owner, &a).unwrap();
+    s.allocate_raw(owner, &a).unwrap()
+}
+
+/// [`ts`] for an owner whose log is configured already.
+fn ts_more(s: &Sim, owner: P, target: P, count: u64) -> PmcId {
+    let id = ts_alloc(s, owner, count);
     s.attach(owner, id, target.pid as i32).unwrap();
     s.start(owner, id).unwrap();
     id
