@@ -1066,16 +1066,16 @@ impl Hwpmc {
         if pm.mode.is_sampling() {
             let min = self.knobs.mincount.get().max(1) as u64;
             pm.update_published(|v| v.reloadcount = sc.pm_count.max(min));
-        } else if pm.mode.is_virtual() {
+        } else {
+            pm.update(|v| v.initial = sc.pm_count);
             // hwpmc(4): counting continues from the count set. A process
             // counting PMC's count is its total over its targets (what
             // PMCRW reads), so the count set becomes that total. FreeBSD's
             // C driver keeps it in pm_initial, which process mode never
             // reads; see hwpmc(4) COMPATIBILITY.
-            pm.update(|v| v.initial = sc.pm_count);
-            pm.savedvalue.store(sc.pm_count, Ordering::Release);
-        } else {
-            pm.update(|v| v.initial = sc.pm_count);
+            if pm.mode.is_virtual() {
+                pm.savedvalue.store(sc.pm_count, Ordering::Release);
+            }
         }
         Ok(())
     }

@@ -262,22 +262,10 @@ enum SwitchClass<'a> {
 }
 
 impl SwitchClass<'_> {
-    /// (The other classes' CPU is read where they need it, not kept
-    /// across the SOFT rows' loops.)
-    #[inline]
-    fn switch_in(&self, ri: usize, pm: &KArc<Pmc>, value: u64) {
-        match self {
-            SwitchClass::Soft(row) => row.switch_in(pm, value),
-            SwitchClass::Dep(cls) => {
-                let cpu = kpi::cpu::curcpu();
-                cls.dep.switch_in(cpu, ri as u32 - cls.first_ri, pm, value)
-            }
-        }
-    }
-
     /// Stops and reads the row: its count (the value loaded at the
     /// switch-in, `saved`, when the class cannot read it), and the mask of
-    /// the counter's width.
+    /// the counter's width. (The other classes' CPU is read where they
+    /// need it, not kept across the SOFT rows' loops.)
     #[inline]
     fn switch_out(&self, ri: usize, pm: &Pmc, saved: u64) -> (u64, u64) {
         match self {
@@ -387,9 +375,11 @@ impl Hwpmc {
         // One test of the class for both the start and the switch-in.
         match cls {
             SwitchClass::Soft(soft) => soft.switch_in(pm, start(|_| 0)),
-            SwitchClass::Dep(_) => {
+            SwitchClass::Dep(slot) => {
                 let value = start(|pm| pm.savedvalue.load(Ordering::Acquire));
-                cls.switch_in(ri, pm, value)
+                let cpu = kpi::cpu::curcpu();
+                slot.dep
+                    .switch_in(cpu, ri as u32 - slot.first_ri, pm, value)
             }
         }
         true
@@ -480,8 +470,9 @@ impl Hwpmc {
         pp: Option<&mut PmcProcess>,
         soft: &hwpmc_soft::SoftRows,
     ) -> bool {
-        // A row whose PMC was released since the switch-in is empty, and
-        // may have been given to a system PMC since.
+        // A row whose PMC was released since the switch-in is empty (the
+        // release cleared its loaded bit too, so a system PMC given the
+        // row since is not visited).
         let Some(pm) = row.pmc.take() else {
             return false;
         };
@@ -536,9 +527,9 @@ impl Hwpmc {
     }
 
     /// A PROCCSW record of what `pm` counted for the current process in
-    /// the slice that ended (its pid read here, off the switch's path); none for the pseudo switch-out of
-    /// an exiting process, as FreeBSD's `pmc_process_exit` writes none
-    /// (PROCEXIT has the count). Under the CPU rows' spin lock: the flag
+    /// the slice that ended (its pid read here, off the switch's path);
+    /// none for the pseudo switch-out of an exiting process, as FreeBSD's
+    /// `pmc_process_exit` writes none (PROCEXIT has the count). Under the CPU rows' spin lock: the flag
     /// is read without the process's lock.
     #[cold]
     fn log_proccsw(&self, pm: &Pmc, delta: u64) {
